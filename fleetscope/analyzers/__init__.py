@@ -1,0 +1,1 @@
+"""Analyzers: load series (Prometheus API or a recorded file) and turn them into findings."""

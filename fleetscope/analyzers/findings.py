@@ -1,0 +1,95 @@
+"""The finding: what every detector produces and every consumer (CLI, service, plan) reads.
+
+The JSON shape is the one in DESIGN.md ("Findings"); :meth:`Finding.to_dict` writes exactly it.
+This module imports only the standard library so the service and the drain planner can use it
+without pandas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def rfc3339(ts: float | datetime | None) -> str | None:
+    """Unix seconds or a datetime -> ``2026-11-30T10:42:15Z`` (UTC, whole seconds)."""
+    if ts is None:
+        return None
+    dt = ts if isinstance(ts, datetime) else datetime.fromtimestamp(float(ts), tz=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str | None) -> float | None:
+    if text is None:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Finding:
+    """One thing wrong with the cluster, with the numbers that show it.
+
+    ``kind``: ``failing_node``, ``straggler``, ``mfu_drop`` (more may be added).
+    ``node`` is the ``Hostname``; ``gpu``, ``rank``, ``job_id`` and ``end`` may be None.
+    ``start``/``end`` are Unix seconds; ``end`` None means still open.
+    ``cause`` is a short snake_case word; ``evidence`` holds the convincing numbers as strings.
+    """
+
+    kind: str
+    severity: str
+    node: str | None
+    start: float
+    cause: str
+    action: str
+    gpu: str | None = None
+    rank: int | None = None
+    job_id: str | None = None
+    end: float | None = None
+    score: float | None = None
+    evidence: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> tuple:
+        """Identity of a finding across analysis cycles (same problem, same place)."""
+        return (self.kind, self.node, self.gpu, self.rank, self.job_id, self.cause)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "node": self.node,
+            "gpu": self.gpu,
+            "rank": self.rank,
+            "job_id": self.job_id,
+            "start": rfc3339(self.start),
+            "end": rfc3339(self.end),
+            "score": None if self.score is None else round(float(self.score), 3),
+            "cause": self.cause,
+            "evidence": {k: str(v) for k, v in self.evidence.items()},
+            "action": self.action,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(
+            kind=d["kind"],
+            severity=d["severity"],
+            node=d.get("node"),
+            gpu=d.get("gpu"),
+            rank=d.get("rank"),
+            job_id=d.get("job_id"),
+            start=parse_rfc3339(d["start"]) or 0.0,
+            end=parse_rfc3339(d.get("end")),
+            score=d.get("score"),
+            cause=d.get("cause", "unknown"),
+            evidence=dict(d.get("evidence") or {}),
+            action=d.get("action", ""),
+        )
+
+
+def findings_document(findings: list[Finding], start: float, end: float) -> dict[str, Any]:
+    """The top-level JSON document of ``fleetscope analyze --format json``."""
+    return {
+        "window": {"start": rfc3339(start), "end": rfc3339(end)},
+        "findings": [f.to_dict() for f in findings],
+    }

@@ -1,0 +1,605 @@
+"""The metric contract: every series name, label key and class that ties fleetscope together.
+
+This module is the single source of truth for the names in ``../shared/DESIGN.md``. The exporters,
+the telemetry library, the simulator, the analyzers, the alert rules and the dashboards import their
+names from here; a name spelled out anywhere else is a bug.
+
+It imports nothing but the standard library so that the node agent and the training library can use
+it without pulling anything heavy.
+
+Each metric is a :class:`Metric`, a ``str`` subclass, so it drops straight into PromQL f-strings
+(``f"rate({EFA_TX_PKTS}[5m])"``) while carrying its type, unit, labels and help text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+MetricType = Literal["gauge", "counter"]
+
+
+class Metric(str):
+    """A series name with its contract metadata.
+
+    ``labels`` lists the label keys every series of this metric carries (besides the attribution
+    labels that may follow on GPU series); ``unit`` is a short human unit; ``origin`` names the
+    component that produces it.
+    """
+
+    type: MetricType
+    help: str
+    unit: str
+    labels: tuple[str, ...]
+    origin: str
+
+    def __new__(
+        cls,
+        name: str,
+        type: MetricType,
+        help: str,
+        unit: str = "",
+        labels: tuple[str, ...] = (),
+        origin: str = "",
+    ) -> Metric:
+        obj = super().__new__(cls, name)
+        obj.type = type
+        obj.help = help
+        obj.unit = unit
+        obj.labels = labels
+        obj.origin = origin
+        return obj
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+#: Every metric defined in this module, by name. Filled by :func:`_m`.
+METRICS: dict[str, Metric] = {}
+
+
+def _m(
+    name: str,
+    type: MetricType,
+    help: str,
+    unit: str = "",
+    labels: tuple[str, ...] = (),
+    origin: str = "",
+) -> Metric:
+    if name in METRICS:
+        raise ValueError(f"metric {name} defined twice")
+    metric = Metric(name, type, help, unit, labels, origin)
+    METRICS[name] = metric
+    return metric
+
+
+# --------------------------------------------------------------------------------------------
+# Node identity
+# --------------------------------------------------------------------------------------------
+
+#: dcgm-exporter's node label. Configurable in the exporter (``--node.label-name``); every
+#: series of the node exporter carries it, and joins across collectors use it, never ``instance``.
+NODE_LABEL = "Hostname"
+
+# --------------------------------------------------------------------------------------------
+# GPU: names, units and label keys of NVIDIA dcgm-exporter
+# --------------------------------------------------------------------------------------------
+
+#: GPU label keys in dcgm-exporter's order. MIG devices insert :data:`GPU_MIG_LABELS` after
+#: ``modelName``; attribution labels (:data:`GPU_ATTRIBUTION_LABELS`) follow where known.
+GPU_LABELS: tuple[str, ...] = (
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    NODE_LABEL,
+    "DCGM_FI_DRIVER_VERSION",
+)
+GPU_MIG_LABELS: tuple[str, ...] = ("GPU_I_PROFILE", "GPU_I_ID")
+GPU_ATTRIBUTION_LABELS: tuple[str, ...] = ("pod", "namespace", "container", "hpc_job")
+
+
+def gpu_label_keys(mig: bool = False, attribution: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Label keys of one GPU series, in dcgm-exporter's order."""
+    base = GPU_LABELS[:5] + (GPU_MIG_LABELS if mig else ()) + GPU_LABELS[5:]
+    return base + tuple(k for k in GPU_ATTRIBUTION_LABELS if k in attribution)
+
+
+def _gpu(name: str, type: MetricType, help: str, unit: str) -> Metric:
+    return _m(name, type, help, unit, GPU_LABELS, "gpu")
+
+
+DCGM_FI_DEV_GPU_UTIL = _gpu("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "percent")
+DCGM_FI_DEV_MEM_COPY_UTIL = _gpu(
+    "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "percent"
+)
+DCGM_FI_DEV_SM_CLOCK = _gpu("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "MHz")
+DCGM_FI_DEV_MEM_CLOCK = _gpu("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "MHz")
+DCGM_FI_DEV_GPU_TEMP = _gpu("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "celsius")
+DCGM_FI_DEV_MEMORY_TEMP = _gpu("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "celsius")
+DCGM_FI_DEV_POWER_USAGE = _gpu("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "watts")
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION = _gpu(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "counter",
+    "Total energy consumption since boot (in mJ).",
+    "mJ",
+)
+DCGM_FI_DEV_FB_USED = _gpu("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "MiB")
+DCGM_FI_DEV_FB_FREE = _gpu("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "MiB")
+DCGM_FI_DEV_FB_RESERVED = _gpu(
+    "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", "MiB"
+)
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER = _gpu(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "retries"
+)
+DCGM_FI_DEV_PCIE_LINK_GEN = _gpu(
+    "DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation.", "generation"
+)
+DCGM_FI_DEV_PCIE_LINK_WIDTH = _gpu(
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (lanes).", "lanes"
+)
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS = _gpu(
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "gauge",
+    "Current clock event (throttle) reasons, NVML bitmask.",
+    "bitmask",
+)
+DCGM_FI_DEV_POWER_VIOLATION = _gpu(
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "counter",
+    "Throttling duration due to power constraints (in ns).",
+    "ns",
+)
+DCGM_FI_DEV_THERMAL_VIOLATION = _gpu(
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "counter",
+    "Throttling duration due to thermal constraints (in ns).",
+    "ns",
+)
+DCGM_FI_DEV_XID_ERRORS = _gpu(
+    "DCGM_FI_DEV_XID_ERRORS",
+    "gauge",
+    "Value of the last XID error encountered (labels err_code, err_msg).",
+    "xid",
+)
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL = _gpu(
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "counter",
+    "Total number of single-bit volatile ECC errors.",
+    "errors",
+)
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL = _gpu(
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "counter",
+    "Total number of double-bit volatile ECC errors.",
+    "errors",
+)
+DCGM_FI_DEV_ECC_SBE_AGG_TOTAL = _gpu(
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "counter",
+    "Total number of single-bit persistent ECC errors.",
+    "errors",
+)
+DCGM_FI_DEV_ECC_DBE_AGG_TOTAL = _gpu(
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "counter",
+    "Total number of double-bit persistent ECC errors.",
+    "errors",
+)
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS = _gpu(
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "Number of remapped rows for correctable errors.",
+    "rows",
+)
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS = _gpu(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "Number of remapped rows for uncorrectable errors.",
+    "rows",
+)
+DCGM_FI_DEV_ROW_REMAP_FAILURE = _gpu(
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.", "bool"
+)
+DCGM_FI_DEV_ROW_REMAP_PENDING = _gpu(
+    "DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether a row remap is pending (reset needed).", "bool"
+)
+DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = _gpu(
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "counter",
+    "Total number of NVLink flow-control CRC errors.",
+    "errors",
+)
+DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = _gpu(
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "counter",
+    "Total number of NVLink data CRC errors.",
+    "errors",
+)
+DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = _gpu(
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "counter",
+    "Total number of NVLink retries.",
+    "errors",
+)
+DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = _gpu(
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "counter",
+    "Total number of NVLink recovery errors.",
+    "errors",
+)
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL = _gpu(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "gauge",
+    "NVLink bandwidth over all links (about MB/s, a rate as DCGM computes it; do not rate()).",
+    "MB/s",
+)
+DCGM_FI_DEV_GPU_RECOVERY_ACTION = _gpu(
+    "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
+    "gauge",
+    "Recovery action the driver asks for: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, "
+    "4 drain and reset.",
+    "enum",
+)
+DCGM_FI_PROF_GR_ENGINE_ACTIVE = _gpu(
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.", "ratio"
+)
+DCGM_FI_PROF_SM_ACTIVE = _gpu(
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "gauge",
+    "The ratio of cycles an SM has at least 1 warp assigned.",
+    "ratio",
+)
+DCGM_FI_PROF_SM_OCCUPANCY = _gpu(
+    "DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "The ratio of number of warps resident on an SM.", "ratio"
+)
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE = _gpu(
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "gauge",
+    "Ratio of cycles the tensor (HMMA) pipe is active.",
+    "ratio",
+)
+DCGM_FI_PROF_DRAM_ACTIVE = _gpu(
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "gauge",
+    "Ratio of cycles the device memory interface is active sending or receiving data.",
+    "ratio",
+)
+DCGM_FI_PROF_PIPE_FP16_ACTIVE = _gpu(
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the fp16 pipes are active.", "ratio"
+)
+DCGM_FI_PROF_PIPE_FP32_ACTIVE = _gpu(
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the fp32 pipes are active.", "ratio"
+)
+DCGM_FI_PROF_PIPE_FP64_ACTIVE = _gpu(
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the fp64 pipes are active.", "ratio"
+)
+DCGM_FI_PROF_PCIE_TX_BYTES = _gpu(
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "gauge",
+    "The rate of data transmitted over the PCIe bus, headers and payload, in bytes per second.",
+    "bytes/s",
+)
+DCGM_FI_PROF_PCIE_RX_BYTES = _gpu(
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "gauge",
+    "The rate of data received over the PCIe bus, headers and payload, in bytes per second.",
+    "bytes/s",
+)
+DCGM_FI_PROF_NVLINK_TX_BYTES = _gpu(
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "gauge",
+    "The rate of data transmitted over NVLink, in bytes per second.",
+    "bytes/s",
+)
+DCGM_FI_PROF_NVLINK_RX_BYTES = _gpu(
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    "gauge",
+    "The rate of data received over NVLink, in bytes per second.",
+    "bytes/s",
+)
+GPU_UP = _gpu(
+    "fleetscope_gpu_up",
+    "gauge",
+    "1 if the GPU answers NVML, 0 if it is lost (GpuIsLost, timeout, fallen off the bus).",
+    "bool",
+)
+GPU_XID_ERRORS_TOTAL = _m(
+    "fleetscope_gpu_xid_errors_total",
+    "counter",
+    "XID errors seen on this GPU since the exporter started (NVML events and /dev/kmsg).",
+    "errors",
+    GPU_LABELS + ("xid",),
+    "gpu",
+)
+GPU_PEAK_FLOPS = _m(
+    "fleetscope_gpu_peak_flops",
+    "gauge",
+    "Dense peak FLOP/s of this GPU model, per dtype (from fleetscope's model table).",
+    "FLOP/s",
+    GPU_LABELS + ("dtype",),
+    "gpu",
+)
+
+#: Clock-event (throttle) reason bits, as NVML defines them.
+CLOCK_EVENT_GPU_IDLE = 0x1
+CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING = 0x2
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+CLOCK_EVENT_HW_SLOWDOWN = 0x8
+CLOCK_EVENT_SYNC_BOOST = 0x10
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_THERMAL = 0x40
+CLOCK_EVENT_HW_POWER_BRAKE = 0x80
+CLOCK_EVENT_DISPLAY_CLOCK = 0x100
+
+#: ``DCGM_FI_DEV_GPU_RECOVERY_ACTION`` values.
+RECOVERY_ACTIONS: dict[int, str] = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+}
+
+# Peak dense FLOP/s per GPU (SXM/HGX parts). A model that matches no pattern gets no series.
+_H100_H200 = {"bf16": 0.9895e15, "fp8": 1.979e15}
+PEAK_FLOPS_TABLE: tuple[tuple[str, dict[str, float]], ...] = (
+    # NVML names: "NVIDIA H100 80GB HBM3" (SXM5), "NVIDIA H100 SXM5 ...", "NVIDIA H200" (SXM).
+    (r"^NVIDIA H100 80GB HBM3$|^NVIDIA H100 SXM", _H100_H200),
+    (r"^NVIDIA H200$|^NVIDIA H200 SXM", _H100_H200),
+    (r"^NVIDIA B200", {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 9e15}),
+    (r"^NVIDIA B300", {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 13.5e15}),
+    (r"^NVIDIA A100[- ]SXM", {"bf16": 0.312e15}),
+)
+
+
+def peak_flops(model_name: str) -> dict[str, float] | None:
+    """Dense peak FLOP/s per dtype for an NVML model name, or None when the model is unknown."""
+    for pattern, table in PEAK_FLOPS_TABLE:
+        if re.search(pattern, model_name.strip()):
+            return dict(table)
+    return None
+
+
+# XID classes (NVIDIA's XID catalog; see shared/research/gpu-metrics.md section 4).
+XID_DRAIN: frozenset[int] = frozenset(
+    [46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143]
+    + list(range(144, 151))
+    + [151, 155, 156, 158]
+)
+XID_WATCH: frozenset[int] = frozenset([63, 92, 94, 121, 154, 157])
+XID_APPLICATION: frozenset[int] = frozenset([8, 11, 13, 25, 31, 32, 43, 45, 69, 80, 137])
+
+XidClass = Literal["drain", "watch", "application", "other"]
+
+
+def xid_class(xid: int) -> XidClass:
+    """The operational class of an XID: drain the node, watch it, blame the application, or other."""
+    if xid in XID_DRAIN:
+        return "drain"
+    if xid in XID_WATCH:
+        return "watch"
+    if xid in XID_APPLICATION:
+        return "application"
+    return "other"
+
+
+def promql_regex(values: frozenset[int]) -> str:
+    """A PromQL regex alternation matching the given integers exactly, e.g. ``"46|48|79"``."""
+    return "|".join(str(v) for v in sorted(values))
+
+
+# --------------------------------------------------------------------------------------------
+# Network: efa collector
+# --------------------------------------------------------------------------------------------
+
+EFA_LABELS: tuple[str, ...] = (NODE_LABEL, "device", "port")
+
+#: Port-level hw_counters an EFA device may expose (older drivers lack the SRD ones).
+EFA_PORT_COUNTERS: tuple[str, ...] = (
+    "tx_bytes",
+    "tx_pkts",
+    "rx_bytes",
+    "rx_pkts",
+    "rx_drops",
+    "send_bytes",
+    "send_wrs",
+    "recv_bytes",
+    "recv_wrs",
+    "rdma_read_bytes",
+    "rdma_read_wrs",
+    "rdma_read_wr_err",
+    "rdma_read_resp_bytes",
+    "rdma_write_bytes",
+    "rdma_write_wrs",
+    "rdma_write_wr_err",
+    "rdma_write_recv_bytes",
+    "retrans_bytes",
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
+)
+#: Device-level hw_counters (exported with ``port=""``).
+EFA_DEVICE_COUNTERS: tuple[str, ...] = (
+    "alloc_pd_err",
+    "alloc_ucontext_err",
+    "cmds_err",
+    "completed_cmds",
+    "create_ah_err",
+    "create_cq_err",
+    "create_qp_err",
+    "keep_alive_rcvd",
+    "mmap_err",
+    "no_completion_cmds",
+    "reg_mr_err",
+    "submitted_cmds",
+)
+
+
+def efa_metric_name(counter: str) -> str:
+    """The exported name of an EFA hw counter: the kernel's name kept verbatim."""
+    return f"efa_{counter}_total"
+
+
+for _c in dict.fromkeys(EFA_PORT_COUNTERS + EFA_DEVICE_COUNTERS):
+    _m(efa_metric_name(_c), "counter", f"EFA hw counter {_c}.", "", EFA_LABELS, "efa")
+
+EFA_TX_BYTES = METRICS["efa_tx_bytes_total"]
+EFA_RX_BYTES = METRICS["efa_rx_bytes_total"]
+EFA_TX_PKTS = METRICS["efa_tx_pkts_total"]
+EFA_RX_PKTS = METRICS["efa_rx_pkts_total"]
+EFA_RX_DROPS = METRICS["efa_rx_drops_total"]
+EFA_RETRANS_PKTS = METRICS["efa_retrans_pkts_total"]
+EFA_RETRANS_BYTES = METRICS["efa_retrans_bytes_total"]
+EFA_RETRANS_TIMEOUT_EVENTS = METRICS["efa_retrans_timeout_events_total"]
+EFA_UNRESPONSIVE_REMOTE_EVENTS = METRICS["efa_unresponsive_remote_events_total"]
+EFA_IMPAIRED_REMOTE_CONN_EVENTS = METRICS["efa_impaired_remote_conn_events_total"]
+EFA_RDMA_READ_WR_ERR = METRICS["efa_rdma_read_wr_err_total"]
+EFA_RDMA_WRITE_WR_ERR = METRICS["efa_rdma_write_wr_err_total"]
+EFA_RDMA_READ_BYTES = METRICS["efa_rdma_read_bytes_total"]
+EFA_RDMA_WRITE_BYTES = METRICS["efa_rdma_write_bytes_total"]
+EFA_LIFESPAN = _m(
+    "efa_lifespan_seconds", "gauge", "EFA hw counters lifespan (sysfs `lifespan`).", "s",
+    EFA_LABELS, "efa",
+)  # fmt: skip
+
+# --------------------------------------------------------------------------------------------
+# Storage: lustre collector (FSx for Lustre client) and optional CloudWatch source
+# --------------------------------------------------------------------------------------------
+
+LUSTRE_LABELS: tuple[str, ...] = (NODE_LABEL, "fs", "mount")
+LUSTRE_CLIENT_READ_BYTES = _m(
+    "lustre_client_read_bytes_total", "counter", "Bytes read by this Lustre client (llite stats).",
+    "bytes", LUSTRE_LABELS, "lustre",
+)  # fmt: skip
+LUSTRE_CLIENT_WRITE_BYTES = _m(
+    "lustre_client_write_bytes_total", "counter",
+    "Bytes written by this Lustre client (llite stats).", "bytes", LUSTRE_LABELS, "lustre",
+)  # fmt: skip
+LUSTRE_CLIENT_OPERATIONS = _m(
+    "lustre_client_operations_total", "counter", "Operations by type (llite stats).", "ops",
+    LUSTRE_LABELS + ("operation",), "lustre",
+)  # fmt: skip
+LUSTRE_CLIENT_OPERATION_SECONDS = _m(
+    "lustre_client_operation_seconds_total", "counter",
+    "Time spent in operations by type, where the stats carry usecs.", "s",
+    LUSTRE_LABELS + ("operation",), "lustre",
+)  # fmt: skip
+LUSTRE_CLIENT_HEALTHY = _m(
+    "lustre_client_healthy", "gauge", "1 if Lustre health_check says healthy, else 0.", "bool",
+    (NODE_LABEL,), "lustre",
+)  # fmt: skip
+
+#: llite metadata operations (the ones whose latency matters at checkpoint and startup).
+LUSTRE_METADATA_OPERATIONS: tuple[str, ...] = (
+    "open", "close", "getattr", "setattr", "mkdir", "rmdir", "unlink", "rename", "create",
+    "statfs", "getxattr", "setxattr", "listxattr", "removexattr", "inode_permission",
+)  # fmt: skip
+
+FSX_LABELS: tuple[str, ...] = ("FileSystemId",)
+
+
+def fsx_metric_name(cloudwatch_metric: str) -> str:
+    """``DataReadBytes`` -> ``fsx_data_read_bytes``: the gauge name of a CloudWatch AWS/FSx metric."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cloudwatch_metric)
+    return "fsx_" + snake.lower()
+
+
+# --------------------------------------------------------------------------------------------
+# Training: training collector, fed by fleetscope.telemetry
+# --------------------------------------------------------------------------------------------
+
+TRAINING_LABELS: tuple[str, ...] = ("job_id", "rank", "local_rank", NODE_LABEL, "gpu")
+TRAINING_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint")
+#: Phases whose time is "compute time" (straggler comparison, DESIGN.md).
+COMPUTE_PHASES: tuple[str, ...] = ("forward", "backward")
+
+
+def _training(name: str, type: MetricType, help: str, unit: str, extra: tuple[str, ...] = ()) -> Metric:
+    return _m(name, type, help, unit, TRAINING_LABELS + extra, "training")
+
+
+TRAINING_STEPS = _training(
+    "training_steps_total", "counter", "Optimizer steps completed by this rank.", "steps"
+)
+TRAINING_STEP_SECONDS = _training("training_step_seconds_total", "counter", "Wall time of those steps.", "s")
+TRAINING_PHASE_SECONDS = _training(
+    "training_phase_seconds_total", "counter", "Time per phase of the step.", "s", ("phase",)
+)
+TRAINING_TOKENS = _training("training_tokens_total", "counter", "Tokens processed by this rank.", "tokens")
+TRAINING_MODEL_FLOPS = _training(
+    "training_model_flops_total", "counter", "Model FLOPs of this rank's steps.", "FLOP"
+)
+TRAINING_LOSS = _training("training_loss", "gauge", "Last loss.", "")
+TRAINING_GLOBAL_STEP = _training("training_global_step", "gauge", "Global step number.", "step")
+TRAINING_LAST_STEP_TIMESTAMP = _training(
+    "training_last_step_timestamp_seconds",
+    "gauge",
+    "Unix time the last step ended (stall detection).",
+    "s",
+)
+
+#: Default directory shared between training processes and the exporter.
+TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
+
+# --------------------------------------------------------------------------------------------
+# Exporter self-metrics
+# --------------------------------------------------------------------------------------------
+
+COLLECTOR_SUCCESS = _m(
+    "fleetscope_collector_success", "gauge",
+    "1 if the collector's last scrape succeeded, else 0.", "bool", ("collector",), "exporter",
+)  # fmt: skip
+COLLECTOR_DURATION = _m(
+    "fleetscope_collector_duration_seconds", "gauge",
+    "How long the collector took on this scrape.", "s", ("collector",), "exporter",
+)  # fmt: skip
+EXPORTER_BUILD_INFO = _m(
+    "fleetscope_exporter_build_info", "gauge", "Build information; the value is always 1.", "",
+    ("version",), "exporter",
+)  # fmt: skip
+
+# --------------------------------------------------------------------------------------------
+# Analyzer verdicts (the live service's /metrics)
+# --------------------------------------------------------------------------------------------
+
+NODE_STATES: tuple[str, ...] = ("healthy", "degraded", "failing")
+NODE_HEALTH = _m(
+    "fleetscope_node_health", "gauge", "1 for the node's current state, 0 for the others.", "bool",
+    (NODE_LABEL, "state"), "service",
+)  # fmt: skip
+STRAGGLER_SCORE = _m(
+    "fleetscope_straggler_score", "gauge",
+    "Own compute time divided by the peer median (1 = normal).", "ratio",
+    ("job_id", "rank", NODE_LABEL, "gpu"), "service",
+)  # fmt: skip
+FINDINGS = _m(
+    "fleetscope_findings", "gauge", "Open findings by kind and severity.", "findings",
+    ("kind", "severity"), "service",
+)  # fmt: skip
+
+FINDING_KINDS: tuple[str, ...] = ("failing_node", "straggler", "mfu_drop")
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+
+def metrics_by_origin(origin: str) -> list[Metric]:
+    """All contract metrics produced by one component (``gpu``, ``efa``, ``training``, ...)."""
+    return [m for m in METRICS.values() if m.origin == origin]
+
+
+COLLECTOR_ERRORS = _m(
+    "fleetscope_collector_errors_total", "counter",
+    "Inputs a collector skipped (unreadable or unparsable files, rejected rank files, ...).",
+    "errors", ("collector", "reason"), "exporter",
+)  # fmt: skip
+
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def re_label_name(name: str) -> bool:
+    """True for a valid Prometheus label name."""
+    return bool(_LABEL_NAME.match(name)) and not name.startswith("__")

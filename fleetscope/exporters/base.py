@@ -1,0 +1,82 @@
+"""What a collector is, and what it is given.
+
+A collector builds fresh metric families on every scrape (client_python's custom-collector
+pattern), reads its inputs below the roots in :class:`NodeContext` (node_exporter's
+``--path.sysfs`` / ``--path.procfs`` idea, so a fixture tree is just another root), and labels every
+series with the node label. It may raise: the exporter then reports
+``fleetscope_collector_success{collector} 0`` and serves the other collectors' series. Inputs it
+skips (an unreadable file, a malformed line) go through :meth:`Collector.skip`, which logs once per
+distinct problem and counts it in ``fleetscope_collector_errors_total{collector, reason}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from prometheus_client.metrics_core import Metric as MetricFamily
+
+from fleetscope import contract
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """Where a collector reads from and how it names the node."""
+
+    sysfs: Path = Path("/sys")
+    procfs: Path = Path("/proc")
+    debugfs: Path = Path("/sys/kernel/debug")
+    node_label: str = contract.NODE_LABEL
+    node_name: str = ""
+    #: The parsed command line, for collector-specific flags (see :meth:`Collector.add_arguments`).
+    options: argparse.Namespace = field(default_factory=argparse.Namespace)
+
+    def option(self, name: str, default: object = None) -> object:
+        return getattr(self.options, name, default)
+
+
+class Collector(ABC):
+    """One source of series. Subclasses set ``name`` and implement :meth:`collect`."""
+
+    name: ClassVar[str]
+    #: One line for ``--help``.
+    description: ClassVar[str] = ""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.log = logging.getLogger(f"fleetscope.exporters.{self.name}")
+        self._errors: Counter[str] = Counter()
+        self._errors_lock = threading.Lock()
+        self._logged: set[str] = set()
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add this collector's own flags (``--collector.<name>.<option>``)."""
+
+    @abstractmethod
+    def collect(self) -> Iterable[MetricFamily]:
+        """Yield fresh metric families for this scrape."""
+
+    def close(self) -> None:
+        """Release what the collector holds (threads, handles). Called once at shutdown."""
+
+    def skip(self, reason: str, detail: str) -> None:
+        """Count an input that was skipped, and log it the first time this detail is seen."""
+        with self._errors_lock:
+            self._errors[reason] += 1
+            first = detail not in self._logged
+            if first and len(self._logged) < 1000:
+                self._logged.add(detail)
+        if first:
+            self.log.warning("skipped (%s): %s", reason, detail)
+
+    def error_counts(self) -> dict[str, int]:
+        with self._errors_lock:
+            return dict(self._errors)

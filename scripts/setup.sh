@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what fleetscope and its tests need on a fresh Debian/Ubuntu machine (Python 3.11+):
+# Debian's Prometheus, Alertmanager and Chromium, and a virtualenv at .venv with every extra.
+# Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium chromium-driver gcc python3-venv python3-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  # The packages' own services are not wanted: tests start their own on free ports.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's package may start a system Prometheus / Alertmanager; they are not used, stop them.
+$SUDO sh -c 'pkill -x prometheus-alertmanager; pkill -f "^/usr/bin/prometheus( |$)"' 2>/dev/null || true
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: Python 3.11 or newer is needed ($PYTHON is $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+stamp=".venv/.fleetscope-installed"
+want="$(cat pyproject.toml requirements/constraints.txt | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python packages into .venv (pinned by requirements/constraints.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c requirements/constraints.txt -e '.[all,test]'
+  echo "$want" > "$stamp"
+fi

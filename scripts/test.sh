@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine and runs the whole test suite: lint, generated-file check,
+# then pytest (real Prometheus, promtool, Alertmanager, Chromium; no network).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+echo "== ruff"
+.venv/bin/ruff check .
+if [ -f fleetscope/generate.py ]; then
+  echo "== fleetscope generate --check"
+  .venv/bin/fleetscope generate --check
+fi
+echo "== pytest"
+exec .venv/bin/python -m pytest -q "$@"
