@@ -584,6 +584,27 @@ FINDINGS = _m(
 FINDING_KINDS: tuple[str, ...] = ("failing_node", "straggler", "mfu_drop")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
+# The live service's own health, beside its verdicts (so a rule can tell stale verdicts apart).
+SERVICE_ANALYSIS_SUCCESS = _m(
+    "fleetscope_service_analysis_success", "gauge",
+    "1 if the last analysis cycle succeeded, 0 if it failed (Prometheus down, slow or erroring).",
+    "bool", (), "service",
+)  # fmt: skip
+SERVICE_LAST_ANALYSIS = _m(
+    "fleetscope_service_last_analysis_timestamp_seconds", "gauge",
+    "Unix time the verdicts were last computed successfully (absent before the first analysis).",
+    "s", (), "service",
+)  # fmt: skip
+SERVICE_ANALYSIS_DURATION = _m(
+    "fleetscope_service_analysis_duration_seconds", "gauge",
+    "Wall time of the last analysis cycle.", "s", (), "service",
+)  # fmt: skip
+SERVICE_VERDICTS_STALE = _m(
+    "fleetscope_service_verdicts_stale", "gauge",
+    "1 when the verdicts served are older than the staleness limit or the last cycle failed.",
+    "bool", (), "service",
+)  # fmt: skip
+
 
 def metrics_by_origin(origin: str) -> list[Metric]:
     """All contract metrics produced by one component (``gpu``, ``efa``, ``training``, ...)."""
