@@ -8,4 +8,76 @@ function says so.
 
 from __future__ import annotations
 
-from fleetscope import contract  # noqa: F401 - the sections below build on it
+from fleetscope import contract
+
+# --------------------------------------------------------------------------------------------
+# rules: the expressions behind fleetscope's recording rules (fleetscope/alerts/recording.py).
+# Dashboards and analyzers may read the recorded series (fleetscope.alerts.names) or reuse these.
+# ``window`` is a PromQL duration ("5m") or a Grafana variable ("$__rate_interval").
+# --------------------------------------------------------------------------------------------
+
+_NODE = contract.NODE_LABEL
+
+
+def _phase_regex(phases: tuple[str, ...]) -> str:
+    return "|".join(phases)
+
+
+def rank_mfu(window: str = "5m", dtype: str = "bf16") -> str:
+    """MFU of each rank: its model FLOP/s over the dense peak of the GPU it runs on."""
+    return (
+        f"rate({contract.TRAINING_MODEL_FLOPS}[{window}])"
+        f" / on ({_NODE}, gpu) group_left () {contract.GPU_PEAK_FLOPS}{{dtype=\"{dtype}\"}}"
+    )
+
+
+def job_mfu(window: str = "5m", dtype: str = "bf16") -> str:
+    """MFU of each job: the ranks' summed model FLOP/s over the summed peak of their GPUs."""
+    flops = contract.TRAINING_MODEL_FLOPS
+    gpus = f"group by (job_id, {_NODE}, gpu) ({flops})"
+    peak = f'{contract.GPU_PEAK_FLOPS}{{dtype="{dtype}"}}'
+    return (
+        f"sum by (job_id) (rate({flops}[{window}]))"
+        f" / sum by (job_id) ({gpus} * on ({_NODE}, gpu) group_left () {peak})"
+    )
+
+
+def job_tokens_rate(window: str = "5m") -> str:
+    """Tokens per second of each job, summed over its ranks."""
+    return f"sum by (job_id) (rate({contract.TRAINING_TOKENS}[{window}]))"
+
+
+def rank_compute_rate(window: str = "5m") -> str:
+    """Compute (forward + backward) seconds per second of each rank (DESIGN.md: compute time)."""
+    phases = _phase_regex(contract.COMPUTE_PHASES)
+    return f'sum without (phase) (rate({contract.TRAINING_PHASE_SECONDS}{{phase=~"{phases}"}}[{window}]))'
+
+
+def job_step_seconds_mean(window: str = "5m") -> str:
+    """Mean step time of each job in seconds; absent (not NaN) while no rank completes a step."""
+    return (
+        f"sum by (job_id) (rate({contract.TRAINING_STEP_SECONDS}[{window}]))"
+        f" / (sum by (job_id) (rate({contract.TRAINING_STEPS}[{window}])) > 0)"
+    )
+
+
+def efa_retrans_ratio(window: str = "5m") -> str:
+    """SRD retransmitted packets per transmitted packet, per EFA device and port."""
+    return f"rate({contract.EFA_RETRANS_PKTS}[{window}]) / (rate({contract.EFA_TX_PKTS}[{window}]) > 0)"
+
+
+def lustre_metadata_latency(window: str = "5m") -> str:
+    """Mean latency (s) of metadata operations per client mount, over the operations timed in usecs."""
+    ops = _phase_regex(contract.LUSTRE_METADATA_OPERATIONS)
+    by = f"{_NODE}, fs, mount"
+    seconds = f'rate({contract.LUSTRE_CLIENT_OPERATION_SECONDS}{{operation=~"{ops}"}}[{window}])'
+    count = f'rate({contract.LUSTRE_CLIENT_OPERATIONS}{{operation=~"{ops}"}}[{window}])'
+    return (
+        f"sum by ({by}) ({seconds})"
+        f" / (sum by ({by}) ({count} and on ({by}, operation) {seconds}) > 0)"
+    )
+
+
+def node_gpu_count() -> str:
+    """GPUs each node enumerates, answering or lost."""
+    return f"count by ({_NODE}) ({contract.GPU_UP})"

@@ -1,0 +1,111 @@
+"""Every threshold of the generated rules, in one object, with the reason for each number.
+
+Change a value here, run ``fleetscope generate``, and commit the regenerated rule files; the
+promtool unit tests are generated from the same object, so they follow. Numbers marked "judgment"
+are starting points chosen for this project, not published limits; tune them on your fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # ---- where the runbooks live ---------------------------------------------------------------
+    #: Base of every ``runbook_url``; the alert's anchor in docs/runbooks.md is appended. Point it
+    #: at your fork or internal mirror of the docs.
+    runbook_url_base: str = "https://github.com/fleetscope/fleetscope/blob/main/docs/runbooks.md"
+
+    # ---- selectors -----------------------------------------------------------------------------
+    #: Label matcher for fleetscope's scrape jobs (node exporters and the live service). The compose
+    #: stack names them fleetscope-exporter, fleetscope-nodes and fleetscope-service; the Helm chart's
+    #: ServiceMonitor job contains "fleetscope" too.
+    job_selector: str = 'job=~".*fleetscope.*"'
+
+    # ---- rate windows --------------------------------------------------------------------------
+    #: Window of every rate() in the recording rules: at least 4 scrapes at a 60 s interval, the
+    #: window the prometheus.io naming examples (``rate5m``) use.
+    rate_window: str = "5m"
+    #: Window in which a new counter increase (XID, ECC, EFA events) counts as "now".
+    event_window: str = "10m"
+
+    # ---- GPU -----------------------------------------------------------------------------------
+    #: Application XIDs (13, 31, 43, ...) are the job's fault once; NVIDIA's WORKFLOW_XID_13/31 say
+    #: a repeat on the same GPU points at the hardware. 3 in a day is that repeat (judgment).
+    xid_application_repeat_count: int = 3
+    xid_application_repeat_window: str = "1d"
+    #: How far back "the width/generation this GPU had" and "the GPUs this node had" look.
+    gpu_history_window: str = "1d"
+    #: PCIe link generation drops at idle (power saving), so a lower generation only counts while
+    #: the GPU is busy: GPU utilization above this percent.
+    pcie_gen_busy_util_percent: float = 10.0
+    #: PCIe replays per second. DCGM's PCIe health watch counts replays as the first sign of a bad
+    #: riser or slot; a healthy link replays close to never, so a sustained 0.1/s (6 a minute) is a
+    #: link to reseat (judgment).
+    pcie_replay_rate_per_second: float = 0.1
+    #: NVLink CRC (flit + data), replay and recovery errors per second, summed. Healthy links count
+    #: none for days; a sustained 1/s slows NCCL all-reduce measurably (judgment).
+    nvlink_error_rate_per_second: float = 1.0
+    #: Thermal throttling must last this long before it is "sustained": short HW slowdowns at load
+    #: changes are normal.
+    thermal_throttle_for: str = "10m"
+    #: A power brake (0x80) is asserted by the chassis/PSU, never by the GPU's own policy, so it
+    #: counts sooner.
+    power_brake_for: str = "5m"
+
+    # ---- network (EFA) -------------------------------------------------------------------------
+    #: SRD sprays packets over many paths and retransmits a few as a matter of course; a sustained
+    #: retransmit ratio above 1% of transmitted packets means a lossy or congested path (judgment).
+    efa_retrans_ratio: float = 0.01
+    #: Below this many transmitted packets per second the ratio is noise (an idle device).
+    efa_min_tx_pkts_per_second: float = 100.0
+    #: Each retrans_timeout_event is an SRD path change after a timeout; a few per window happen on
+    #: any busy fabric, more than this in ``event_window`` is a path going bad (judgment).
+    efa_retrans_timeouts_per_window: float = 3.0
+    #: A device counts as "carrying traffic" above this many transmitted bytes per second. A node
+    #: whose busiest EFA device is above it while another device sends nothing has lost a device
+    #: from NCCL's rings (1 MB/s is far below any collective's traffic and above keep-alives).
+    efa_busy_tx_bytes_per_second: float = 1e6
+
+    # ---- storage (FSx for Lustre) --------------------------------------------------------------
+    #: Throughput capacity of the file system in bytes/s. FSx for Lustre's is storage capacity
+    #: (TiB) times the per-unit throughput you chose (125, 250, 500 or 1000 MB/s/TiB); the default
+    #: is a 4.8 TiB PERSISTENT_2 file system at 250 MB/s/TiB. Clients cannot read it, so set yours.
+    fsx_throughput_capacity_bytes_per_second: float = 1.2e9
+    #: "At its limit": the clients' summed read+write rate above this share of the capacity.
+    fsx_throughput_limit_ratio: float = 0.9
+    #: Mean metadata operation latency (open, close, getattr, ...). FSx serves these in well under a
+    #: millisecond when healthy; 20 ms mean makes checkpoints and data-loader startup crawl
+    #: (judgment).
+    lustre_metadata_latency_seconds: float = 0.02
+    #: Below this many metadata operations per second the mean latency is noise.
+    lustre_metadata_min_ops_per_second: float = 1.0
+
+    # ---- training ------------------------------------------------------------------------------
+    #: A job is stalled when its last step is older than this many of its usual step times ...
+    stall_step_multiple: float = 10.0
+    #: ... but never sooner than this (a checkpoint or evaluation pause is not a stall).
+    stall_min_seconds: float = 600.0
+    #: "Usual" means the median over this window.
+    baseline_window: str = "6h"
+    #: MFU below its own median by more than this fraction. Greyhound verifies a slow-down at a 10%
+    #: change and the OSDI'25 what-if study calls S > 1.1 a straggling job; Llama 3 saw only 1-2%
+    #: diurnal swing (shared/research/analytics.md sections 3.5 and 7).
+    mfu_drop_ratio: float = 0.10
+    #: Tokens/s drop. Tokens/s moves with MFU, but also when a job changes sequence length or batch
+    #: size; a bigger step avoids paging on such a deliberate change (judgment).
+    tokens_drop_ratio: float = 0.20
+    #: A rank whose compute time is this many times its peers' median. Greyhound's clique test
+    #: uses 1.2x the peer median.
+    rank_compute_ratio: float = 1.2
+    #: The live service's straggler score above which the rank counts as a straggler (same 1.2x).
+    straggler_score: float = 1.2
+
+    # ---- the stack itself ----------------------------------------------------------------------
+    #: Scrape duration above which the exporter is "too slow": half of Prometheus' default 10 s
+    #: scrape timeout, so there is time to act before scrapes start failing.
+    scrape_duration_seconds: float = 5.0
+
+
+THRESHOLDS = Thresholds()

@@ -1,0 +1,35 @@
+"""Names of the recording rules fleetscope generates (``level:metric:operations``).
+
+Import these instead of spelling a recorded series out; the analyzers and the service may read the
+same series. Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+#: MFU of each rank against its GPU's dense bf16 peak (training labels: job_id, rank, ...).
+RANK_MFU = "rank:training_mfu:ratio_rate5m"
+#: MFU of each job: all its ranks' model FLOP/s over the summed bf16 peak of their GPUs.
+JOB_MFU = "job_id:training_mfu:ratio_rate5m"
+#: Tokens per second of each job, summed over its ranks.
+JOB_TOKENS = "job_id:training_tokens:rate5m"
+#: Compute (forward + backward) seconds per second of each rank.
+RANK_COMPUTE = "rank:training_compute_seconds:rate5m"
+#: Mean step time of each job (seconds per step), absent while no step completes.
+JOB_STEP_SECONDS = "job_id:training_step_seconds:mean5m"
+#: SRD retransmitted packets per transmitted packet, per EFA device.
+EFA_RETRANS_RATIO = "device:efa_retrans_pkts_per_tx_pkts:ratio_rate5m"
+#: Mean latency of Lustre metadata operations per client mount.
+LUSTRE_METADATA_LATENCY = "mount:lustre_client_metadata_operation_seconds:mean5m"
+#: Number of GPUs each node enumerates (lost ones included).
+NODE_GPU_COUNT = "Hostname:fleetscope_gpu_up:count"
+
+RECORDING_RULE_NAMES: tuple[str, ...] = (
+    RANK_MFU,
+    JOB_MFU,
+    JOB_TOKENS,
+    RANK_COMPUTE,
+    JOB_STEP_SECONDS,
+    EFA_RETRANS_RATIO,
+    LUSTRE_METADATA_LATENCY,
+    NODE_GPU_COUNT,
+)
