@@ -1,0 +1,145 @@
+"""``fleetscope serve``: the live analysis service.
+
+Flags (kept stable; ``fleetscope demo`` builds on them):
+``--prometheus URL`` (required), ``--listen HOST:PORT`` (default 127.0.0.1:9410), ``--interval S``,
+``--window S``, ``--step S``, ``--timeout S``, ``--stale-after S``, ``--token-file FILE`` (or the
+``FLEETSCOPE_TOKEN`` environment variable), ``--scheduler slurm|kubernetes``, ``--max-fraction F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from urllib.parse import urlsplit
+
+from fleetscope.defaults import SERVICE_PORT
+from fleetscope.errors import FleetscopeError
+
+log = logging.getLogger(__name__)
+
+
+def positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = positive(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prometheus", required=True, metavar="URL", help="Prometheus-compatible API base URL"
+    )
+    parser.add_argument(
+        "--listen",
+        default=f"127.0.0.1:{SERVICE_PORT}",
+        metavar="HOST:PORT",
+        help=f"address to serve on (default 127.0.0.1:{SERVICE_PORT})",
+    )
+    parser.add_argument(
+        "--interval", type=positive, default=30.0, metavar="S", help="seconds between analyses (30)"
+    )
+    parser.add_argument(
+        "--window", type=positive, default=1800.0, metavar="S", help="seconds of history analyzed (1800)"
+    )
+    parser.add_argument(
+        "--step", type=positive, default=15.0, metavar="S", help="query resolution in seconds (15)"
+    )
+    parser.add_argument(
+        "--timeout", type=positive, default=30.0, metavar="S", help="timeout of each Prometheus request (30)"
+    )
+    parser.add_argument(
+        "--stale-after",
+        type=positive,
+        default=None,
+        metavar="S",
+        help="verdicts older than this are stale (default 3 intervals + 10 s)",
+    )
+    parser.add_argument(
+        "--token-file", metavar="FILE", help="require this bearer token (else $FLEETSCOPE_TOKEN; none: open)"
+    )
+    parser.add_argument(
+        "--scheduler", choices=["slurm", "kubernetes"], default="slurm", help="for /api/v1/plan"
+    )
+    parser.add_argument(
+        "--max-fraction",
+        type=fraction,
+        default=None,
+        metavar="F",
+        help="drain at most this fraction at once (0.1)",
+    )
+
+
+def parse_listen(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise FleetscopeError(f"invalid --listen {address!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise FleetscopeError(f"invalid --prometheus {url!r}: expected http(s)://host:port")
+    return url.rstrip("/")
+
+
+def run(args: argparse.Namespace) -> int:
+    url = check_url(args.prometheus)
+    host, port = parse_listen(args.listen)
+    # Heavy imports only once the arguments are known to be good.
+    import uvicorn
+
+    from fleetscope.analyzers.api import analyze_prometheus
+    from fleetscope.service.app import ServiceSettings, create_app
+    from fleetscope.service.auth import load_token
+    from fleetscope.service.plan import DEFAULT_MAX_FRACTION
+
+    token = load_token(args.token_file)
+    if token is None and host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("serving on %s without a token: anyone who can reach it can read the verdicts", host)
+    settings = ServiceSettings(
+        prometheus=url,
+        interval=args.interval,
+        window=args.window,
+        stale_after=args.stale_after,
+        token=token,
+        scheduler=args.scheduler,
+        max_fraction=args.max_fraction or DEFAULT_MAX_FRACTION,
+    )
+
+    def analyze(start: float, end: float):
+        return analyze_prometheus(url, start, end, step=args.step, timeout=args.timeout)
+
+    sock = bind(host, port)
+    app = create_app(settings, analyze)
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", access_log=False, server_header=False, lifespan="on"
+    )
+    log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs", host, port, url, args.interval)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn, so a busy port is one clear error line, not a log and exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise FleetscopeError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,121 @@
+"""``fleetscope plan``: print the drain commands for the failing nodes; run them only with --execute.
+
+Sources: ``--prometheus URL`` (analyzes the last ``--window`` seconds), or ``--input FILE``: either the
+JSON of ``fleetscope analyze --format json`` (then ``--cluster-size`` says how many nodes the cluster
+has, unless the document lists its nodes) or a recorded OpenMetrics file (analyzed here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from fleetscope.errors import FleetscopeError
+from fleetscope.service.cli import check_url, fraction, positive
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--prometheus", metavar="URL", help="analyze the last --window seconds of this Prometheus"
+    )
+    src.add_argument(
+        "--input", metavar="FILE", help="findings JSON (fleetscope analyze --format json) or a recording"
+    )
+    parser.add_argument(
+        "--window", type=positive, default=1800.0, metavar="S", help="seconds analyzed (1800)"
+    )
+    parser.add_argument("--step", type=positive, default=15.0, metavar="S", help="query resolution (15)")
+    parser.add_argument(
+        "--timeout", type=positive, default=30.0, metavar="S", help="Prometheus request timeout (30)"
+    )
+    parser.add_argument(
+        "--cluster-size", type=int, metavar="N", help="nodes in the cluster (for findings JSON input)"
+    )
+    parser.add_argument("--scheduler", choices=["slurm", "kubernetes"], default="slurm")
+    parser.add_argument(
+        "--max-fraction",
+        type=fraction,
+        default=None,
+        metavar="F",
+        help="drain at most this fraction at once (0.1)",
+    )
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the commands (as argument lists, no shell); without it nothing is run",
+    )
+
+
+def _from_findings_json(doc: object, cluster_size: int | None, path: Path):
+    from fleetscope.analyzers.findings import Finding
+    from fleetscope.service.plan import candidates_from
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
+        raise FleetscopeError(f"{path}: expected a findings document with a 'findings' list")
+    try:
+        findings = [Finding.from_dict(d) for d in doc["findings"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise FleetscopeError(f"{path}: malformed finding ({type(exc).__name__}: {exc})") from None
+    listed = doc.get("nodes")
+    if cluster_size is None and isinstance(listed, list | dict):
+        cluster_size = len(listed)
+    if cluster_size is None:
+        raise FleetscopeError(f"{path} does not list the cluster's nodes; pass --cluster-size N")
+    if cluster_size < 1:
+        raise FleetscopeError(f"--cluster-size must be >= 1, got {cluster_size}")
+    return candidates_from(findings), cluster_size
+
+
+def build(args: argparse.Namespace):
+    from fleetscope.service.plan import DEFAULT_MAX_FRACTION, build_plan, plan_from_analysis
+
+    max_fraction = args.max_fraction or DEFAULT_MAX_FRACTION
+    if args.prometheus:
+        from fleetscope.analyzers.api import analyze_prometheus
+
+        url = check_url(args.prometheus)
+        end = time.time()
+        analysis = analyze_prometheus(url, end - args.window, end, step=args.step, timeout=args.timeout)
+        return plan_from_analysis(analysis, args.scheduler, max_fraction)
+    path = Path(args.input)
+    if not path.is_file():
+        raise FleetscopeError(f"--input {path}: no such file")
+    head = path.read_bytes()[:64].lstrip()
+    if head.startswith(b"{"):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FleetscopeError(f"{path}: not valid JSON ({exc})") from None
+        candidates, size = _from_findings_json(doc, args.cluster_size, path)
+        return build_plan(candidates, size, args.scheduler, max_fraction)
+    from fleetscope.analyzers.api import analyze_file
+
+    return plan_from_analysis(analyze_file(path), args.scheduler, max_fraction)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fleetscope.service.plan import execute
+
+    plan = build(args)
+    if args.format == "json":
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        sys.stdout.write(plan.script())
+    if not args.execute:
+        return 0
+    results = execute(plan)
+    failed = [r for r in results if r.returncode != 0]
+    for r in results:
+        mark = "ok" if r.returncode == 0 else f"FAILED ({r.returncode})"
+        print(
+            f"# ran: {' '.join(r.argv)} -> {mark}{': ' + r.output if r.output and r.returncode else ''}",
+            file=sys.stderr,
+        )
+    if failed:
+        raise FleetscopeError(f"{len(failed)} of {len(results)} drain commands failed")
+    return 0

@@ -1,0 +1,163 @@
+"""Pydantic models of the API's answers: they document the OpenAPI schema (which schemathesis checks
+the answers against). Handlers build the same shapes as plain dicts for speed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+State = Literal["healthy", "degraded", "failing"]
+
+
+class Freshness(BaseModel):
+    ready: bool = Field(description="verdicts exist and are fresh")
+    stale: bool = Field(description="the last cycle failed or the verdicts are older than the limit")
+    age_seconds: float | None = Field(description="seconds since the verdicts were computed")
+    analyzed_at: float | None = Field(description="Unix time of the last successful analysis")
+    last_error: str | None = Field(description="why the last cycle failed, if it did")
+    failing_since: float | None = Field(description="Unix time the current outage began")
+
+
+class Window(BaseModel):
+    start: str | None
+    end: str | None
+
+
+class FindingModel(BaseModel):
+    kind: str
+    severity: str
+    node: str | None
+    gpu: str | None
+    rank: int | None
+    job_id: str | None
+    start: str | None
+    end: str | None
+    score: float | None
+    cause: str
+    evidence: dict[str, str]
+    action: str
+
+
+class FindingsResponse(BaseModel):
+    status: Freshness
+    window: Window
+    findings: list[FindingModel]
+
+
+class GpuState(BaseModel):
+    gpu: str
+    state: State
+
+
+class NodeModel(BaseModel):
+    node: str
+    state: State
+    reasons: list[str]
+    gpus: list[GpuState]
+    open_findings: int
+
+
+class NodesResponse(BaseModel):
+    status: Freshness
+    window: Window
+    counts: dict[str, int]
+    nodes: list[NodeModel]
+
+
+class RankScore(BaseModel):
+    rank: int
+    node: str
+    gpu: str
+    score: float
+
+
+class JobModel(BaseModel):
+    job_id: str
+    ranks: int
+    nodes: list[str]
+    mfu: float | None
+    tokens_per_second: float | None
+    step_seconds: float | None
+    stragglers: list[int]
+
+
+class JobsResponse(BaseModel):
+    status: Freshness
+    window: Window
+    jobs: list[JobModel]
+
+
+class JobResponse(BaseModel):
+    status: Freshness
+    window: Window
+    job: JobModel
+    scores: list[RankScore] = Field(description="every rank's straggler score, by rank")
+    findings: list[FindingModel]
+
+
+class PlanDrain(BaseModel):
+    node: str
+    severity: str
+    cause: str
+    gpus: list[str]
+    since: str | None
+    action: str
+    reason: str
+    argv: list[list[str]]
+    commands: list[str]
+
+
+class PlanHeld(BaseModel):
+    node: str
+    severity: str
+    cause: str
+    gpus: list[str]
+    since: str | None
+    action: str
+    reason: str
+
+
+class PlanRejected(BaseModel):
+    node: str
+    why: str
+
+
+class PlanModel(BaseModel):
+    scheduler: Literal["slurm", "kubernetes"]
+    cluster_size: int
+    max_fraction: float
+    limit: int
+    drain: list[PlanDrain]
+    held_back: list[PlanHeld]
+    rejected: list[PlanRejected]
+
+
+class PlanResponse(BaseModel):
+    status: Freshness
+    window: Window
+    plan: PlanModel
+    script: str
+
+
+class StatusResponse(BaseModel):
+    status: Freshness
+    window: Window
+    prometheus: str
+    interval_seconds: float
+    window_seconds: float
+    nodes: int
+    open_findings: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Unavailable(BaseModel):
+    detail: str
+    status: Freshness
+
+
+class Problem(BaseModel):
+    detail: str
