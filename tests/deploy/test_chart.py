@@ -1,0 +1,215 @@
+"""The Helm chart, rendered offline for real (helm-python-sdk), with default values and with each
+example values file.
+
+Built-in kinds are validated with ``kubernetes-validate --strict`` (unknown fields are errors) for
+Kubernetes 1.29 to 1.33. kubernetes-validate has no schemas for the Prometheus operator's CRDs, so
+ServiceMonitor and PrometheusRule are validated against structural schemas in tests/deploy/schemas/
+(also strict: no unknown fields), and the PrometheusRules' groups must equal the generated rule
+files exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from fleetscope import contract
+from fleetscope.cli import build_parser
+from tests.deploy.conftest import ROOT
+from tests.deploy.helm import CHART, EXAMPLES, by_kind, load_values, render
+
+KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0"]
+CRD_SCHEMAS = {
+    "PrometheusRule": json.loads(
+        (Path(__file__).parent / "schemas/prometheusrule-monitoring-v1.json").read_text()
+    ),
+    "ServiceMonitor": json.loads(
+        (Path(__file__).parent / "schemas/servicemonitor-monitoring-v1.json").read_text()
+    ),
+}
+VALUES_FILES = {"default": None, **{p.stem: p for p in EXAMPLES}}
+DASHBOARD_UIDS = {
+    "fleetscope-cluster",
+    "fleetscope-gpu-node",
+    "fleetscope-efa",
+    "fleetscope-fsx",
+    "fleetscope-training",
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {name: render(load_values(path)) for name, path in VALUES_FILES.items()}
+
+
+def test_examples_exist() -> None:
+    assert {p.stem for p in EXAMPLES} >= {"kube-prometheus-stack", "gpu-node-pool"}
+
+
+def test_helm_lint_strict_passes() -> None:
+    for name, path in VALUES_FILES.items():
+        report = helm.lint(CHART, load_values(path), strict=True, kube_version="v1.33.0")
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        assert not problems, f"{name}: {problems}"
+
+
+@pytest.mark.parametrize("values", VALUES_FILES)
+def test_every_object_validates_strictly(rendered: dict[str, list[dict]], values: str) -> None:
+    objects = rendered[values]
+    assert objects
+    for obj in objects:
+        where = f"{values}: {obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in CRD_SCHEMAS:
+            jsonschema.validate(obj, CRD_SCHEMAS[obj["kind"]])
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(
+                    f"{where} invalid for Kubernetes {version}: {'.'.join(map(str, exc.path))}: {exc.message}"
+                )
+
+
+def test_default_values_need_no_crds(rendered: dict[str, list[dict]]) -> None:
+    kinds = {o["kind"] for o in rendered["default"]}
+    assert kinds == {"ServiceAccount", "DaemonSet", "Deployment", "Service", "ConfigMap"}
+
+
+def test_kube_prometheus_stack_example_selects_by_release_label(rendered: dict[str, list[dict]]) -> None:
+    objects = rendered["kube-prometheus-stack"]
+    monitors = by_kind(objects, "ServiceMonitor")
+    rules = by_kind(objects, "PrometheusRule")
+    assert {m["metadata"]["name"] for m in monitors} == {"fs-fleetscope-exporter", "fs-fleetscope-service"}
+    assert rules
+    for obj in monitors + rules:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+    for monitor in monitors:
+        selected = [
+            s
+            for s in services.values()
+            if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        ]
+        assert len(selected) == 1, monitor["metadata"]["name"]
+        port_names = {p["name"] for p in selected[0]["spec"]["ports"]}
+        assert monitor["spec"]["endpoints"][0]["port"] in port_names
+
+
+def generated_rule_files() -> dict[str, dict]:
+    files = sorted((ROOT / "alerts").glob("*.rules.yml"))
+    assert files, "no generated rule files in alerts/ (run fleetscope generate)"
+    return {f.name: yaml.safe_load(f.read_text()) for f in files}
+
+
+def test_prometheus_rules_are_exactly_the_generated_rule_files(rendered: dict[str, list[dict]]) -> None:
+    generated = generated_rule_files()
+    rules = by_kind(rendered["kube-prometheus-stack"], "PrometheusRule")
+    from_chart = {r["metadata"]["annotations"]["fleetscope.io/generated-from"]: r["spec"] for r in rules}
+    assert set(from_chart) == set(generated)
+    for name, spec in from_chart.items():
+        assert spec == {"groups": generated[name]["groups"]}, name
+    # the chart's copies (written by fleetscope generate) are not stale
+    for name in generated:
+        assert (CHART / "files" / "rules" / name).read_text() == (ROOT / "alerts" / name).read_text()
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar(rendered: dict[str, list[dict]]) -> None:
+    maps = by_kind(rendered["default"], "ConfigMap")
+    generated = {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "dashboards").glob("*.json"))}
+    assert generated, "no generated dashboards in dashboards/ (run fleetscope generate)"
+    uids = set()
+    seen = {}
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"]["k8s-sidecar-target-directory"] == "fleetscope"
+        ((key, text),) = cm["data"].items()
+        seen[key] = json.loads(text)
+        uids.add(seen[key]["uid"])
+        assert len(text.encode()) < 1024 * 1024
+    assert seen == generated
+    assert uids >= DASHBOARD_UIDS
+
+
+def test_exporter_daemonset_runs_on_gpu_nodes_with_read_only_host_mounts(
+    rendered: dict[str, list[dict]],
+) -> None:
+    for values in VALUES_FILES:
+        (ds,) = by_kind(rendered[values], "DaemonSet")
+        pod = ds["spec"]["template"]["spec"]
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert "--node.name=$(NODE_NAME)" in container["args"]
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+        assert host_paths["sys"] == "/sys" and host_paths["proc"] == "/proc"
+        assert host_paths["kmsg"] == "/dev/kmsg"
+        assert host_paths["pod-resources"] == "/var/lib/kubelet/pod-resources"
+        assert "training" in host_paths
+        for mount in container["volumeMounts"]:
+            assert mount["readOnly"] is True, mount
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+
+
+def test_service_deployment_is_non_root_with_probes(rendered: dict[str, list[dict]]) -> None:
+    (deploy,) = by_kind(rendered["default"], "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["resources"]["requests"]
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    return build_parser(argv).parse_args(argv)
+
+
+def test_rendered_command_lines_are_accepted_by_fleetscope(rendered: dict[str, list[dict]]) -> None:
+    """Every flag the chart passes exists: the real CLI parser accepts the rendered args."""
+    for values in VALUES_FILES:
+        objects = rendered[values]
+        (ds,) = by_kind(objects, "DaemonSet")
+        exporter_args = [
+            a.replace("$(NODE_NAME)", "node-1")
+            for a in ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        ]
+        args = _parse(exporter_args)
+        assert args.node_name == "node-1" and args.node_label == contract.NODE_LABEL
+        (deploy,) = by_kind(objects, "Deployment")
+        service_args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert service_args[0] == "serve"
+        _parse(service_args)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"exporter": {"port": "9401"}},
+        {"exporter": {"hostPaths": {"sys": "relative/sys"}}},
+        {"service": {"prometheusUrl": "prometheus:9090"}},
+        {"serviceMonitor": {"interval": "fifteen"}},
+        {"exporter": {"tolerance": []}},
+    ],
+)
+def test_values_schema_rejects_bad_values(bad: dict) -> None:
+    with pytest.raises(helm.HelmError):
+        helm.Chart.load(CHART).validate_schema(bad)
+
+
+def test_disabling_components_removes_their_objects() -> None:
+    objects = render({"exporter": {"enabled": False}, "dashboards": {"enabled": False}})
+    assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "ConfigMap")
+    assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["fs-fleetscope-service"]
