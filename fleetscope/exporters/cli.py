@@ -36,9 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--web.listen-address",
         dest="listen_address",
         default=f":{defaults.EXPORTER_PORT}",
-        help="address to serve /metrics on (default :%(default)s)".replace(
-            ":%(default)s", f":{defaults.EXPORTER_PORT}"
-        ),
+        help="address to serve /metrics on, [host]:port (default %(default)s)",
     )
     p.add_argument(
         "--web.config.file",
@@ -115,12 +113,14 @@ def enabled_collectors(args: argparse.Namespace) -> list[str]:
 def node_context(args: argparse.Namespace):
     from fleetscope.exporters.base import NodeContext
 
-    sysfs = Path(args.sysfs)
-    if not sysfs.is_dir():
-        log.warning("sysfs root %s does not exist; collectors reading it will report nothing", sysfs)
+    for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):
+        if not Path(path).is_dir():
+            raise FleetscopeError(f"{flag} {path}: no such directory")
+    if not contract.re_label_name(args.node_label):
+        raise FleetscopeError(f"invalid --node.label-name {args.node_label!r}")
     name = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     return NodeContext(
-        sysfs=sysfs,
+        sysfs=Path(args.sysfs),
         procfs=Path(args.procfs),
         debugfs=Path(args.debugfs),
         node_label=args.node_label,
@@ -129,26 +129,41 @@ def node_context(args: argparse.Namespace):
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as Go programs do at start.
 
+    The efa collector keeps its ~1,200 counter files open on a p5.48xlarge; the usual soft limit of
+    1024 would otherwise make it fall back to opening each file on every scrape.
+    """
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, OSError, ValueError) as exc:
+        log.debug("could not raise the open-file limit: %s", exc)
+
+
+def run(args: argparse.Namespace) -> int:
     from fleetscope.exporters.registry import NodeCollector, build_collectors
-    from fleetscope.exporters.server import ExporterServer
+    from fleetscope.exporters.server import ExporterServer, render_text
     from fleetscope.exporters.webconfig import load_web_config
 
-    if not contract.re_label_name(args.node_label):
-        raise FleetscopeError(f"invalid --node.label-name {args.node_label!r}")
     web_config = load_web_config(args.web_config_file)
     ctx = node_context(args)
     names = enabled_collectors(args)
-    node = NodeCollector(build_collectors(names, ctx))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(node)  # type: ignore[arg-type]
+    raise_open_file_limit()
+    node = NodeCollector([])
     try:
         if args.once:
-            sys.stdout.write(generate_latest(registry).decode())
+            node.collectors = build_collectors(names, ctx)
+            sys.stdout.write(render_text(node).decode())
             return 0
-        server = ExporterServer(args.listen_address, registry, web_config)
+        # Bind first: a port in use is reported before any collector starts (NVML, threads).
+        server = ExporterServer(args.listen_address, node, web_config)
+        node.collectors = build_collectors(names, ctx)
         log.info(
             "serving %s://%s/metrics for node %s=%s with collectors %s",
             server.scheme,

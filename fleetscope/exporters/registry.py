@@ -46,8 +46,8 @@ class _Broken(Collector):
     name = "broken"
 
     def __init__(self, ctx: NodeContext, name: str, reason: str) -> None:
+        self.name = name  # type: ignore[misc]  # before super().__init__, which names the logger
         super().__init__(ctx)
-        self.name = name  # type: ignore[misc]
         self.reason = reason
 
     def collect(self) -> Iterable[MetricFamily]:
