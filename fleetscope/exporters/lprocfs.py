@@ -1,0 +1,130 @@
+"""Parse Lustre's lprocfs ``stats`` text format (llite, osc, mdc, ldlm ``stats``, ``read_ahead_stats``).
+
+The kernel (``lprocfs_stats_seq_show`` and ``lprocfs_stats_header`` in
+``lustre/obdclass/lprocfs_status.c``) prints::
+
+    snapshot_time             1710759783.271040288 secs.nsecs
+    start_time                1715767600.564021089 secs.nsecs      (2.14+, optional)
+    elapsed_time              528136.727422941 secs.nsecs          (2.14+, optional)
+    NAME                      COUNT samples [UNIT] [MIN MAX SUM [SUMSQ]]
+
+What varies between versions and files, and is accepted here:
+
+* the header lines may carry a colon (``snapshot_time:``) and the units ``secs.nsecs``,
+  ``(secs.nsecs)`` or ``(secs.usecs)``, or none;
+* NAME may contain spaces (``read_ahead_stats`` before 2.14: ``hit max r-a issue``);
+* UNIT is free text (``regs`` up to 2.12, ``reqs`` later, ``usec``/``usecs``, ``bytes``, ``pages``);
+* 0, 3 or 4 numbers follow the unit; SUMSQ may exceed 2**63 (Python ints hold it);
+* counters with 0 samples are omitted by the kernel, so a name may be absent.
+
+A line that fits none of these is *reported*, not fatal: the result keeps every good line and lists
+the bad ones in :attr:`Stats.problems` so the caller can count them. A last line without its
+newline is a truncated read (seq_file output always ends with ``\\n``) and is reported, never used:
+a number cut short would otherwise pass as a smaller, valid value.
+
+This module is pure (text in, values out) and imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["TIME_UNIT_SECONDS", "Counter", "Problem", "Stats", "parse_stats", "seconds_per_unit"]
+
+_COUNTER = re.compile(
+    r"^(?P<name>\S(?:.*?\S)?)\s+(?P<samples>\d+)\s+samples\s+\[(?P<unit>[^\]]*)\]"
+    r"(?:\s+(?P<min>-?\d+)\s+(?P<max>-?\d+)\s+(?P<sum>-?\d+)(?:\s+(?P<sumsq>\d+))?)?\s*$"
+)
+_HEADER = re.compile(
+    r"^(?P<key>snapshot_time|start_time|elapsed_time):?\s+(?P<value>\d+(?:\.\d+)?)"
+    r"(?:\s+(?:secs\.nsecs|\(secs\.nsecs\)|secs\.usecs|\(secs\.usecs\)))?\s*$"
+)
+
+#: Units that measure time, and their size in seconds. Lustre writes ``usec`` in 2.10 osc/mdc
+#: stats and ``usecs`` in 2.14+ llite stats; both are microseconds.
+TIME_UNIT_SECONDS: dict[str, float] = {"usec": 1e-6, "usecs": 1e-6, "nsec": 1e-9, "nsecs": 1e-9}
+
+
+def seconds_per_unit(unit: str) -> float | None:
+    """Seconds per unit of a time unit (``usecs`` -> 1e-6); ``None`` for units that are not time."""
+    return TIME_UNIT_SECONDS.get(unit)
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """One counter line. ``min``/``max``/``sum`` are present together or not at all."""
+
+    name: str
+    samples: int
+    unit: str
+    min: int | None = None
+    max: int | None = None
+    sum: int | None = None
+    sumsq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A line that was not used: ``reason`` is ``malformed``, ``truncated``, ``duplicate`` or ``empty``."""
+
+    line_no: int
+    line: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Stats:
+    """A parsed stats file. Header times are seconds (float); absent headers are ``None``."""
+
+    snapshot_time: float | None = None
+    start_time: float | None = None
+    elapsed_time: float | None = None
+    counters: dict[str, Counter] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def get(self, name: str) -> Counter | None:
+        return self.counters.get(name)
+
+
+def parse_stats(text: str) -> Stats:
+    """Parse the text of one lprocfs stats file; never raises on bad content (see module doc)."""
+    stats = Stats()
+    if not text:
+        stats.problems.append(Problem(0, "", "empty"))
+        return stats
+    lines = text.split("\n")
+    complete = text.endswith("\n")
+    if complete:
+        lines.pop()  # the empty string after the final newline
+    last = len(lines)
+    for line_no, raw in enumerate(lines, start=1):
+        if not complete and line_no == last:
+            stats.problems.append(Problem(line_no, raw, "truncated"))
+            break
+        line = raw.strip()
+        if not line:
+            continue
+        m = _COUNTER.match(line)
+        if m is not None:
+            name = m["name"]
+            if name in stats.counters:
+                stats.problems.append(Problem(line_no, raw, "duplicate"))
+                continue
+            has_sum = m["sum"] is not None
+            stats.counters[name] = Counter(
+                name=name,
+                samples=int(m["samples"]),
+                unit=m["unit"].strip(),
+                min=int(m["min"]) if has_sum else None,
+                max=int(m["max"]) if has_sum else None,
+                sum=int(m["sum"]) if has_sum else None,
+                sumsq=int(m["sumsq"]) if m["sumsq"] is not None else None,
+            )
+            continue
+        h = _HEADER.match(line)
+        if h is not None:
+            setattr(stats, h["key"], float(h["value"]))
+            continue
+        stats.problems.append(Problem(line_no, raw, "malformed"))
+    return stats
