@@ -542,6 +542,14 @@ TRAINING_LAST_STEP_TIMESTAMP = _training(
     "s",
 )
 
+TRAINING_INFO = _training(
+    "training_info",
+    "gauge",
+    "Always 1; flops_convention says how training_model_flops_total is counted (palm, megatron, custom).",
+    "",
+    ("flops_convention",),
+)
+
 #: Default directory shared between training processes and the exporter.
 TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
 

@@ -1,0 +1,377 @@
+"""The training-thread side: cheap accumulators behind ``with monitor.step()`` and ``monitor.phase()``.
+
+The hot path does arithmetic on plain floats under one uncontended ``threading.Lock`` and calls
+``time.perf_counter``; it never touches a file, a socket or a prometheus_client object. A
+background thread (:mod:`fleetscope.telemetry.writer`) snapshots the totals every few seconds and
+writes the rank file. ``docs/benchmarks.md`` has the measured cost per step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from time import perf_counter, time
+from types import TracebackType
+from typing import Any
+
+from fleetscope import contract
+from fleetscope.telemetry import identity as _identity
+from fleetscope.telemetry.flops import CUSTOM
+from fleetscope.telemetry.writer import RankFileWriter
+
+log = logging.getLogger("fleetscope.telemetry")
+
+#: More distinct phase names than this are ignored (logged once): each is a series.
+MAX_PHASES = 32
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of one rank's totals (what the writer renders)."""
+
+    steps: int = 0
+    step_seconds: float = 0.0
+    tokens: float = 0.0
+    flops: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    loss: Any = None
+    global_step: int = 0
+    last_step_timestamp: float | None = None
+
+
+class _Phase:
+    __slots__ = ("_monitor", "_name", "_t0")
+
+    def __init__(self, monitor: TrainingMonitor, name: str) -> None:
+        self._monitor = monitor
+        self._name = name
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Phase:
+        sync = self._monitor._sync
+        if sync is not None:
+            sync()
+        self._t0 = perf_counter()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        m = self._monitor
+        if m._sync is not None:
+            m._sync()
+        m.add_phase_time(self._name, perf_counter() - self._t0)
+
+
+class _Step:
+    """What ``with monitor.step(...) as s`` yields; set ``s.loss``, ``s.tokens``... inside the block."""
+
+    __slots__ = ("_monitor", "_t0", "flops", "global_step", "loss", "tokens")
+
+    def __init__(
+        self,
+        monitor: TrainingMonitor,
+        tokens: float,
+        flops: float | None,
+        loss: Any,
+        global_step: int | None,
+    ) -> None:
+        self._monitor = monitor
+        self.tokens = tokens
+        self.flops = flops
+        self.loss = loss
+        self.global_step = global_step
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Step:
+        sync = self._monitor._sync
+        if sync is not None:
+            sync()
+        self._t0 = perf_counter()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is not None:  # a step that raised is not a completed step; its phases stay counted
+            return
+        m = self._monitor
+        if m._sync is not None:
+            m._sync()
+        m.record_step(perf_counter() - self._t0, self.tokens, self.flops, self.loss, self.global_step)
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+class TrainingMonitor:
+    """Per-rank training telemetry. Create once per process; use from the training loop::
+
+        monitor = TrainingMonitor(flops_per_token=fpt)      # job id and rank from the environment
+        for batch in loader:
+            with monitor.step(tokens=batch.numel()) as step:
+                with monitor.phase("forward"):
+                    loss = model(batch)
+                with monitor.phase("backward"):
+                    loss.backward()
+                with monitor.phase("optimizer"):
+                    opt.step(); opt.zero_grad()
+                step.loss = loss                           # a tensor is read by the writer thread
+
+    Arguments (all optional):
+
+    ``job_id``, ``rank``, ``local_rank``, ``gpu``
+        Label values; default from the launcher's environment (:mod:`.identity`).
+    ``directory``
+        Where the rank file goes: ``$FLEETSCOPE_TRAINING_DIR``, else ``/run/fleetscope/training``.
+    ``interval``
+        Seconds between writes: ``$FLEETSCOPE_TELEMETRY_INTERVAL``, else 5.
+    ``flops_per_token`` / ``flops_per_step``
+        Model FLOPs added per token and per step (see :mod:`.flops`); a step may pass ``flops=``
+        directly instead. A :class:`~.flops.FlopsPerToken` carries its convention into
+        ``training_info{flops_convention}``.
+    ``cuda_sync``
+        Call ``torch.cuda.synchronize()`` at each phase and step boundary so times cover the GPU
+        work, not only the kernel launches. Off by default: every sync drains the GPU queue and
+        stalls the CPU until it is empty, which removes the CPU/GPU overlap (see docs/telemetry.md).
+    ``start``
+        Start the writer thread now (default). ``False`` keeps everything in memory (tests).
+    """
+
+    def __init__(
+        self,
+        job_id: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        gpu: int | str | None = None,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        interval: float | None = None,
+        flops_per_token: float = 0.0,
+        flops_per_step: float = 0.0,
+        flops_convention: str | None = None,
+        cuda_sync: bool = False,
+        remove_on_close: bool = True,
+        start: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.identity = _identity.detect(job_id, rank, local_rank, gpu, env)
+        self.directory = os.fspath(
+            directory
+            if directory is not None
+            else (env.get("FLEETSCOPE_TRAINING_DIR") or contract.TRAINING_DIR_DEFAULT)
+        )
+        self.interval = (
+            float(interval) if interval is not None else _env_float(env, "FLEETSCOPE_TELEMETRY_INTERVAL", 5.0)
+        )
+        if not self.interval > 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        if flops_per_token < 0 or flops_per_step < 0:
+            raise ValueError("flops_per_token and flops_per_step must not be negative")
+        self._fpt = float(flops_per_token)
+        self._fps = float(flops_per_step)
+        self.flops_convention = flops_convention or getattr(flops_per_token, "convention", CUSTOM)
+        self._lock = threading.Lock()
+        self._steps = 0
+        self._step_seconds = 0.0
+        self._tokens = 0.0
+        self._flops = 0.0
+        self._phase_seconds: dict[str, float] = {}
+        self._loss: Any = None
+        self._global_step = 0
+        self._last_step: float | None = None
+        self._step_t0: float | None = None
+        self._warned: set[str] = set()
+        self._sync: Callable[[], None] | None = _cuda_synchronizer() if cuda_sync else None
+        self._pid = os.getpid()
+        self._closed = False
+        self._remove_on_close = remove_on_close
+        self.writer = RankFileWriter(
+            self.directory, self.identity, self.snapshot, self.interval, self.flops_convention
+        )
+        if start:
+            self.writer.start()
+        atexit.register(self.close)
+        log.info(
+            "fleetscope telemetry: job_id=%s rank=%d local_rank=%d gpu=%s -> %s every %gs (flops: %s)",
+            self.identity.job_id,
+            self.identity.rank,
+            self.identity.local_rank,
+            self.identity.gpu,
+            self.writer.path,
+            self.interval,
+            self.flops_convention,
+        )
+
+    # ---- hot path -------------------------------------------------------------------------
+    def step(
+        self,
+        tokens: float = 0,
+        flops: float | None = None,
+        loss: Any = None,
+        global_step: int | None = None,
+    ) -> _Step:
+        """Time one optimizer step; counts it when the block exits without an exception."""
+        return _Step(self, tokens, flops, loss, global_step)
+
+    def phase(self, name: str) -> _Phase:
+        """Time a part of the step (``data``, ``forward``, ``backward``, ``optimizer``, ``checkpoint``...)."""
+        return _Phase(self, name)
+
+    def add_phase_time(self, name: str, seconds: float) -> None:
+        """Add measured seconds to a phase (for callbacks that time spans themselves)."""
+        with self._lock:
+            phases = self._phase_seconds
+            total = phases.get(name)
+            if total is not None:
+                phases[name] = total + seconds
+                return
+            if len(phases) < MAX_PHASES:
+                phases[name] = seconds
+                return
+        self._warn_once("phases", "more than %d phase names; ignoring phase %r", MAX_PHASES, name)
+
+    def record_step(
+        self,
+        seconds: float,
+        tokens: float = 0,
+        flops: float | None = None,
+        loss: Any = None,
+        global_step: int | None = None,
+    ) -> None:
+        """Count one completed step that took ``seconds`` (what ``with step()`` calls on exit)."""
+        if flops is None:
+            flops = tokens * self._fpt + self._fps
+        if loss is not None and not isinstance(loss, float | int):
+            detach = getattr(loss, "detach", None)  # keep a tensor, not its autograd graph
+            if detach is not None:
+                loss = detach()
+        now = time()
+        with self._lock:
+            self._steps += 1
+            self._step_seconds += seconds
+            self._tokens += tokens
+            self._flops += flops
+            if loss is not None:
+                self._loss = loss
+            self._global_step = self._global_step + 1 if global_step is None else global_step
+            self._last_step = now
+
+    def begin_step(self) -> None:
+        """Mark the start of a step (for loops that cannot wrap the step in ``with``)."""
+        if self._sync is not None:
+            self._sync()
+        self._step_t0 = perf_counter()
+
+    def end_step(
+        self,
+        tokens: float = 0,
+        flops: float | None = None,
+        loss: Any = None,
+        global_step: int | None = None,
+    ) -> None:
+        """Count the step begun by :meth:`begin_step` (ignored if none is open)."""
+        t0 = self._step_t0
+        if t0 is None:
+            return
+        if self._sync is not None:
+            self._sync()
+        self._step_t0 = None
+        self.record_step(perf_counter() - t0, tokens, flops, loss, global_step)
+
+    def set_loss(self, loss: Any) -> None:
+        """Set the loss gauge outside a step (a tensor is read later by the writer thread)."""
+        detach = getattr(loss, "detach", None)
+        with self._lock:
+            self._loss = detach() if detach is not None else loss
+
+    def set_global_step(self, global_step: int) -> None:
+        """Set the global step (e.g. after resuming from a checkpoint); steps then count on from it."""
+        with self._lock:
+            self._global_step = int(global_step)
+
+    # ---- writer side ------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A consistent copy of the totals (called by the writer thread)."""
+        with self._lock:
+            snap = Snapshot(
+                steps=self._steps,
+                step_seconds=self._step_seconds,
+                tokens=self._tokens,
+                flops=self._flops,
+                phase_seconds=dict(self._phase_seconds),
+                loss=self._loss,
+                global_step=self._global_step,
+                last_step_timestamp=self._last_step,
+            )
+        snap.loss = _to_float(snap.loss)
+        return snap
+
+    def flush(self) -> bool:
+        """Write the rank file now, from the calling thread; True when it was written."""
+        return self.writer.write_now()
+
+    def close(self) -> None:
+        """Stop the writer thread and remove the rank file (unless ``remove_on_close=False``)."""
+        if self._closed or os.getpid() != self._pid:  # a forked child must not touch the parent's file
+            return
+        self._closed = True
+        self.writer.stop(remove=self._remove_on_close)
+        try:
+            atexit.unregister(self.close)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __enter__(self) -> TrainingMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _warn_once(self, key: str, msg: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+
+def _to_float(value: Any) -> float | None:
+    """A loss as float; a tensor is read here, on the writer thread (``.item()`` may wait for the GPU)."""
+    if value is None:
+        return None
+    try:
+        number = float(value.item()) if hasattr(value, "item") else float(value)
+    except Exception as exc:  # noqa: BLE001 - a bad loss value must never break the writer
+        log.debug("loss value %r unreadable: %s", value, exc)
+        return None
+    return number
+
+
+def _cuda_synchronizer() -> Callable[[], None] | None:
+    """``torch.cuda.synchronize`` when torch and a GPU are there, else None (with a warning)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch  # only when the user asked for cuda_sync
+        except ImportError:
+            log.warning("cuda_sync requested but torch is not installed; phase times are CPU times")
+            return None
+    if not torch.cuda.is_available():
+        log.warning("cuda_sync requested but no CUDA device is available; phase times are CPU times")
+        return None
+    return torch.cuda.synchronize

@@ -1,0 +1,207 @@
+"""The background side: render a rank's totals in the Prometheus text format and write them atomically.
+
+Every ``interval`` seconds a daemon thread takes a snapshot from the monitor, renders it, writes it to
+a hidden temporary file in the target directory and renames it over ``<job_id>-rank<rank>.prom``, so
+the exporter only ever reads complete files. A failing write (full or read-only disk, missing or
+foreign directory) is logged once per kind of failure, skipped, and retried at the next interval;
+nothing is ever raised into the training loop.
+
+The first line of the file says who wrote it, so the exporter can drop the file once the writer is
+gone even if the pid has been reused::
+
+    # fleetscope-training v1 pid=4242 starttime=123456 boot_id=0f6e... pidns=4026531836
+
+``starttime`` is field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), ``boot_id`` comes from
+``/proc/sys/kernel/random/boot_id`` and ``pidns`` is the inode of the writer's pid namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client.utils import floatToGoString
+
+from fleetscope import contract
+from fleetscope.telemetry.identity import RankIdentity
+
+if TYPE_CHECKING:
+    from fleetscope.telemetry.monitor import Snapshot
+
+log = logging.getLogger("fleetscope.telemetry")
+
+HEADER_PREFIX = "# fleetscope-training v1"
+FILE_SUFFIX = ".prom"
+
+
+def process_identity(procfs: str = "/proc") -> dict[str, str]:
+    """pid, start time, boot id and pid namespace of this process (what the header records)."""
+    info = {"pid": str(os.getpid())}
+    try:
+        with open(f"{procfs}/self/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        info["starttime"] = stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        pass
+    try:
+        with open(f"{procfs}/sys/kernel/random/boot_id", encoding="ascii") as f:
+            info["boot_id"] = f.read().strip()
+    except OSError:
+        pass
+    try:
+        info["pidns"] = str(os.stat(f"{procfs}/self/ns/pid").st_ino)
+    except OSError:
+        pass
+    return info
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header: dict[str, str]) -> str:
+    """The rank file: a header comment, then the contract's training series for this rank.
+
+    ``Hostname`` is left out: the exporter adds its own node label.
+    """
+    base = (
+        f'job_id="{_escape(identity.job_id)}",rank="{identity.rank}",'
+        f'local_rank="{identity.local_rank}",gpu="{_escape(identity.gpu)}"'
+    )
+    head = " ".join(f"{k}={v}" for k, v in header.items())
+    lines = [f"{HEADER_PREFIX} {head}".rstrip()]
+
+    def family(metric: contract.Metric, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {metric} {metric.help}")
+        lines.append(f"# TYPE {metric} {metric.type}")
+        for labels, value in samples:
+            lines.append(f"{metric}{{{labels}}} {floatToGoString(value)}")
+
+    family(contract.TRAINING_STEPS, [(base, snap.steps)])
+    family(contract.TRAINING_STEP_SECONDS, [(base, snap.step_seconds)])
+    family(
+        contract.TRAINING_PHASE_SECONDS,
+        [(f'{base},phase="{_escape(p)}"', v) for p, v in sorted(snap.phase_seconds.items())],
+    )
+    family(contract.TRAINING_TOKENS, [(base, snap.tokens)])
+    family(contract.TRAINING_MODEL_FLOPS, [(base, snap.flops)])
+    if snap.loss is not None:
+        family(contract.TRAINING_LOSS, [(base, snap.loss)])
+    family(contract.TRAINING_GLOBAL_STEP, [(base, snap.global_step)])
+    if snap.last_step_timestamp is not None:
+        family(contract.TRAINING_LAST_STEP_TIMESTAMP, [(base, snap.last_step_timestamp)])
+    family(contract.TRAINING_INFO, [(f'{base},flops_convention="{_escape(flops_convention)}"', 1)])
+    return "\n".join(lines) + "\n"
+
+
+class RankFileWriter:
+    """Writes one rank's file every ``interval`` seconds on a daemon thread."""
+
+    def __init__(
+        self,
+        directory: str,
+        identity: RankIdentity,
+        snapshot: Callable[[], Snapshot],
+        interval: float,
+        flops_convention: str,
+    ) -> None:
+        self.directory = directory
+        self.identity = identity
+        self.name = identity.file_stem() + FILE_SUFFIX
+        self.path = os.path.join(directory, self.name)
+        self._snapshot = snapshot
+        self.interval = interval
+        self.flops_convention = flops_convention
+        self._stop = threading.Event()
+        self._write_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._header: dict[str, str] | None = None
+        self._failing: set[str] = set()
+        self.writes = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleetscope-telemetry-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.write_now()
+        while not self._stop.wait(self.interval):
+            self.write_now()
+
+    def stop(self, remove: bool = True, timeout: float = 5.0) -> None:
+        """Stop the thread; then remove the file (a finished rank), or write it one last time."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if remove:
+            with self._write_lock:
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+        else:
+            self.write_now()
+
+    def write_now(self) -> bool:
+        """Render and atomically replace the rank file; never raises. True when written."""
+        try:
+            with self._write_lock:
+                if self._header is None:
+                    self._header = process_identity()
+                text = render(self.identity, self._snapshot(), self.flops_convention, self._header)
+                self._write(text.encode())
+        except OSError as exc:
+            self.failures += 1
+            kind = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            if kind not in self._failing:
+                self._failing.add(kind)
+                log.warning(
+                    "fleetscope telemetry: cannot write %s (%s); skipping until it works again",
+                    self.path,
+                    exc,
+                )
+            return False
+        except Exception as exc:  # the writer must never die or reach the training loop
+            self.failures += 1
+            if "render" not in self._failing:
+                self._failing.add("render")
+                log.exception("fleetscope telemetry: cannot render the rank file: %s", exc)
+            return False
+        self.writes += 1
+        if self._failing:
+            log.warning("fleetscope telemetry: writing %s works again", self.path)
+            self._failing.clear()
+        return True
+
+    def _write(self, data: bytes) -> None:
+        tmp = os.path.join(self.directory, f".{self.name}.tmp{os.getpid()}")
+        try:
+            os.unlink(tmp)  # a leftover from a crash; never follow or reuse it
+        except FileNotFoundError:
+            pass
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(tmp, flags, 0o644)
+        try:
+            try:
+                os.fchmod(fd, 0o644)  # readable by the exporter whatever the umask
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
