@@ -1,0 +1,371 @@
+"""``training`` collector: serve the rank files that ``fleetscope.telemetry`` writes.
+
+Each training rank atomically rewrites ``<job_id>-rank<rank>.prom`` in a directory shared with the
+exporter (``--collector.training.directory``, default ``/run/fleetscope/training``). On every scrape
+this collector reads the fresh files of live writers and serves their ``training_*`` series with
+the exporter's own node label (whatever a file says), so they join with the GPU series on
+``(Hostname, gpu)``.
+
+A file is dropped, silently, when its writer is gone (the header's pid no longer runs, or runs with
+another start time, i.e. the pid was reused; or it was written before the last boot) or when it is
+older than ``--collector.training.ttl``. When the writer lives in another pid namespace (a
+container) its pid cannot be checked and only the TTL applies.
+
+A file is rejected, counted in ``fleetscope_collector_errors_total{collector="training",reason}``,
+without affecting the other files, when it is:
+
+* ``symlink``: a symbolic link (opened with ``O_NOFOLLOW``);
+* ``not_regular``: a FIFO, socket, device or directory; ``hardlink``: a file with several links;
+* ``insecure_file``: world-writable; ``owner``: not owned by root or an allowed uid
+  (``--collector.training.owner-uids``, default: any owner);
+* ``oversize``: larger than ``--collector.training.max-file-bytes`` (default 1 MiB; never read);
+* ``malformed``: no fleetscope header, not UTF-8, not the text format, a name outside the
+  contract's ``training_*`` series, missing or unexpected labels, samples of more than one rank,
+  duplicate series, a negative or non-finite counter; ``too_many_series``: over 512 samples;
+* ``duplicate``: a second live file for the same ``(job_id, rank)`` (the newer one is served);
+* ``unreadable``: any other error opening or reading it.
+
+The whole directory is refused (``insecure_directory``) when it is world-writable without the
+sticky bit, since anyone could then replace anyone's rank files. Nothing a file contains is
+written to the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import math
+import os
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric as MetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetscope import contract
+from fleetscope.exporters.base import Collector, NodeContext
+
+HEADER_PREFIX = "# fleetscope-training v1"  # as written by fleetscope.telemetry.writer
+FILE_SUFFIX = ".prom"
+MAX_SAMPLES_PER_FILE = 512
+DEFAULT_TTL = 120.0
+DEFAULT_MAX_FILE_BYTES = 1 << 20
+
+_METRICS: dict[str, contract.Metric] = {m.name: m for m in contract.metrics_by_origin("training")}
+#: Labels of the rank itself, as they appear in a file (the node label is the exporter's).
+_RANK_KEYS: tuple[str, ...] = tuple(k for k in contract.TRAINING_LABELS if k != contract.NODE_LABEL)
+
+
+class Rejected(Exception):
+    """A rank file that must not be served; ``reason`` is the error counter's label."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RankFile:
+    """What one accepted file holds: its rank's label values and its samples."""
+
+    rank_labels: dict[str, str]
+    #: (metric name, extra label values in the metric's order, value)
+    samples: tuple[tuple[str, tuple[str, ...], float], ...]
+    header: dict[str, str]
+    mtime: float
+
+
+def parse_header(line: str) -> dict[str, str]:
+    if not line.startswith(HEADER_PREFIX):
+        raise Rejected("malformed", "no fleetscope-training header")
+    fields: dict[str, str] = {}
+    for token in line[len(HEADER_PREFIX) :].split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+    if not fields.get("pid", "").isdigit():
+        raise Rejected("malformed", "header without a pid")
+    return fields
+
+
+def parse_rank_file(
+    text: str,
+) -> tuple[dict[str, str], dict[str, str], list[tuple[str, tuple[str, ...], float]]]:
+    """Strictly parse a rank file: (header, rank label values, samples). Raises :class:`Rejected`."""
+    first, _, _ = text.partition("\n")
+    header = parse_header(first)
+    rank_labels: dict[str, str] | None = None
+    samples: list[tuple[str, tuple[str, ...], float]] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ...
+        raise Rejected("malformed", f"not the Prometheus text format ({type(exc).__name__})") from None
+    for family in families:
+        for sample in family.samples:
+            metric = _METRICS.get(sample.name)
+            if metric is None:
+                raise Rejected("malformed", f"series {sample.name[:80]!r} is not a training_* contract name")
+            if sample.timestamp is not None:
+                raise Rejected("malformed", f"{metric}: samples must not carry timestamps")
+            labels = dict(sample.labels)
+            labels.pop(contract.NODE_LABEL, None)  # the exporter owns the node label
+            extra_keys = tuple(k for k in metric.labels if k not in contract.TRAINING_LABELS)
+            if set(labels) != set(_RANK_KEYS) | set(extra_keys):
+                raise Rejected("malformed", f"{metric}: labels {sorted(labels)[:10]} are not the contract's")
+            own = {k: labels[k] for k in _RANK_KEYS}
+            if rank_labels is None:
+                rank_labels = own
+            elif own != rank_labels:
+                raise Rejected("malformed", "samples of more than one rank in one file")
+            extra = tuple(labels[k] for k in extra_keys)
+            if (metric, extra) in seen:
+                raise Rejected("malformed", f"{metric}: duplicate series")
+            seen.add((metric, extra))
+            value = float(sample.value)
+            if metric.type == "counter" and not (math.isfinite(value) and value >= 0):
+                raise Rejected("malformed", f"{metric}: counter value {value} is negative or not finite")
+            samples.append((metric.name, extra, value))
+            if len(samples) > MAX_SAMPLES_PER_FILE:
+                raise Rejected("too_many_series", f"more than {MAX_SAMPLES_PER_FILE} samples")
+    if rank_labels is None:
+        raise Rejected("malformed", "no training series")
+    if not rank_labels["rank"].isdigit():
+        raise Rejected("malformed", "rank is not a number")
+    return header, rank_labels, samples
+
+
+def _parse_uids(value: str) -> frozenset[int] | None:
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        return frozenset(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(
+            f"--collector.training.owner-uids must be comma-separated uids, got {value!r}"
+        ) from None
+
+
+class TrainingCollector(Collector):
+    name = "training"
+    description = "per-rank training telemetry files written by fleetscope.telemetry"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--collector.training.directory",
+            dest="training_directory",
+            default=contract.TRAINING_DIR_DEFAULT,
+            help="directory of the rank files (default %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.training.ttl",
+            dest="training_ttl",
+            type=float,
+            default=DEFAULT_TTL,
+            help="drop rank files not rewritten for this many seconds (default %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.training.max-file-bytes",
+            dest="training_max_file_bytes",
+            type=int,
+            default=DEFAULT_MAX_FILE_BYTES,
+            help="reject rank files larger than this (default %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.training.owner-uids",
+            dest="training_owner_uids",
+            default="",
+            help="comma-separated uids whose rank files are accepted besides root's (default: any owner)",
+        )
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self.directory = str(ctx.option("training_directory", contract.TRAINING_DIR_DEFAULT))
+        self.ttl = float(ctx.option("training_ttl", DEFAULT_TTL))  # type: ignore[arg-type]
+        self.max_bytes = int(ctx.option("training_max_file_bytes", DEFAULT_MAX_FILE_BYTES))  # type: ignore[arg-type]
+        self.owner_uids = _parse_uids(str(ctx.option("training_owner_uids", "") or ""))
+        if self.ttl <= 0 or self.max_bytes <= 0:
+            raise ValueError(
+                "--collector.training.ttl and --collector.training.max-file-bytes must be positive"
+            )
+        self._boot_id = self._read_text(os.path.join(ctx.procfs, "sys/kernel/random/boot_id"))
+        self._pidns = self._pid_namespace()
+        self._cache: dict[str, tuple[tuple[int, int, int, int], RankFile]] = {}
+        self._noted: set[str] = set()
+
+    # ---- collection ---------------------------------------------------------------------------
+    def collect(self) -> Iterable[MetricFamily]:
+        files = self.read_files()
+        node_key = self.ctx.node_label
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for name, metric in _METRICS.items():
+            labels = [node_key if k == contract.NODE_LABEL else k for k in metric.labels]
+            if metric.type == "counter":
+                families[name] = CounterMetricFamily(name.removesuffix("_total"), metric.help, labels=labels)
+            else:
+                families[name] = GaugeMetricFamily(name, metric.help, labels=labels)
+        for rank_file in files:
+            base = [
+                self.ctx.node_name if k == contract.NODE_LABEL else rank_file.rank_labels[k]
+                for k in contract.TRAINING_LABELS
+            ]
+            for name, extra, value in rank_file.samples:
+                families[name].add_metric([*base, *extra], value)
+        return [f for f in families.values() if f.samples]
+
+    def read_files(self) -> list[RankFile]:
+        """The accepted, fresh rank files of live writers (one per (job_id, rank), newest wins)."""
+        try:
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._note(
+                "missing-dir", "directory %s does not exist (no training on this node yet)", self.directory
+            )
+            return []
+        except OSError as exc:
+            self.skip("unreadable", f"directory {self.directory}: {exc.strerror}")
+            return []
+        try:
+            st = os.fstat(dfd)
+            if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+                self.skip("insecure_directory", f"{self.directory} is world-writable without the sticky bit")
+                return []
+            accepted: dict[tuple[str, str], tuple[RankFile, str]] = {}
+            now = time.time()
+            names = sorted(os.listdir(dfd))
+            seen_paths = set()
+            for name in names:
+                if name.startswith(".") or not name.endswith(FILE_SUFFIX):
+                    continue
+                seen_paths.add(name)
+                try:
+                    rank_file = self._read_one(dfd, name)
+                except Rejected as rej:
+                    self.skip(rej.reason, f"{os.path.join(self.directory, name)}: {rej}")
+                    continue
+                if rank_file is None:
+                    continue
+                if now - rank_file.mtime > self.ttl:
+                    self._note(f"ttl:{name}", "dropping %s: not rewritten for over %gs", name, self.ttl)
+                    continue
+                if not self._writer_alive(rank_file.header, name):
+                    continue
+                key = (rank_file.rank_labels["job_id"], rank_file.rank_labels["rank"])
+                previous = accepted.get(key)
+                if previous is not None:
+                    older, newer = sorted([previous, (rank_file, name)], key=lambda p: p[0].mtime)
+                    self.skip("duplicate", f"{older[1]}: same job_id and rank as {newer[1]}")
+                    accepted[key] = newer
+                else:
+                    accepted[key] = (rank_file, name)
+            for gone in set(self._cache) - seen_paths:
+                del self._cache[gone]
+            return [rf for rf, _ in accepted.values()]
+        finally:
+            os.close(dfd)
+
+    def _read_one(self, dfd: int, name: str) -> RankFile | None:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=dfd)
+        except FileNotFoundError:
+            return None  # replaced or removed between listing and opening
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Rejected("symlink", "is a symbolic link") from None
+            raise Rejected("unreadable", exc.strerror or str(exc)) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Rejected("not_regular", "is not a regular file")
+            if st.st_nlink != 1:
+                raise Rejected("hardlink", f"has {st.st_nlink} hard links")
+            if st.st_mode & stat.S_IWOTH:
+                raise Rejected("insecure_file", "is world-writable")
+            if self.owner_uids is not None and st.st_uid != 0 and st.st_uid not in self.owner_uids:
+                raise Rejected("owner", f"owned by uid {st.st_uid}, not an allowed uid")
+            if st.st_size > self.max_bytes:
+                raise Rejected("oversize", f"{st.st_size} bytes > {self.max_bytes}")
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            data = self._read_capped(fd)
+        finally:
+            os.close(fd)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Rejected("malformed", "not UTF-8") from None
+        header, rank_labels, samples = parse_rank_file(text)
+        rank_file = RankFile(rank_labels, tuple(samples), header, st.st_mtime)
+        self._cache[name] = (key, rank_file)
+        return rank_file
+
+    def _read_capped(self, fd: int) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(65536, self.max_bytes + 1 - total))
+            except OSError as exc:
+                raise Rejected("unreadable", exc.strerror or str(exc)) from None
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > self.max_bytes:
+                raise Rejected("oversize", f"more than {self.max_bytes} bytes")
+
+    # ---- writer liveness ----------------------------------------------------------------------
+    def _writer_alive(self, header: dict[str, str], name: str) -> bool:
+        boot_id = header.get("boot_id")
+        if boot_id and self._boot_id and boot_id != self._boot_id:
+            self._note(f"boot:{name}", "dropping %s: written before the last boot", name)
+            return False
+        pidns = header.get("pidns")
+        if pidns and self._pidns and pidns != self._pidns:
+            self._note(f"ns:{name}", "%s: writer in another pid namespace, liveness by TTL only", name)
+            return True
+        pid = header["pid"]
+        stat_text = self._read_text(os.path.join(self.ctx.procfs, pid, "stat"))
+        if stat_text is None:
+            self._note(f"dead:{name}:{pid}", "dropping %s: writer pid %s is gone", name, pid)
+            return False
+        starttime = header.get("starttime")
+        if starttime:
+            try:
+                running_since = stat_text.rsplit(")", 1)[1].split()[19]
+            except IndexError:
+                return True
+            if running_since != starttime:
+                self._note(
+                    f"reused:{name}:{pid}", "dropping %s: pid %s now belongs to another process", name, pid
+                )
+                return False
+        return True
+
+    def _pid_namespace(self) -> str | None:
+        try:
+            return str(os.stat(os.path.join(self.ctx.procfs, "self/ns/pid")).st_ino)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _read_text(path: str | os.PathLike[str]) -> str | None:
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    def _note(self, key: str, msg: str, *args: object) -> None:
+        """Log a normal event (dead writer, expired file) once, at info level."""
+        if key not in self._noted and len(self._noted) < 10000:
+            self._noted.add(key)
+            self.log.info(msg, *args)
