@@ -81,3 +81,29 @@ def lustre_metadata_latency(window: str = "5m") -> str:
 def node_gpu_count() -> str:
     """GPUs each node enumerates, answering or lost."""
     return f"count by ({_NODE}) ({contract.GPU_UP})"
+
+
+# --------------------------------------------------------------------------------------------
+# training: per-rank views of the training_* series (fleetscope.telemetry). MFU per rank and per
+# job are rank_mfu() and job_mfu() in the rules section above.
+# --------------------------------------------------------------------------------------------
+
+
+def rank_tokens_per_second(window: str = "5m") -> str:
+    """Tokens per second of each rank."""
+    return f"rate({contract.TRAINING_TOKENS}[{window}])"
+
+
+def rank_step_seconds(window: str = "5m") -> str:
+    """Mean step time of each rank in seconds; absent (not NaN) while the rank completes no step."""
+    return (
+        f"rate({contract.TRAINING_STEP_SECONDS}[{window}])"
+        f" / (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
+    )
+
+
+def rank_compute_seconds_per_step(window: str = "5m") -> str:
+    """Forward + backward seconds per step of each rank (what straggler scores compare)."""
+    phases = _phase_regex(contract.COMPUTE_PHASES)
+    compute = f'sum without (phase) (rate({contract.TRAINING_PHASE_SECONDS}{{phase=~"{phases}"}}[{window}]))'
+    return f"{compute} / on (job_id, rank, {_NODE}, gpu) (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
