@@ -83,6 +83,22 @@ def node_gpu_count() -> str:
     return f"count by ({_NODE}) ({contract.GPU_UP})"
 
 
+def sum_of_counters(
+    metrics: tuple[str, ...], window: str, by: tuple[str, ...], function: str = "rate"
+) -> str:
+    """``rate`` (or ``increase``) of several counters with the same labels, summed ``by`` labels.
+
+    Each counter may be absent (an unsupported field is absent, never 0), so the terms are joined
+    with ``or`` after ``label_replace`` makes their label sets distinct; a plain ``a + b`` would drop
+    the whole sum when one counter is missing, and ``{__name__=~"a|b"}`` would collide once
+    ``rate`` drops the names.
+    """
+    terms = " or ".join(
+        f'label_replace({function}({m}[{window}]), "counter", "{m}", "", "")' for m in metrics
+    )
+    return f"sum by ({', '.join(by)}) ({terms})"
+
+
 # --------------------------------------------------------------------------------------------
 # training: per-rank views of the training_* series (fleetscope.telemetry). MFU per rank and per
 # job are rank_mfu() and job_mfu() in the rules section above.
