@@ -57,7 +57,7 @@ class DrainCandidate:
         return text[:_REASON_MAX]
 
     def sort_key(self) -> tuple:
-        return (_SEVERITY_RANK.get(self.severity, 3), self.start or 0.0, self.node)
+        return (_SEVERITY_RANK.get(self.severity, 3), self.start is None, self.start or 0.0, self.node)
 
     def to_dict(self) -> dict:
         return {

@@ -1,0 +1,256 @@
+"""Helpers for the service tests: real Analysis objects, a scripted analysis function, the
+``fleetscope serve`` process, headless Chromium, and a PNG pixel reader (standard library only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+from fleetscope.analyzers.api import Analysis, JobSummary, NodeVerdict, StragglerScore
+from fleetscope.analyzers.findings import Finding
+from fleetscope.errors import FleetscopeError
+from tests.support.prom import free_port, http_get, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: The page's state colours (fleetscope/service/static/style.css).
+COLOURS = {"healthy": (0x2E, 0x7D, 0x32), "degraded": (0xF9, 0xA8, 0x25), "failing": (0xC6, 0x28, 0x28)}
+
+
+def make_analysis(
+    start: float = 1_796_000_000.0,
+    end: float = 1_796_001_800.0,
+    n_nodes: int = 4,
+    failing: tuple[str, ...] = ("node-2",),
+    degraded: tuple[str, ...] = (),
+    job_id: str = "4711",
+    gpus: int = 8,
+) -> Analysis:
+    """A small cluster: ``n_nodes`` nodes of ``gpus`` GPUs, one job on all of them, rank 5 a straggler."""
+    a = Analysis(start=start, end=end)
+    for i in range(1, n_nodes + 1):
+        name = f"node-{i}"
+        state = "failing" if name in failing else "degraded" if name in degraded else "healthy"
+        gpu_states = {str(g): "healthy" for g in range(gpus)}
+        reasons: list[str] = []
+        if state == "failing":
+            gpu_states["3"] = "failing"
+            reasons = ["GPU 3 fell off the bus (XID 79)"]
+            a.findings.append(
+                Finding(
+                    kind="failing_node",
+                    severity="critical",
+                    node=name,
+                    gpu="3",
+                    start=start + 600,
+                    cause="gpu_lost",
+                    evidence={"fleetscope_gpu_up": "1 -> 0", "xid": "79"},
+                    action="drain now",
+                )
+            )
+        elif state == "degraded":
+            reasons = ["PCIe replays rising"]
+        a.nodes[name] = NodeVerdict(name, state, reasons, gpu_states)
+    ranks = n_nodes * gpus
+    for r in range(ranks):
+        node = f"node-{r // gpus + 1}"
+        score = 1.31 if r == 5 else 1.0 + 0.001 * r
+        a.straggler_scores.append(StragglerScore(job_id, r, node, str(r % gpus), score))
+    a.findings.append(
+        Finding(
+            kind="straggler",
+            severity="warning",
+            node="node-1",
+            gpu="5",
+            rank=5,
+            job_id=job_id,
+            start=start + 300,
+            score=1.31,
+            cause="thermal_throttle",
+            evidence={"DCGM_FI_DEV_SM_CLOCK": "1980 -> 1410 MHz"},
+            action="drain after the job's next checkpoint",
+        )
+    )
+    a.jobs[job_id] = JobSummary(
+        job_id=job_id,
+        ranks=ranks,
+        nodes=[f"node-{i}" for i in range(1, n_nodes + 1)],
+        mfu=0.41,
+        tokens_per_second=123456.0,
+        step_seconds=1.9,
+        stragglers=[5],
+    )
+    return a
+
+
+class ScriptedAnalyze:
+    """An ``analyze(start, end)`` that returns ``result`` or raises ``error``; counts its calls."""
+
+    def __init__(self, result: Analysis | None = None) -> None:
+        self.result = result or make_analysis()
+        self.error: Exception | None = None
+        self.calls: list[tuple[float, float]] = []
+        self.gate: threading.Event | None = None
+
+    def __call__(self, start: float, end: float) -> Analysis:
+        self.calls.append((start, end))
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def prometheus_down() -> FleetscopeError:
+    return FleetscopeError("cannot reach Prometheus at http://127.0.0.1:9: connection refused")
+
+
+# --- fleetscope serve as a real process ----------------------------------------------------
+
+
+class ServeProcess:
+    """``fleetscope serve`` on a free loopback port, as a subprocess, stopped on exit."""
+
+    def __init__(
+        self, prometheus: str, *flags: str, workdir: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [
+            sys.executable,
+            "-m",
+            "fleetscope",
+            "--log.level",
+            "info",
+            "serve",
+            "--prometheus",
+            prometheus,
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            *flags,
+        ]
+        self.log_file = workdir / f"serve-{self.port}.log"
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> ServeProcess:
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self.log_file.open("wb"), stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
+        )
+        wait_for(self._alive, timeout=30, what="fleetscope serve /healthz")
+        return self
+
+    def _alive(self) -> bool:
+        if self.proc and self.proc.poll() is not None:
+            raise AssertionError(f"fleetscope serve exited: {self.log()}")
+        return http_get(f"{self.url}/healthz", timeout=1)[0] == 200
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")[-4000:]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# --- headless Chromium ----------------------------------------------------------------------
+
+WINDOW = (1200, 800)
+
+
+def chromium(url: str, tmp: Path, *mode: str, budget_ms: int = 8000) -> subprocess.CompletedProcess:
+    """Run Debian's headless Chromium once (``--dump-dom`` or ``--screenshot=FILE``)."""
+    profile = tmp / f"chromium-profile-{len(list(tmp.glob('chromium-profile-*')))}"
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--user-data-dir={profile}",
+        f"--virtual-time-budget={budget_ms}",
+        *mode,
+        url,
+    ]
+    res = subprocess.run(argv, capture_output=True, timeout=90, check=False)
+    if res.returncode != 0:
+        raise AssertionError(
+            f"chromium failed ({res.returncode}): {res.stderr.decode(errors='replace')[-2000:]}"
+        )
+    return res
+
+
+def read_png(path: Path, max_row: int | None = None) -> tuple[int, int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA PNG: (width, height, bytes per pixel, rows of raw pixel bytes).
+
+    Only rows up to ``max_row`` are unfiltered (pure Python is slow; the samples are near the top)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, b""
+    width = height = bpp = 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        ctype = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if ctype == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+            bpp = 3 if colour == 2 else 4
+        elif ctype == b"IDAT":
+            idat += body
+        elif ctype == b"IEND":
+            break
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    for y in range(height if max_row is None else min(height, max_row + 1)):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif f == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[i] = (line[i] + pred) & 0xFF
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+def pixel(png: tuple[int, int, int, list[bytes]], x: int, y: int) -> tuple[int, int, int]:
+    _, _, bpp, rows = png
+    row = rows[y]
+    return row[x * bpp], row[x * bpp + 1], row[x * bpp + 2]
+
+
+def close(rgb: tuple[int, int, int], want: tuple[int, int, int], tol: int = 12) -> bool:
+    return all(abs(a - b) <= tol for a, b in zip(rgb, want, strict=True))
