@@ -1,0 +1,151 @@
+"""``fleetscope demo`` end to end, as a user runs it: a subprocess starting the simulated cluster, a
+real Prometheus with the generated rules, a real Alertmanager and the live service. The injected
+fault must show up as a finding in the service's API and as a firing alert in Alertmanager, and
+the demo must stop by itself at ``--duration`` with exit code 0, leaving no process behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from fleetscope.simulate.spec import node_name
+from tests.deploy.conftest import VENV_BIN
+from tests.support.prom import free_port, wait_for
+
+FAULT_NODE = 1
+DURATION = 105  # s: start (~10 s) + fault at 5 s + FleetscopeGpuLost's `for: 1m` + margin
+
+
+class Demo:
+    """The demo as a subprocess, its stdout collected line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "fleetscope"), "demo", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.descendants: set[int] = set()
+
+    def _read(self) -> None:
+        assert self.proc.stdout
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def saw(self, text: str) -> bool:
+        self.remember_children()
+        return any(text in line for line in self.lines)
+
+    def remember_children(self) -> None:
+        try:
+            self.descendants |= {c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+
+    def leftovers(self) -> list[str]:
+        alive = []
+        for pid in self.descendants:
+            try:
+                p = psutil.Process(pid)
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(" ".join(p.cmdline()))
+            except psutil.NoSuchProcess:
+                continue
+        return alive
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in self.descendants:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return json.loads(resp.read())
+
+
+def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> None:
+    service, prometheus, alertmanager = free_port(), free_port(), free_port()
+    workdir = tmp_path / "demo"
+    demo = Demo(
+        "--duration", str(DURATION), "--fast", "--fault", "gpu_lost", "--fault-at", "5",
+        "--fault-node", str(FAULT_NODE), "--listen", f"127.0.0.1:{service}",
+        "--prometheus-port", str(prometheus), "--alertmanager-port", str(alertmanager),
+        "--base-port", str(20000 + free_port() % 20000), "--workdir", str(workdir),
+    )  # fmt: skip
+    node = node_name(FAULT_NODE)
+    try:
+        wait_for(lambda: demo.saw("web page:"), timeout=60, what="the demo to start")
+        assert demo.saw(f"http://127.0.0.1:{service}/")
+
+        def finding() -> list[dict]:
+            found = get_json(f"http://127.0.0.1:{service}/api/v1/findings?kind=failing_node")["findings"]
+            return [f for f in found if f["node"] == node]
+
+        (gpu_lost, *_) = wait_for(finding, timeout=DURATION - 15, interval=1, what="a failing_node finding")
+        assert gpu_lost["severity"] == "critical"
+
+        def firing() -> list[dict]:
+            alerts = get_json(f"http://127.0.0.1:{alertmanager}/api/v2/alerts?active=true")
+            return [
+                a
+                for a in alerts
+                if a["labels"].get("alertname") == "FleetscopeGpuLost"
+                and a["labels"].get("Hostname") == node
+                and a["status"]["state"] == "active"
+            ]
+
+        (alert, *_) = wait_for(
+            firing, timeout=DURATION - 5, interval=1, what="FleetscopeGpuLost in Alertmanager"
+        )
+        assert alert["labels"]["severity"] == "critical"
+        # the demo printed both as they appeared
+        wait_for(lambda: demo.saw("FINDING failing_node") and demo.saw("ALERT FleetscopeGpuLost"), timeout=15)
+        demo.remember_children()
+        assert len(demo.descendants) >= 4, demo.descendants  # simulator, alertmanager, prometheus, service
+
+        # --duration ends it by itself, cleanly
+        assert demo.proc.wait(timeout=DURATION + 30) == 0, demo.output()
+        demo.reader.join(timeout=5)
+        assert demo.saw(f"--duration {DURATION}s reached")
+        assert not demo.leftovers(), demo.leftovers()
+        assert (workdir / "prometheus.yml").is_file()  # --workdir is kept
+    finally:
+        demo.kill()
+
+
+def test_demo_without_prometheus_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    demo = Demo(
+        "--no-prometheus", "--fast", "--listen", f"127.0.0.1:{free_port()}",
+        "--base-port", str(20000 + free_port() % 20000),
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: demo.saw("scraping the virtual nodes directly"), timeout=60, what="the fallback to start"
+        )
+        assert demo.saw("apt-get install prometheus prometheus-alertmanager")
+        demo.proc.send_signal(signal.SIGINT)
+        assert demo.proc.wait(timeout=30) == 0, demo.output()
+        demo.reader.join(timeout=5)
+        assert demo.saw("stopped")
+        assert not demo.leftovers(), demo.leftovers()
+    finally:
+        demo.kill()
