@@ -156,9 +156,7 @@ class Recording:
                     "name": f"{self.record}: {case.name}",
                     "interval": "1m",
                     "input_series": [s.to_yaml() for s in case.series],
-                    "promql_expr_test": [
-                        {"expr": expr, "eval_time": case.eval_time, "exp_samples": samples}
-                    ],
+                    "promql_expr_test": [{"expr": expr, "eval_time": case.eval_time, "exp_samples": samples}],
                 }
             )
         return groups
