@@ -18,10 +18,12 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Query
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BeforeValidator
 
 from fleetscope import __version__
 from fleetscope.analyzers.api import Analysis
@@ -150,12 +152,46 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})?$")
+
+
+def _rfc3339_only(value: object) -> object:
+    """Pydantic would also take Unix seconds for a datetime; the schema says RFC 3339, so hold to it."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("expected an RFC 3339 time such as 2026-11-30T10:00:00Z")
+    return value
+
+
+RFC3339Time = Annotated[datetime, BeforeValidator(_rfc3339_only)]
+
+
 def _since_seconds(since: datetime | None) -> float | None:
     if since is None:
         return None
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     return since.timestamp()
+
+
+def _reject_unknown_query(request: Request) -> None:
+    """An unknown query parameter is an error (a typo like ``?nodes=`` must not silently match all)."""
+    if not request.url.query:
+        return
+    route = request.scope.get("route")
+    allowed = {p.alias for p in route.dependant.query_params} if route is not None else set()
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": "unknown query parameter",
+                    "type": "extra_forbidden",
+                    "input": None,
+                }
+                for name in unknown
+            ]
+        )
 
 
 class _SecurityHeaders:
@@ -220,6 +256,7 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         docs_url=None,  # Swagger UI loads from a CDN; the service must work offline.
         redoc_url=None,
         lifespan=lifespan,
+        dependencies=[Depends(_reject_unknown_query)],
     )
     app.state.store = store
     app.state.runner = runner
@@ -231,7 +268,8 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         return Response(static[name], media_type=_STATIC[name])
 
     @app.get("/", include_in_schema=False)
-    def index() -> Response:
+    def index(job: Annotated[str | None, Query(pattern=JOB_PATTERN)] = None) -> Response:
+        """The page; ``?job=`` (read by the page's script) chooses the job of the straggler chart."""
         return static_response("index.html")
 
     @app.get("/static/app.js", include_in_schema=False)
@@ -284,7 +322,7 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         node: Annotated[str | None, Query(pattern=NODE_PATTERN, description="Hostname")] = None,
         job_id: Annotated[str | None, Query(pattern=JOB_PATTERN)] = None,
         since: Annotated[
-            datetime | None, Query(description="only findings open at or after this time (RFC 3339)")
+            RFC3339Time | None, Query(description="only findings open at or after this time (RFC 3339)")
         ] = None,
     ) -> Response:
         """The findings of the latest analysis, oldest first."""
