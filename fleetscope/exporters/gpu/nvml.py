@@ -94,7 +94,19 @@ class RealNvml:
     replay = False
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(pynvml, name)
+        fn = getattr(pynvml, name)
+        if not callable(fn):
+            return fn
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except pynvml.NVMLLibraryMismatchError:
+                # pynvml's "unversioned function missing from this driver": the same as NotFound.
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND) from None
+
+        setattr(self, name, call)  # cached: later lookups skip __getattr__
+        return call
 
     def begin_scrape(self) -> None:
         """Replay hook; nothing to do on real hardware."""
