@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["TIME_UNIT_SECONDS", "Counter", "Problem", "Stats", "parse_stats", "seconds_per_unit"]
+__all__ = ["TIME_UNITS_PER_SECOND", "Counter", "Problem", "Stats", "parse_stats", "units_per_second"]
 
 _COUNTER = re.compile(
     r"^(?P<name>\S(?:.*?\S)?)\s+(?P<samples>\d+)\s+samples\s+\[(?P<unit>[^\]]*)\]"
@@ -41,14 +41,18 @@ _HEADER = re.compile(
     r"(?:\s+(?:secs\.nsecs|\(secs\.nsecs\)|secs\.usecs|\(secs\.usecs\)))?\s*$"
 )
 
-#: Units that measure time, and their size in seconds. Lustre writes ``usec`` in 2.10 osc/mdc
-#: stats and ``usecs`` in 2.14+ llite stats; both are microseconds.
-TIME_UNIT_SECONDS: dict[str, float] = {"usec": 1e-6, "usecs": 1e-6, "nsec": 1e-9, "nsecs": 1e-9}
+#: Units that measure time, and how many of them make a second. Lustre writes ``usec`` in 2.10
+#: osc/mdc stats and ``usecs`` in 2.14+ llite stats; both are microseconds.
+TIME_UNITS_PER_SECOND: dict[str, int] = {"usec": 10**6, "usecs": 10**6, "nsec": 10**9, "nsecs": 10**9}
 
 
-def seconds_per_unit(unit: str) -> float | None:
-    """Seconds per unit of a time unit (``usecs`` -> 1e-6); ``None`` for units that are not time."""
-    return TIME_UNIT_SECONDS.get(unit)
+def units_per_second(unit: str) -> int | None:
+    """How many of a time unit make a second (``usecs`` -> 10**6); ``None`` if it is not time.
+
+    Dividing a sum by this (rather than multiplying by 1e-6) keeps values such as 3200 usecs an
+    exact-looking 0.0032 s in the exposition.
+    """
+    return TIME_UNITS_PER_SECOND.get(unit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope import contract
 from fleetscope.exporters.base import Collector, NodeContext
-from fleetscope.exporters.lprocfs import Stats, parse_stats, seconds_per_unit
+from fleetscope.exporters.lprocfs import Stats, parse_stats, units_per_second
 
 #: ``<fsname>-<superblock id>``; the id is a (possibly hashed) kernel pointer in hex.
 _INSTANCE = re.compile(r"^(?P<fs>.+)-(?P<sb>[0-9a-f]{8,16})$")
@@ -147,6 +147,10 @@ class LustreCollector(Collector):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
+        #: One of these exists whenever the Lustre client modules are loaded (sysfs since 2.x, procfs
+        #: on 2.10). Checking them first keeps a node without Lustre from ever touching debugfs,
+        #: which a non-root exporter cannot read.
+        self._module_dirs = (ctx.sysfs / "fs" / "lustre", ctx.procfs / "fs" / "lustre")
         self._llite_dirs = (
             ctx.debugfs / "lustre" / "llite",  # 2.12+
             ctx.procfs / "fs" / "lustre" / "llite",  # 2.10
@@ -198,10 +202,13 @@ class LustreCollector(Collector):
     def _stats(self, inst: str, dirs: list[Path]) -> Stats | None:
         for d in dirs:
             path = d / "stats"
-            if not path.exists():
+            try:
+                with open(path, encoding="ascii", errors="replace") as f:
+                    text = f.read()
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-            text = self._read(path)
-            if text is None:
+            except OSError as exc:
+                self.skip("unreadable", f"{path}: {exc.strerror or exc}")
                 return None
             stats = parse_stats(text)
             for p in stats.problems:
@@ -251,6 +258,8 @@ class LustreCollector(Collector):
     # ---- series --------------------------------------------------------------------------------
 
     def collect(self) -> Iterable[MetricFamily]:
+        if not any(root.is_dir() for root in self._module_dirs):
+            return []  # the Lustre modules are not loaded: no Lustre on this node
         instances = self._instances()
         healthy = self._health()
         if not instances and healthy is None:
@@ -310,13 +319,13 @@ def _add_llite(
     times: dict[str, float] = {}
     timed = False
     for c in stats.counters.values():
-        scale = seconds_per_unit(c.unit)
-        timed = timed or scale is not None
+        per_second = units_per_second(c.unit)
+        timed = timed or per_second is not None
         if c.name in _NOT_OPERATIONS:
             continue
         counts[c.name] = c.samples
-        if scale is not None and c.sum is not None:
-            times[c.name] = c.sum * scale
+        if per_second is not None and c.sum is not None:
+            times[c.name] = c.sum / per_second
     # Up to 2.12 reads and writes are counted only as samples of read_bytes / write_bytes.
     for op in ("read", "write"):
         rw = stats.get(f"{op}_bytes")

@@ -252,3 +252,21 @@ def test_new_mount_is_picked_up_on_the_next_scrape(tmp_path: Path) -> None:
     mounts = root / "proc/mounts"
     mounts.write_text(mounts.read_text() + "172.31.5.5@tcp:/scr2 /scratch2 lustre rw,flock 0 0\n")
     assert {dict(k)["mount"] for (n, k) in samples(collector.collect()) if n == READ} == {"/fsx", "/scratch2"}
+
+
+def test_node_without_lustre_never_reports_an_unreadable_debugfs(tmp_path: Path) -> None:
+    (tmp_path / "sys/kernel/debug").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    # a listing that fails (ELOOP here; EACCES for a non-root exporter on a real node)
+    (tmp_path / "sys/kernel/debug/lustre").symlink_to("lustre")
+    collector, found = scrape(tmp_path)
+    assert found == {} and collector.error_counts() == {}
+
+
+def test_lustre_node_with_unreadable_debugfs_reports_it(tmp_path: Path) -> None:
+    root = copy_tree(LUSTRE / "2.12", tmp_path / "t")
+    shutil.rmtree(root / "sys/kernel/debug/lustre")
+    (root / "sys/kernel/debug/lustre").symlink_to("lustre")
+    collector, found = scrape(root)
+    assert series(found, HEALTHY) == {"": 1.0}
+    assert collector.error_counts() == {"unreadable": 1, "stats_missing": 1}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.exporters.lprocfs import Counter, parse_stats, seconds_per_unit
+from fleetscope.exporters.lprocfs import Counter, parse_stats, units_per_second
 from tests.lustre.lctl_dump import parse_dump
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "lustre"
@@ -110,9 +110,9 @@ def test_units_are_kept_verbatim_and_time_units_scale() -> None:
     )
     stats = parse_stats(text)
     assert [c.unit for c in stats.counters.values()] == ["regs", "reqs", "usec", "usecs", "bytes"]
-    assert seconds_per_unit("usec") == seconds_per_unit("usecs") == 1e-6
-    assert seconds_per_unit("regs") is None and seconds_per_unit("reqs") is None
-    assert seconds_per_unit("bytes") is None
+    assert units_per_second("usec") == units_per_second("usecs") == 1_000_000
+    assert units_per_second("regs") is None and units_per_second("reqs") is None
+    assert units_per_second("bytes") is None
 
 
 def test_truncated_file_drops_only_the_cut_line() -> None:
