@@ -1,6 +1,6 @@
 """The analyzers' public entry points: what the CLI, the live service and the demo call.
 
-Interface agreed between the analyzers and the service; the bodies are filled by the analyzers.
+Interface agreed between the analyzers and the service.
 Everything returned is plain data (dataclasses), so the service needs no pandas types.
 """
 
@@ -64,15 +64,38 @@ def analyze_prometheus(
     step: float = 15.0,
     config: object | None = None,
     timeout: float = 30.0,
+    *,
+    sigv4_region: str | None = None,
+    headers: dict[str, str] | None = None,
+    progress: object | None = None,
 ) -> Analysis:
     """Load the window from a Prometheus-compatible API and run every detector.
 
     Raises :class:`fleetscope.errors.FleetscopeError` when Prometheus is down, answers 5xx, or the
-    window holds no data.
+    window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus.
     """
-    raise NotImplementedError
+    from fleetscope.analyzers.features import METRICS_USED
+    from fleetscope.analyzers.load_prometheus import load_prometheus
+    from fleetscope.analyzers.pipeline import run_detectors
+
+    frames = load_prometheus(url, start, end, step, METRICS_USED, timeout=timeout, sigv4_region=sigv4_region,
+                             headers=headers, progress=progress)  # type: ignore[arg-type]  # fmt: skip
+    return run_detectors(frames, config)[0]  # type: ignore[arg-type]
 
 
-def analyze_file(path: str | Path, config: object | None = None) -> Analysis:
+def analyze_file(
+    path: str | Path,
+    config: object | None = None,
+    *,
+    step: float | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    progress: object | None = None,
+) -> Analysis:
     """Load a recorded OpenMetrics file (gzip allowed) and run every detector."""
-    raise NotImplementedError
+    from fleetscope.analyzers.features import METRICS_USED
+    from fleetscope.analyzers.load_file import load_file
+    from fleetscope.analyzers.pipeline import run_detectors
+
+    frames = load_file(path, METRICS_USED, step=step, start=start, end=end, progress=progress)  # type: ignore[arg-type]
+    return run_detectors(frames, config)[0]  # type: ignore[arg-type]

@@ -1,0 +1,75 @@
+"""Every threshold the detectors use, in one frozen dataclass, with where each number comes from.
+
+Sources are in shared/research/analytics.md (cited by section) and gpu-metrics.md section 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    # --- windows --------------------------------------------------------------------------
+    #: Seconds of history behind each rate (compute time per step, MFU). Two minutes hold ~25
+    #: steps of a 4-5 s step, enough to average out step-count quantization (about +-4%).
+    rate_window_s: float = 120.0
+    #: A straggler or a drop must persist this long before it is reported (Minder: abnormal
+    #: patterns last > 5 min; Greyhound verifies >= 10 iterations; analytics.md 2.1, 2.5, 5).
+    persistence_s: float = 180.0
+
+    # --- straggler ------------------------------------------------------------------------
+    #: Own compute time / peer median at or above which a rank is slow. What-if analysis calls a
+    #: job straggling at S > 1.1 and Greyhound verifies a >= 10% change (analytics.md 2.1, 2.2, 7);
+    #: so that a rank 10% slower is reliably caught the cut sits at 1.07, above the 3-4% spread
+    #: between healthy GPUs of one model.
+    straggler_ratio: float = 1.07
+    #: Modified z-score 0.6745 (x - median) / MAD above which a rank is an outlier
+    #: (Iglewicz-Hoaglin, |M| > 3.5; analytics.md section 5).
+    straggler_z: float = 3.5
+    #: MAD floor as a fraction of the median, so identical peers do not give infinite z-scores.
+    mad_floor: float = 0.005
+    #: Hardware-only path: SM clock this far below the busy peers' median is a clock deficit.
+    clock_deficit: float = 0.08
+    #: Share of a finding's time a throttle reason bit must be set to name it as the cause.
+    reason_share: float = 0.3
+    #: Violation counters (ns throttled per ns) at or above which throttling is real.
+    violation_share: float = 0.1
+
+    # --- network --------------------------------------------------------------------------
+    #: Retransmitted / transmitted packets on an EFA device above which the link is degraded
+    #: (healthy SRD retransmits are parts per million).
+    retrans_ratio: float = 0.005
+    #: Impaired/unresponsive/timeout events per minute that mark a device as degraded.
+    efa_events_per_min: float = 1.0
+
+    # --- MFU drop -------------------------------------------------------------------------
+    #: Relative MFU (or tokens/s) loss against the job's own baseline that counts as a drop. A
+    #: 10% step-time slowdown costs 9% MFU; Greyhound's 10% and SuperBench's 5% bracket this.
+    mfu_drop: float = 0.07
+    #: Minimum length of a drop (and of a baseline segment) in seconds.
+    mfu_min_drop_s: float = 180.0
+    mfu_min_baseline_s: float = 300.0
+    #: Binary segmentation penalty, in units of noise variance x log(n) (BIC-like, analytics.md 5).
+    changepoint_penalty: float = 3.0
+    #: Data-phase share of the step that grew by this much (absolute) points at data loading.
+    data_share_increase: float = 0.04
+    #: Communication (optimizer phase) share growth that points at the network.
+    comm_share_increase: float = 0.04
+
+    # --- failing node ---------------------------------------------------------------------
+    #: The job counts as stalled when no rank steps for this long.
+    stall_s: float = 60.0
+
+    def with_overrides(self, overrides: dict[str, Any]) -> DetectorConfig:
+        names = {f.name for f in fields(self)}
+        bad = set(overrides) - names
+        if bad:
+            from fleetscope.errors import FleetscopeError
+
+            raise FleetscopeError(f"unknown detector settings: {', '.join(sorted(bad))}")
+        return replace(self, **{k: type(getattr(self, k))(v) for k, v in overrides.items()})
+
+
+DEFAULT = DetectorConfig()

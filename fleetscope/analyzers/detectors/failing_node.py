@@ -1,0 +1,209 @@
+"""Failing nodes: hardware that must leave the job (fail-stop), with the GPU named where one is.
+
+Reasoning. A GPU that logs a drain-class XID (NVIDIA's XID catalog: 79 fallen off the bus, 48
+double-bit ECC, 64 row-remap failure, ...; gpu-metrics.md section 4), that the exporter reports as
+lost (``fleetscope_gpu_up`` 0) or whose series stop while the node's other GPUs keep reporting, that
+counts an uncorrectable ECC error or a failed row remap, or for which the driver asks for a recovery
+action, is broken: the job will crash on it again, so the node is drained. A PCIe link that trained
+narrower than its peers is a degraded (warning) finding: the GPU works but needs a reseat or RMA.
+When the whole job stalls and one node's ranks disappear first, that node is where it broke.
+
+Each signal is an event at a grid time; the signals of one GPU are merged into one finding whose
+cause is the most specific signal (``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` >
+other drain XIDs > ``recovery_action`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay
+open (``end`` null): none of these signals clears without a reset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import increase_steps
+
+_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
+             "ranks_stopped", "pcie_width_drop")  # fmt: skip
+
+_ACTIONS = {
+    "gpu_lost": "drain the node now (the job already lost this GPU); power-cycle it, run dcgmi diag -r 3, "
+    "RMA the GPU if XID 79 repeats",
+    "ecc_uncorrectable": "drain the node; reset the GPU (nvidia-smi -r) to activate the remapped row, run "
+    "dcgmi diag -r 3; RMA if uncorrectable errors repeat",
+    "row_remap_failure": "drain the node: the GPU has no spare rows left; RMA the GPU",
+    "xid": "drain the node after the job's next checkpoint; reset the GPU and run dcgmi diag -r 3",
+    "recovery_action": "drain the node and do the recovery action the driver asks for",
+    "ranks_stopped": "check the node's training logs and kernel log; drain it if the failure repeats",
+    "pcie_width_drop": "drain the node after the job's next checkpoint; reseat or replace the GPU's PCIe "
+    "link (check with lspci -vv, nvidia-smi -q -d PCIE)",
+}
+
+
+def _first_event(mask: np.ndarray) -> int | None:
+    idx = np.nonzero(mask)[0]
+    return int(idx[0]) if idx.size else None
+
+
+def detect(feat: Features) -> list[Finding]:
+    frames = feat.frames
+    times = feat.times
+    events: dict[tuple[str, str], dict[str, tuple[int, str, str]]] = {}
+
+    def add(node: str, gpu: str, cause: str, i: int, key: str, text: str) -> None:
+        per = events.setdefault((node, gpu), {})
+        prev = per.get(cause)
+        if prev is None or i < prev[0]:
+            per[cause] = (i, key, text)
+
+    # XIDs from fleetscope's counter: any increase (or a first sample > 0) of a drain-class XID.
+    xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
+    for j in range(len(xt)):
+        xid = int(float(xt.labels.iloc[j].get("xid") or -1))
+        if c.xid_class(xid) != "drain":
+            continue
+        v = xt.values[:, j]
+        inc = increase_steps(v[:, None])[:, 0]
+        first_valid = _first_event(~np.isnan(v))
+        hit = (inc > 0) | ((np.arange(len(v)) == first_valid) & (v > 0))
+        i = _first_event(hit)
+        if i is None:
+            continue
+        node, gpu = str(xt.labels.iloc[j][c.NODE_LABEL]), str(xt.labels.iloc[j]["gpu"])
+        cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
+        add(
+            node,
+            gpu,
+            cause,
+            i,
+            f"XID {xid}",
+            f"{int(np.nanmax(v))} at {fmt_time(times[i])} ({c.xid_class(xid)} class)",
+        )
+    # dcgm-exporter's XID gauge (last XID code) for clusters without fleetscope's counter.
+    xg = frames.get(c.DCGM_FI_DEV_XID_ERRORS)
+    for j in range(len(xg)):
+        v = xg.values[:, j]
+        for xid in {int(x) for x in np.unique(v[~np.isnan(v)]) if x > 0}:
+            if c.xid_class(xid) != "drain":
+                continue
+            i = _first_event(v == xid)
+            node, gpu = str(xg.labels.iloc[j][c.NODE_LABEL]), str(xg.labels.iloc[j]["gpu"])
+            cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
+            add(node, gpu, cause, i, f"XID {xid}", f"last XID {xid} at {fmt_time(times[i])}")
+
+    def per_gpu(name: str, test, cause: str, text) -> None:
+        f = frames.get(name)
+        if not len(f):
+            return
+        lab, vals = f.group((c.NODE_LABEL, "gpu"))
+        for j in range(vals.shape[1]):
+            mask = test(vals[:, j])
+            i = _first_event(mask)
+            if i is not None:
+                add(
+                    str(lab.iloc[j][c.NODE_LABEL]),
+                    str(lab.iloc[j]["gpu"]),
+                    cause,
+                    i,
+                    name,
+                    text(vals[:, j], i),
+                )
+
+    per_gpu(c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(times[i])}")
+
+    def counted(v: np.ndarray) -> np.ndarray:
+        inc = increase_steps(v[:, None])[:, 0]
+        return inc > 0
+
+    per_gpu(c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counted, "ecc_uncorrectable",
+            lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} double-bit errors")  # fmt: skip
+    per_gpu(c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counted, "ecc_uncorrectable",
+            lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} rows remapped for uncorrectable errors")  # fmt: skip
+    per_gpu(c.DCGM_FI_DEV_ROW_REMAP_FAILURE, lambda v: v >= 1, "row_remap_failure", lambda v, i: "1")
+    per_gpu(c.DCGM_FI_DEV_GPU_RECOVERY_ACTION, lambda v: v > 0, "recovery_action",
+            lambda v, i: f"{int(np.nanmax(v))} ({c.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})")  # fmt: skip
+
+    # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
+    gs = feat.gpus
+    if gs.pcie_width.size:
+        for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
+            peers = gs.keys[c.NODE_LABEL].to_numpy() == node
+            with np.errstate(all="ignore"):
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    ref = np.nanmax(gs.pcie_width[:, peers])
+            v = gs.pcie_width[:, j]
+            i = _first_event(v < ref)
+            if i is not None:
+                add(
+                    node,
+                    gpu,
+                    "pcie_width_drop",
+                    i,
+                    c.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+                    f"x{int(ref)} -> x{int(v[i])}",
+                )
+
+    # Series that stop while the node's other GPUs continue: the GPU fell off without a word.
+    clock = gs.clock
+    if clock.size:
+        last = len(times) - 1
+        have = ~np.isnan(clock)
+        for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
+            if not have[:, j].any() or have[last, j]:
+                continue
+            stop = int(np.nonzero(have[:, j])[0][-1]) + 1
+            peers = (gs.keys[c.NODE_LABEL].to_numpy() == node) & (np.arange(len(gs.keys)) != j)
+            if peers.any() and have[last, peers].any() and have[stop:, peers].any():
+                add(node, gpu, "gpu_lost", stop, "series", f"GPU series stopped at {fmt_time(times[stop])} "
+                    "while the node's other GPUs kept reporting")  # fmt: skip
+
+    _ranks_stopped(feat, add)
+    findings = []
+    for (node, gpu), per in events.items():
+        cause = next(p for p in _PRIORITY if p in per)
+        start_i = min(i for i, _, _ in per.values())
+        evidence = {key: text for _, key, text in sorted(per.values())}
+        if cause == "xid":
+            xid = per["xid"][1].split()[-1]
+            cause_name = f"xid_{xid}"
+        else:
+            cause_name = cause
+        severity = "warning" if cause == "pcie_width_drop" else "critical"
+        findings.append(Finding(
+            kind="failing_node", severity=severity, node=node, gpu=gpu, start=float(times[start_i]),
+            cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
+        ))  # fmt: skip
+        findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
+    findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
+    return findings
+
+
+def job_stalls(feat: Features) -> list[tuple[int, int]]:
+    """(first, last) grid indices of periods where no rank of the window completed a step."""
+    from fleetscope.analyzers.frames import iter_runs
+
+    r = feat.ranks
+    if not r.steps.size:
+        return []
+    any_present = r.present.any(axis=1)
+    stepping = np.nansum(np.where(np.isnan(r.steps), 0, r.steps), axis=1) > 0
+    need = max(1, round(feat.config.stall_s / feat.step))
+    return [(a, b) for a, b in iter_runs(any_present & ~stepping) if b - a + 1 >= need]
+
+
+def _ranks_stopped(feat: Features, add) -> None:
+    """During a stall, ranks whose series vanished first mark the node (and GPU) that broke."""
+    r = feat.ranks
+    for a, b in job_stalls(feat):
+        if a == 0:
+            continue
+        vanished = r.present[a - 1] & ~r.present[min(b, a + 4)]
+        if not vanished.any() or vanished.sum() > max(8, 0.25 * r.present[a - 1].sum()):
+            continue
+        for k in np.nonzero(vanished)[0]:
+            node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
+            add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped reporting "
+                f"when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip

@@ -1,0 +1,262 @@
+"""MFU drops: a job's MFU (or tokens/s where FLOPs are unknown) below its own baseline, sustained.
+
+Reasoning (analytics.md sections 3.5 and 5). MFU = model FLOPs per second / peak FLOP/s of the job's
+GPUs (DESIGN.md). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
+compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
+family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
+every segment at least ``mfu_drop`` (7%) below it for ``mfu_min_drop_s`` is a drop; the change points
+are reported. Grid times whose rate window contains a checkpoint are left out, so periodic
+checkpoints of normal length never count as drops.
+
+A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)
+-> ``failing_node`` / ``stall``; a straggler finding -> ``straggler`` (or ``network`` for a network
+one); else the phase shares of the step against the baseline segment: the data phase grew ->
+``data_loading``; the collective (optimizer) phase grew -> ``network``; the checkpoint phase grew ->
+``storage``; else ``unknown``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import rolling_sum
+
+_ACTIONS = {
+    "straggler": "fix the straggler (see its finding): drain its node after the next checkpoint and restart "
+    "the job without it",
+    "failing_node": "restart the job without the failing node (see its finding)",
+    "stall": "the job stopped stepping: check the rank logs for an NCCL timeout or a crashed rank",
+    "data_loading": "check the data loader and the Lustre file system (FSx throughput, MDS load); "
+    "raise data-loader workers or prefetch",
+    "network": "check the EFA devices and fabric (retransmits, impaired connections); restart the job "
+    "without the node whose link is degraded",
+    "storage": "checkpoints take longer than usual: check the FSx for Lustre throughput and capacity",
+    "unknown": "compare the step phase breakdown before and after the change point",
+}
+
+
+def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
+    """(MFU or tokens/s per grid time, unit, checkpoint mask) of one job, over ``rate_window_s``."""
+    r = feat.ranks
+    cols = r.keys["job_id"].to_numpy() == job
+    w = feat.w
+    window_s = w * feat.step
+    present = r.present[:, cols]
+    ck = np.nansum(np.nan_to_num(r.phases["checkpoint"][:, cols]), axis=1)
+    ck_mask = rolling_sum(ck[:, None], w)[:, 0] > 0
+    flops = np.nansum(np.nan_to_num(r.flops[:, cols]), axis=1)
+    peak = _peaks(feat, cols)
+    if np.isfinite(peak).any() and flops.sum() > 0:
+        num = rolling_sum(flops[:, None], w)[:, 0] / window_s
+        # Peak of the GPUs whose ranks were in the job during the window.
+        pk = np.where(present, peak[None, :], 0.0).sum(axis=1)
+        pk = _rolling_max(pk, w)
+        with np.errstate(all="ignore"):
+            series = np.where(pk > 0, num / pk, np.nan)
+        unit = "MFU"
+    else:
+        tok = np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1)
+        series = rolling_sum(tok[:, None], w)[:, 0] / window_s
+        unit = "tokens/s"
+    series[: w - 1] = np.nan  # incomplete windows at the start
+    series[~present.any(axis=1)] = np.nan
+    return series, unit, ck_mask
+
+
+def _rolling_max(x: np.ndarray, w: int) -> np.ndarray:
+    out = np.empty_like(x)
+    for i in range(len(x)):
+        out[i] = x[max(0, i - w + 1) : i + 1].max()
+    return out
+
+
+def _peaks(feat: Features, cols: np.ndarray) -> np.ndarray:
+    """bf16 peak FLOP/s of each rank's GPU (NaN where unknown)."""
+    f = feat.frames.get(c.GPU_PEAK_FLOPS)
+    keys = feat.ranks.keys[cols]
+    out = np.full(len(keys), np.nan)
+    if not len(f):
+        return out
+    f = f.select(dtype="bf16")
+    lab, vals = f.group((c.NODE_LABEL, "gpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        peak = {(n, g): float(np.nanmax(vals[:, j])) for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"],
+                                                                                       strict=True))}  # fmt: skip
+    for i, (n, g) in enumerate(zip(keys[c.NODE_LABEL], keys["gpu"], strict=True)):
+        out[i] = peak.get((n, g), np.nan)
+    return out
+
+
+def binary_segmentation(x: np.ndarray, min_size: int, penalty: float) -> list[int]:
+    """Change points (indices where a new segment starts) of ``x`` under an L2 cost."""
+    n = len(x)
+    cs = np.concatenate([[0.0], np.cumsum(x)])
+    cs2 = np.concatenate([[0.0], np.cumsum(x * x)])
+
+    def cost(a: int, b: int) -> float:  # [a, b)
+        s = cs[b] - cs[a]
+        return (cs2[b] - cs2[a]) - s * s / (b - a)
+
+    cps: list[int] = []
+    stack = [(0, n)]
+    while stack:
+        a, b = stack.pop()
+        if b - a < 2 * min_size:
+            continue
+        ks = np.arange(a + min_size, b - min_size + 1)
+        sl = cs[ks] - cs[a]
+        sr = cs[b] - cs[ks]
+        cl = (cs2[ks] - cs2[a]) - sl * sl / (ks - a)
+        cr = (cs2[b] - cs2[ks]) - sr * sr / (b - ks)
+        total = cl + cr
+        i = int(np.argmin(total))
+        gain = cost(a, b) - total[i]
+        if gain > penalty:
+            k = int(ks[i])
+            cps.append(k)
+            stack += [(a, k), (k, b)]
+    return sorted(cps)
+
+
+def _noise(x: np.ndarray) -> float:
+    d = np.diff(x)
+    mad = np.median(np.abs(d - np.median(d))) if d.size else 0.0
+    return float(1.4826 * mad / np.sqrt(2)) if mad > 0 else float(np.std(d) / np.sqrt(2) + 1e-12)
+
+
+def detect(feat: Features, prior: list[Finding]) -> list[Finding]:
+    cfg = feat.config
+    out: list[Finding] = []
+    from fleetscope.analyzers.detectors.failing_node import job_stalls
+
+    stalls = job_stalls(feat)
+    for job in feat.jobs:
+        series, unit, ck_mask = job_mfu(feat, job)
+        valid = np.isfinite(series) & ~ck_mask
+        idx = np.nonzero(valid)[0]
+        if idx.size < 4:
+            continue
+        x = series[idx]
+        scale = float(np.nanmedian(x)) or 1.0
+        xn = x / scale
+        sigma = max(_noise(xn), 0.004)
+        min_size = max(2, round(cfg.mfu_min_drop_s / feat.step / 2))
+        pen = cfg.changepoint_penalty * feat.w * sigma**2 * np.log(len(xn))
+        cps = binary_segmentation(xn, min_size, pen)
+        bounds = [0, *cps, len(xn)]
+        segs = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+        means = [float(np.mean(x[a:b])) for a, b in segs]
+        min_base = max(2, round(cfg.mfu_min_baseline_s / feat.step))
+        long_segs = [i for i, (a, b) in enumerate(segs) if b - a >= min_base] or list(range(len(segs)))
+        base_i = max(long_segs, key=lambda i: means[i])
+        base = means[base_i]
+        if base <= 0:
+            continue
+        low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
+        # Merge neighbouring low segments into one drop.
+        i = 0
+        while i < len(segs):
+            if not low[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < len(segs) and low[j + 1]:
+                j += 1
+            a_i, b_i = idx[segs[i][0]], idx[segs[j][1] - 1]
+            if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s:
+                lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
+                out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))
+            i = j + 1
+    return out
+
+
+def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl: float, segs, idx, base_i: int,
+          stalls: list[tuple[int, int]], prior: list[Finding]) -> Finding:  # fmt: skip
+    cfg = feat.config
+    times = feat.times
+    last = len(times) - 1
+    t0, t1 = float(times[a]), float(times[b])
+    margin = 2 * feat.w * feat.step
+    cause = "unknown"
+    ev: dict[str, str] = {}
+    fmt = (lambda v: f"{v:.1%}") if unit == "MFU" else (lambda v: f"{v:,.0f}")
+    ev[unit] = f"{fmt(base)} -> {fmt(lvl)} ({(lvl / base - 1):+.0%})"
+    cp = [fmt_time(times[idx[s[0]]]) for s in segs[1:]]
+    if cp:
+        ev["change_points"] = ", ".join(cp)
+    failing = [f for f in prior if f.kind == "failing_node" and f.severity == "critical"
+               and t0 - margin <= f.start <= t1]  # fmt: skip
+    stalled = any(sa <= b and sb >= a for sa, sb in stalls)
+    slow = [f for f in prior if f.kind == "straggler" and f.start <= t1 and (f.end is None or f.end >= t0)]
+    if failing:
+        cause = "failing_node"
+        ev["failing_node"] = ", ".join(sorted({f"{f.node} gpu {f.gpu} ({f.cause})" for f in failing}))
+    elif stalled:
+        cause = "stall"
+    elif slow:
+        net = [f for f in slow if f.cause == "network"]
+        if len(net) == len(slow):
+            cause = "network"
+            ev["network"] = ", ".join(sorted({f.node or "" for f in net}))
+        else:
+            cause = "straggler"
+            ev["straggler"] = ", ".join(sorted({f"rank {f.rank} on {f.node} gpu {f.gpu} ({f.cause})"
+                                                for f in slow if f.cause != "network"}))  # fmt: skip
+    else:
+        shares = _phase_shares(feat, job)
+        if shares:
+            ba, bb = idx[segs[base_i][0]], idx[segs[base_i][1] - 1]
+            d = {ph: _mean_range(s, a, b) - _mean_range(s, ba, bb) for ph, s in shares.items()}
+            for ph in ("data", "optimizer", "checkpoint"):
+                ev[f"{ph}_share_of_step"] = (
+                    f"{_mean_range(shares[ph], ba, bb):.1%} -> {_mean_range(shares[ph], a, b):.1%}"
+                )
+            if d["data"] >= cfg.data_share_increase:
+                cause = "data_loading"
+                ev.update(_lustre_evidence(feat, a, b, ba, bb))
+            elif d["optimizer"] >= cfg.comm_share_increase:
+                cause = "network"
+            elif d["checkpoint"] >= cfg.data_share_increase:
+                cause = "storage"
+    ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
+    sev = "critical" if lvl <= base * 0.5 else "warning"
+    return Finding(kind="mfu_drop", severity=sev, node=None, job_id=job, start=t0,
+                   end=None if b >= last - 1 else t1, score=round(lvl / base, 3), cause=cause, evidence=ev,
+                   action=_ACTIONS[cause])  # fmt: skip
+
+
+def _mean_range(x: np.ndarray, a: int, b: int) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        v = float(np.nanmean(x[a : b + 1]))
+    return v if np.isfinite(v) else 0.0
+
+
+def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
+    r = feat.ranks
+    cols = r.keys["job_id"].to_numpy() == job
+    if not r.phases:
+        return {}
+    tot = {ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.w)[:, 0]
+           for ph, v in r.phases.items()}  # fmt: skip
+    all_ = sum(tot.values())
+    with np.errstate(all="ignore"):
+        return {ph: np.where(all_ > 0, v / all_, np.nan) for ph, v in tot.items()}
+
+
+def _lustre_evidence(feat: Features, a: int, b: int, ba: int, bb: int) -> dict[str, str]:
+    f = feat.frames.get(c.LUSTRE_CLIENT_READ_BYTES)
+    if not len(f):
+        return {}
+    from fleetscope.analyzers.frames import rate
+
+    _, vals = f.group((c.NODE_LABEL,), "sum")
+    total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.w)), axis=1)
+    return {c.LUSTRE_CLIENT_READ_BYTES: f"{_mean_range(total, ba, bb) / 1e6:,.0f} -> "
+            f"{_mean_range(total, a, b) / 1e6:,.0f} MB/s (all nodes)"}  # fmt: skip

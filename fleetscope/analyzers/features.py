@@ -1,0 +1,216 @@
+"""Derived per-GPU, per-rank, per-node and per-job signals that the detectors share.
+
+Everything here is computed once per analysis from :class:`~fleetscope.analyzers.frames.Frames`;
+the detectors only compare and decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fleetscope import contract as c
+from fleetscope.analyzers.detectors.config import DetectorConfig
+from fleetscope.analyzers.frames import Frames, increase_steps, rolling_sum
+
+#: Every metric the analyzers read (the loaders fetch only these).
+METRICS_USED: tuple[str, ...] = (
+    c.GPU_UP,
+    c.GPU_XID_ERRORS_TOTAL,
+    c.DCGM_FI_DEV_XID_ERRORS,
+    c.GPU_PEAK_FLOPS,
+    c.DCGM_FI_DEV_SM_CLOCK,
+    c.DCGM_FI_DEV_GPU_UTIL,
+    c.DCGM_FI_DEV_GPU_TEMP,
+    c.DCGM_FI_DEV_POWER_USAGE,
+    c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS,
+    c.DCGM_FI_DEV_POWER_VIOLATION,
+    c.DCGM_FI_DEV_THERMAL_VIOLATION,
+    c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    c.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+    c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    c.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+    c.DCGM_FI_DEV_GPU_RECOVERY_ACTION,
+    c.TRAINING_STEPS,
+    c.TRAINING_STEP_SECONDS,
+    c.TRAINING_PHASE_SECONDS,
+    c.TRAINING_TOKENS,
+    c.TRAINING_MODEL_FLOPS,
+    c.EFA_TX_PKTS,
+    c.EFA_RETRANS_PKTS,
+    c.EFA_RETRANS_TIMEOUT_EVENTS,
+    c.EFA_IMPAIRED_REMOTE_CONN_EVENTS,
+    c.EFA_UNRESPONSIVE_REMOTE_EVENTS,
+    c.LUSTRE_CLIENT_READ_BYTES,
+    c.LUSTRE_CLIENT_WRITE_BYTES,
+)
+
+GPU_KEY = (c.NODE_LABEL, "gpu")
+RANK_KEY = ("job_id", "rank", c.NODE_LABEL, "gpu")
+
+
+@dataclass
+class GpuSignals:
+    """One column per GPU (Hostname, gpu), one row per grid time."""
+
+    keys: pd.DataFrame
+    clock: np.ndarray
+    util: np.ndarray
+    temp: np.ndarray
+    power: np.ndarray
+    reasons: np.ndarray
+    tensor: np.ndarray
+    pcie_width: np.ndarray
+    thermal_viol: np.ndarray  # ns throttled per ns (share of time)
+    power_viol: np.ndarray
+    index: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def col(self, node: str, gpu: str) -> int | None:
+        return self.index.get((node, gpu))
+
+
+@dataclass
+class RankSignals:
+    """One column per rank series (job_id, rank, Hostname, gpu)."""
+
+    keys: pd.DataFrame
+    steps: np.ndarray  # per-step increments
+    compute: np.ndarray  # forward+backward seconds, per-step increments
+    phases: dict[str, np.ndarray]
+    step_seconds: np.ndarray
+    flops: np.ndarray
+    tokens: np.ndarray
+    present: np.ndarray  # bool, series has a sample
+
+
+@dataclass
+class Features:
+    frames: Frames
+    config: DetectorConfig
+    w: int  # rate window in grid steps
+    p: int  # persistence in grid steps
+    gpus: GpuSignals
+    ranks: RankSignals
+    jobs: list[str]
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.frames.times
+
+    @property
+    def step(self) -> float:
+        return self.frames.step
+
+
+def _align(frames: Frames, name: str, keys: pd.DataFrame, index: dict, how: str = "max") -> np.ndarray:
+    T = len(frames.times)
+    out = np.full((T, len(keys)), np.nan)
+    if not frames.has(name):
+        return out
+    lab, vals = frames.get(name).group(GPU_KEY, how)
+    for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"], strict=True)):
+        k = index.get((n, g))
+        if k is not None:
+            out[:, k] = vals[:, j]
+    return out
+
+
+def _viol_share(frames: Frames, name: str, keys: pd.DataFrame, index: dict, w: int) -> np.ndarray:
+    raw = _align(frames, name, keys, index)
+    return rolling_sum(increase_steps(raw), w) / (w * frames.step * 1e9)
+
+
+def gpu_signals(frames: Frames, w: int) -> GpuSignals:
+    seen: dict[tuple[str, str], None] = {}
+    for name in (c.GPU_UP, c.DCGM_FI_DEV_SM_CLOCK, c.DCGM_FI_DEV_GPU_UTIL, c.GPU_XID_ERRORS_TOTAL):
+        if frames.has(name):
+            m = frames.get(name)
+            for n, g in zip(m.column(c.NODE_LABEL), m.column("gpu"), strict=True):
+                seen[(str(n), str(g))] = None
+    keys = pd.DataFrame(list(seen), columns=list(GPU_KEY)) if seen else pd.DataFrame(columns=list(GPU_KEY))
+    index = {k: i for i, k in enumerate(seen)}
+    return GpuSignals(
+        keys=keys,
+        clock=_align(frames, c.DCGM_FI_DEV_SM_CLOCK, keys, index),
+        util=_align(frames, c.DCGM_FI_DEV_GPU_UTIL, keys, index),
+        temp=_align(frames, c.DCGM_FI_DEV_GPU_TEMP, keys, index),
+        power=_align(frames, c.DCGM_FI_DEV_POWER_USAGE, keys, index),
+        reasons=_align(frames, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, keys, index),
+        tensor=_align(frames, c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, keys, index),
+        pcie_width=_align(frames, c.DCGM_FI_DEV_PCIE_LINK_WIDTH, keys, index),
+        thermal_viol=_viol_share(frames, c.DCGM_FI_DEV_THERMAL_VIOLATION, keys, index, w),
+        power_viol=_viol_share(frames, c.DCGM_FI_DEV_POWER_VIOLATION, keys, index, w),
+        index=index,
+    )
+
+
+def rank_signals(frames: Frames) -> RankSignals:
+    steps_f = frames.get(c.TRAINING_STEPS)
+    T = len(frames.times)
+    if not len(steps_f):
+        empty = np.zeros((T, 0))
+        return RankSignals(pd.DataFrame(columns=list(RANK_KEY)), empty, empty, {}, empty, empty, empty,
+                           np.zeros((T, 0), dtype=bool))  # fmt: skip
+    keys, steps_raw = steps_f.group(RANK_KEY)
+    index = {tuple(r): i for i, r in enumerate(keys.itertuples(index=False, name=None))}
+
+    def aligned(name: str, **match: str) -> np.ndarray:
+        out = np.full((T, len(keys)), np.nan)
+        f = frames.get(name)
+        if not len(f):
+            return out
+        if match:
+            f = f.select(**match)
+        lab, vals = f.group(
+            RANK_KEY, "sum" if match.get("phase") and not isinstance(match["phase"], str) else "max"
+        )
+        for j, row in enumerate(lab.itertuples(index=False, name=None)):
+            k = index.get(tuple(row))
+            if k is not None:
+                out[:, k] = vals[:, j]
+        return out
+
+    phases = {}
+    for ph in c.TRAINING_PHASES:
+        phases[ph] = increase_steps(aligned(c.TRAINING_PHASE_SECONDS, phase=ph))
+    compute = phases["forward"] + phases["backward"]
+    return RankSignals(
+        keys=keys,
+        steps=increase_steps(steps_raw),
+        compute=compute,
+        phases=phases,
+        step_seconds=increase_steps(aligned(c.TRAINING_STEP_SECONDS)),
+        flops=increase_steps(aligned(c.TRAINING_MODEL_FLOPS)),
+        tokens=increase_steps(aligned(c.TRAINING_TOKENS)),
+        present=~np.isnan(steps_raw),
+    )
+
+
+def build_features(frames: Frames, config: DetectorConfig) -> Features:
+    w = max(2, round(config.rate_window_s / frames.step))
+    p = max(1, round(config.persistence_s / frames.step))
+    ranks = rank_signals(frames)
+    jobs = sorted({str(j) for j in ranks.keys["job_id"]}) if len(ranks.keys) else []
+    return Features(frames, config, w, p, gpu_signals(frames, w), ranks, jobs)
+
+
+def robust_z(x: np.ndarray, axis: int = 1, mad_floor: float = 0.005) -> tuple[np.ndarray, np.ndarray]:
+    """(ratio to the median, modified z-score) of every value against its row's peers."""
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(x, axis=axis, keepdims=True)
+            mad = np.nanmedian(np.abs(x - med), axis=axis, keepdims=True)
+        mad = np.maximum(mad, mad_floor * np.abs(med))
+        return x / med, 0.6745 * (x - med) / mad
+
+
+def fmt_time(ts: float) -> str:
+    from fleetscope.analyzers.findings import rfc3339
+
+    return rfc3339(ts) or ""

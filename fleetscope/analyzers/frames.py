@@ -1,0 +1,237 @@
+"""The one layout both loaders produce: every metric as a (time x series) array on a common grid.
+
+Why a grid: the Prometheus API answers ``query_range`` on a regular grid, and a recorded file must
+give the *same* findings, so the file loader puts its raw samples onto the same grid with the same
+rule Prometheus applies. The rule is ``last_over_time(m[L])``: the value at grid time ``t`` is the
+last sample in ``[t - L, t]``, with the lookback ``L`` just under two steps. A series that stops is
+therefore absent two steps later (not five minutes later, as a plain selector's staleness would
+have it), which keeps fail-stop detection fast.
+
+Raw samples are cleaned before they are gridded: sorted by time, duplicates of one timestamp
+collapsed to the last one written, NaN samples dropped. Counters are never read raw: :func:`increase`
+turns them into per-step increments that survive counter resets (a drop means the counter restarted
+from zero, as in PromQL's ``increase``) and gaps (the increment is taken from the last value seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+#: Label keys added by Prometheus at scrape time; never used to identify a node or GPU.
+SCRAPE_LABELS = ("job", "instance")
+
+
+def lookback_seconds(step: float) -> float:
+    """The lookback of the grid rule: just under two steps, so one missed scrape is bridged."""
+    return 2 * step - 0.001
+
+
+@dataclass
+class RawSeries:
+    """One series as loaded: its labels and its samples (any order, duplicates allowed)."""
+
+    labels: dict[str, str]
+    times: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class MetricFrame:
+    """One metric: ``labels`` has one row per series (columns = label keys, missing = ""),
+    ``values`` has one column per series and one row per grid time (NaN = no sample)."""
+
+    labels: pd.DataFrame
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return self.values.shape[1]
+
+    def column(self, key: str) -> np.ndarray:
+        if key in self.labels.columns:
+            return self.labels[key].to_numpy(dtype=object)
+        return np.full(len(self.labels), "", dtype=object)
+
+    def select(self, **match: str | Sequence[str]) -> MetricFrame:
+        """The series whose labels equal (or are in) the given values."""
+        mask = np.ones(len(self.labels), dtype=bool)
+        for k, v in match.items():
+            col = self.column(k)
+            mask &= np.isin(col, [v] if isinstance(v, str) else list(v))
+        return MetricFrame(self.labels[mask].reset_index(drop=True), self.values[:, mask])
+
+    def group(self, keys: Sequence[str], how: str = "max") -> tuple[pd.DataFrame, np.ndarray]:
+        """Aggregate series sharing the same values of ``keys`` (max, sum, or min per time)."""
+        if not len(self.labels):
+            return pd.DataFrame(columns=list(keys)), np.zeros((self.values.shape[0], 0))
+        idx = pd.MultiIndex.from_arrays([self.column(k) for k in keys], names=list(keys))
+        codes, uniques = pd.factorize(idx)
+        K = len(uniques)
+        T = self.values.shape[0]
+        if len(codes) == K and np.array_equal(codes, np.arange(K)):
+            out = self.values.copy()
+        else:
+            out = np.full((T, K), np.nan)
+            for k in range(K):
+                cols = self.values[:, codes == k]
+                with np.errstate(all="ignore"):
+                    if how == "sum":
+                        out[:, k] = np.where(np.isnan(cols).all(axis=1), np.nan, np.nansum(cols, axis=1))
+                    elif how == "min":
+                        out[:, k] = _nanreduce(np.nanmin, cols)
+                    else:
+                        out[:, k] = _nanreduce(np.nanmax, cols)
+        frame = pd.DataFrame(list(uniques), columns=list(keys)) if K else pd.DataFrame(columns=list(keys))
+        return frame, out
+
+
+def _nanreduce(fn, cols: np.ndarray) -> np.ndarray:
+    allnan = np.isnan(cols).all(axis=1)
+    safe = np.where(np.isnan(cols), -np.inf if fn is np.nanmax else np.inf, cols)
+    red = (np.max if fn is np.nanmax else np.min)(safe, axis=1)
+    return np.where(allnan, np.nan, red)
+
+
+@dataclass
+class Frames:
+    """A loaded window: the grid and every metric on it."""
+
+    times: np.ndarray
+    step: float
+    metrics: dict[str, MetricFrame] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def start(self) -> float:
+        return float(self.times[0])
+
+    @property
+    def end(self) -> float:
+        return float(self.times[-1])
+
+    def get(self, name: str) -> MetricFrame:
+        m = self.metrics.get(name)
+        if m is None:
+            return MetricFrame(pd.DataFrame(), np.zeros((len(self.times), 0)))
+        return m
+
+    def has(self, name: str) -> bool:
+        return name in self.metrics and len(self.metrics[name]) > 0
+
+
+def make_grid(start: float, end: float, step: float) -> np.ndarray:
+    """``start, start+step, ...`` up to ``end`` inclusive (Prometheus' query_range grid)."""
+    n = int(np.floor((end - start) / step + 1e-9)) + 1
+    return start + step * np.arange(max(n, 1))
+
+
+def clean(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by time, keep the last of duplicate timestamps, drop NaN samples."""
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(values, dtype=float)
+    if t.size > 1 and np.any(np.diff(t) <= 0):
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        last = np.append(t[1:] != t[:-1], True)
+        t, v = t[last], v[last]
+    keep = ~np.isnan(v)
+    return t[keep], v[keep]
+
+
+def to_grid(times: np.ndarray, values: np.ndarray, grid: np.ndarray, lookback: float) -> np.ndarray:
+    """The ``last_over_time(m[lookback])`` value of one cleaned series at every grid time."""
+    if times.size == 0:
+        return np.full(grid.shape, np.nan)
+    # Millisecond resolution, as Prometheus stores it.
+    tm = np.round(times * 1000).astype(np.int64)
+    gm = np.round(grid * 1000).astype(np.int64)
+    idx = np.searchsorted(tm, gm, side="right") - 1
+    ok = idx >= 0
+    safe = np.where(ok, idx, 0)
+    ok &= (gm - tm[safe]) <= round(lookback * 1000)
+    return np.where(ok, values[safe], np.nan)
+
+
+def build_frames(
+    raw: dict[str, list[RawSeries]], start: float, end: float, step: float, source: str = ""
+) -> Frames:
+    """Clean every raw series and put it on the grid; series of the same labels are merged."""
+    grid = make_grid(start, end, step)
+    lb = lookback_seconds(step)
+    frames = Frames(times=grid, step=step, source=source)
+    for name, series in raw.items():
+        merged: dict[tuple, list[RawSeries]] = {}
+        for s in series:
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if v != ""))
+            merged.setdefault(key, []).append(s)
+        label_rows = []
+        cols = []
+        for key, parts in merged.items():
+            t = np.concatenate([p.times for p in parts])
+            v = np.concatenate([p.values for p in parts])
+            t, v = clean(t, v)
+            g = to_grid(t, v, grid, lb)
+            if np.isnan(g).all():
+                continue
+            label_rows.append(dict(key))
+            cols.append(g)
+        if not cols:
+            continue
+        labels = pd.DataFrame(label_rows).fillna("")
+        frames.metrics[name] = MetricFrame(labels, np.column_stack(cols))
+    return frames
+
+
+# ---------------------------------------------------------------------- counter arithmetic
+def increase_steps(values: np.ndarray) -> np.ndarray:
+    """Per-step increments of counters (T x S): resets count from zero; gaps are bridged.
+
+    Row 0 and rows where the series has no sample are NaN; the first sample of a series counts as
+    no increase (its history before the window is unknown).
+    """
+    v = np.asarray(values, dtype=float)
+    prev = pd.DataFrame(v).ffill().shift(1).to_numpy()
+    d = v - prev
+    d = np.where(d < 0, v, d)  # counter reset: it restarted from zero
+    d = np.where(np.isnan(v), np.nan, d)
+    return d
+
+
+def rolling_sum(x: np.ndarray, window: int) -> np.ndarray:
+    """Sum over the last ``window`` rows (NaN counts as 0; all-NaN windows give NaN)."""
+    x = np.asarray(x, dtype=float)
+    valid = ~np.isnan(x)
+    cs = np.cumsum(np.where(valid, x, 0.0), axis=0)
+    cn = np.cumsum(valid, axis=0)
+    cs = np.vstack([np.zeros((1,) + cs.shape[1:]), cs])
+    cn = np.vstack([np.zeros((1,) + cn.shape[1:]), cn])
+    idx = np.arange(1, x.shape[0] + 1)
+    lo = np.maximum(idx - window, 0)
+    s = cs[idx] - cs[lo]
+    n = cn[idx] - cn[lo]
+    return np.where(n > 0, s, np.nan)
+
+
+def rate(values: np.ndarray, step: float, window: int) -> np.ndarray:
+    """Per-second rate of counters over the last ``window`` steps (reset-safe)."""
+    return rolling_sum(increase_steps(values), window) / (window * step)
+
+
+def last_valid(x: np.ndarray) -> np.ndarray:
+    """The last non-NaN value of each column (NaN when none)."""
+    df = pd.DataFrame(x).ffill()
+    return df.iloc[-1].to_numpy() if len(df) else np.array([])
+
+
+def iter_runs(mask: np.ndarray) -> Iterable[tuple[int, int]]:
+    """(first, last) indices of each run of True in a 1-D boolean array."""
+    m = np.asarray(mask, dtype=bool)
+    if not m.any():
+        return []
+    d = np.diff(np.concatenate([[0], m.astype(np.int8), [0]]))
+    starts = np.nonzero(d == 1)[0]
+    ends = np.nonzero(d == -1)[0] - 1
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))

@@ -1,0 +1,192 @@
+"""Run the model over a window and write it as a recorded OpenMetrics file plus its ground truth.
+
+File layout (what ``promtool tsdb create-blocks-from openmetrics`` 2.42 accepts): one metric family
+after the other, each with its ``# TYPE`` and ``# HELP``; inside a family one series after the
+other, each series' samples in time order; a timestamp (Unix seconds) on every sample; ``# EOF``
+last. Counters whose name ends in ``_total`` are typed ``counter`` (the family name without the
+suffix); DCGM counters have no ``_total`` and are typed ``unknown``, as DESIGN.md says.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.findings import rfc3339
+from fleetscope.simulate.model import ClusterModel
+from fleetscope.simulate.spec import ScenarioSpec, node_name
+
+
+class Recording:
+    """Every sample the model produced, by metric and series."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, tuple[str, ...]] = {}
+        self._blocks: dict[str, list[tuple[list, list[float], list[np.ndarray]]]] = {}
+        self.times: list[float] = []
+
+    def add(self, t: float, series: dict) -> None:
+        self.times.append(t)
+        for name, s in series.items():
+            self.labels.setdefault(name, s.labels)
+            blocks = self._blocks.setdefault(name, [])
+            if not blocks or blocks[-1][0] is not s.keys:
+                blocks.append((s.keys, [], []))
+            blocks[-1][1].append(t)
+            blocks[-1][2].append(s.values)
+
+    def series_of(self, name: str) -> dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]:
+        """label tuple -> (times, values) of one metric, samples in time order, absent ones dropped."""
+        chunks: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for keys, times, rows in self._blocks.get(name, []):
+            if not keys:
+                continue
+            t = np.asarray(times)
+            arr = np.vstack(rows)
+            for j, key in enumerate(keys):
+                chunks.setdefault(key, []).append((t, arr[:, j]))
+        out = {}
+        for key, parts in chunks.items():
+            t = np.concatenate([p[0] for p in parts])
+            v = np.concatenate([p[1] for p in parts])
+            keep = ~np.isnan(v)
+            out[key] = (t[keep], v[keep])
+        return out
+
+    def metric_names(self) -> list[str]:
+        return list(self._blocks)
+
+
+def simulate(spec: ScenarioSpec, progress: Callable[[float], None] | None = None) -> Recording:
+    """Run the scenario from its start for its duration, one sample per ``step_s``."""
+    model = ClusterModel(spec, scrape_labels=True)
+    rec = Recording()
+    n = int(spec.duration_s // spec.step_s)
+    rec.add(model.t, model.series())
+    for i in range(n):
+        model.tick(spec.step_s)
+        rec.add(model.t, model.series())
+        if progress and i % 20 == 0:
+            progress((i + 1) / n)
+    return rec
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(x: float) -> str:
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(x)
+
+
+def _family(name: str) -> tuple[str, str]:
+    """(family name, OpenMetrics type) of a series name."""
+    meta = c.METRICS.get(name)
+    if meta is not None and meta.type == "counter":
+        if name.endswith("_total"):
+            return name[: -len("_total")], "counter"
+        return name, "unknown"
+    return name, "gauge"
+
+
+def iter_openmetrics(rec: Recording) -> Iterator[str]:
+    for name in rec.metric_names():
+        series = rec.series_of(name)
+        if not series:
+            continue
+        family, typ = _family(name)
+        meta = c.METRICS.get(name)
+        yield f"# TYPE {family} {typ}\n"
+        if meta is not None:
+            yield f"# HELP {family} {_escape(meta.help)}\n"
+        labels = rec.labels[name]
+        for key, (t, v) in series.items():
+            head = (
+                name + "{" + ",".join(f'{k}="{_escape(x)}"' for k, x in zip(labels, key, strict=True)) + "} "
+            )
+            ts = [_fmt(x) for x in t.tolist()]
+            vs = [_fmt(x) for x in v.tolist()]
+            yield "".join(f"{head}{a} {b}\n" for a, b in zip(vs, ts, strict=True))
+    yield "# EOF\n"
+
+
+def write_openmetrics(rec: Recording, path: str | Path) -> None:
+    """Write the recording; gzip when the name ends in ``.gz``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = gzip.open(path, "wb", compresslevel=3) if path.suffix == ".gz" else path.open("wb")  # noqa: SIM115
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
+        for chunk in iter_openmetrics(rec):
+            out.write(chunk)
+
+
+#: Which findings each fault must produce (kind, cause) for the evaluation.
+EXPECTED: dict[str, list[tuple[str, str]]] = {
+    "thermal_throttle": [("straggler", "thermal_throttle"), ("mfu_drop", "straggler")],
+    "power_brake": [("straggler", "power_brake"), ("mfu_drop", "straggler")],
+    "gpu_lost": [("failing_node", "gpu_lost"), ("mfu_drop", "failing_node")],
+    "ecc_uncorrectable": [("failing_node", "ecc_uncorrectable"), ("mfu_drop", "failing_node")],
+    "row_remap_failure": [("failing_node", "row_remap_failure"), ("mfu_drop", "failing_node")],
+    "efa_degraded": [("straggler", "network"), ("mfu_drop", "network")],
+    "pcie_width_drop": [("failing_node", "pcie_width_drop")],
+    "data_stall": [("mfu_drop", "data_loading")],
+}
+
+
+def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
+    """The faults injected, where and when, and the findings they should produce."""
+    end_window = spec.start + (spec.duration_s // spec.step_s) * spec.step_s
+    faults = []
+    for f in spec.faults:
+        onset = spec.start + f.at_s
+        end = None if f.duration_s is None else min(onset + f.duration_s, end_window)
+        node = node_name(f.node)
+        per_gpu = f.kind not in ("efa_degraded", "data_stall")
+        expected = []
+        for kind, cause in EXPECTED[f.kind]:
+            e: dict[str, Any] = {"kind": kind, "cause": cause}
+            if kind == "mfu_drop" and f.kind in ("thermal_throttle", "power_brake") and f.slowdown < 0.2:
+                # One GPU 10-20% slower costs the job only about half that: a drop may or may not show.
+                e["optional"] = True
+            if kind != "mfu_drop":
+                e["node"] = node
+                e["gpu"] = str(f.gpu) if per_gpu else None
+            expected.append(e)
+        faults.append({
+            "kind": f.kind,
+            "node": node,
+            "gpu": str(f.gpu) if per_gpu else None,
+            "rank": f.node * spec.gpus_per_node + f.gpu if per_gpu else None,
+            "device": f"rdmap{79 + 16 * f.device}s0" if f.kind == "efa_degraded" else None,
+            "onset": rfc3339(onset),
+            "end": rfc3339(end),
+            "fail_stop": f.kind in ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop"),
+            "slowdown": f.slowdown if f.kind in ("thermal_throttle", "power_brake", "efa_degraded", "data_stall") else None,
+            "expected": expected,
+        })  # fmt: skip
+    return {
+        "scenario": spec.name,
+        "window": {"start": rfc3339(spec.start), "end": rfc3339(end_window)},
+        "spec": spec.to_dict(),
+        "faults": faults,
+    }
+
+
+def write_scenario(spec: ScenarioSpec, out: str | Path, truth: str | Path | None = None,
+                   progress: Callable[[float], None] | None = None) -> tuple[Path, Path]:  # fmt: skip
+    """Simulate ``spec`` into ``out`` (OpenMetrics) and its ground truth into ``truth`` (JSON)."""
+    out = Path(out)
+    truth = Path(truth) if truth else out.with_name(out.name.split(".")[0] + ".truth.json")
+    rec = simulate(spec, progress)
+    write_openmetrics(rec, out)
+    truth.write_text(json.dumps(ground_truth(spec), indent=2) + "\n")
+    return out, truth
