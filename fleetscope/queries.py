@@ -84,17 +84,17 @@ def node_gpu_count() -> str:
 
 
 def sum_of_counters(
-    metrics: tuple[str, ...], window: str, by: tuple[str, ...], function: str = "rate"
+    metrics: tuple[str, ...], window: str, by: tuple[str, ...], function: str = "rate", matchers: str = ""
 ) -> str:
     """``rate`` (or ``increase``) of several counters with the same labels, summed ``by`` labels.
 
     Each counter may be absent (an unsupported field is absent, never 0), so the terms are joined
     with ``or`` after ``label_replace`` makes their label sets distinct; a plain ``a + b`` would drop
     the whole sum when one counter is missing, and ``{__name__=~"a|b"}`` would collide once
-    ``rate`` drops the names.
+    ``rate`` drops the names. ``matchers`` (``{Hostname=~"$Hostname"}``) applies to every counter.
     """
     terms = " or ".join(
-        f'label_replace({function}({m}[{window}]), "counter", "{m}", "", "")' for m in metrics
+        f'label_replace({function}({m}{matchers}[{window}]), "counter", "{m}", "", "")' for m in metrics
     )
     return f"sum by ({', '.join(by)}) ({terms})"
 

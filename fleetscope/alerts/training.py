@@ -12,6 +12,12 @@ _PEAK = 0.9895e15  # H100 dense bf16 (contract.PEAK_FLOPS_TABLE)
 _JOB = "Job {{ $labels.job_id }}"
 
 
+def rank_compute_vs_median(selector: str = "") -> str:
+    """Each rank's compute time over its job's median rank (1 = typical); ``selector`` like ``{job_id="1"}``."""
+    series = f"{names.RANK_COMPUTE}{selector}"
+    return f"{series} / on (job_id) group_left () quantile by (job_id) (0.5, {series})"
+
+
 def _two_regimes(per_min_before: float, minutes_before: int, per_min_after: float, minutes_after: int) -> str:
     """A counter growing at one rate, then at another (promtool expanding notation)."""
     at_switch = per_min_before * minutes_before
@@ -140,10 +146,7 @@ def group(cfg: Thresholds) -> Group:
         ),
         Alert(
             name="FleetscopeTrainingRankSlow",
-            expr=(
-                f"{names.RANK_COMPUTE} / on (job_id) group_left ()"
-                f" quantile by (job_id) (0.5, {names.RANK_COMPUTE}) > {num(cfg.rank_compute_ratio)}"
-            ),
+            expr=f"{rank_compute_vs_median()} > {num(cfg.rank_compute_ratio)}",
             for_="10m",
             severity="warning",
             summary="A rank computes much slower than its peers and holds the job back.",

@@ -1,0 +1,56 @@
+"""Training job: per-rank step and compute time, stragglers, MFU, tokens/s, loss and phase breakdown."""
+
+from __future__ import annotations
+
+import grafanalib.core as g
+
+from fleetscope import contract as c
+from fleetscope.alerts import names
+from fleetscope.alerts.config import Thresholds
+from fleetscope.alerts.training import rank_compute_vs_median
+from fleetscope.dashboards.common import JOB, dashboard, job_var, sel, stat, timeseries
+
+UID = "fleetscope-training"
+W = "$__rate_interval"
+
+
+def build(cfg: Thresholds) -> g.Dashboard:
+    def s(metric: str) -> str:
+        return sel(metric, **JOB)
+
+    rank = "rank {{rank}}"
+    step_time = f"rate({s(c.TRAINING_STEP_SECONDS)}[{W}]) / rate({s(c.TRAINING_STEPS)}[{W}])"
+    rows = [
+        (None, [
+            stat("MFU", s(names.JOB_MFU), "percentunit", "Model FLOP/s over the bf16 peak of the job's GPUs.",
+                 no_value="-"),
+            stat("Tokens/s", s(names.JOB_TOKENS), "short", no_value="-"),
+            stat("Global step", f"max({s(c.TRAINING_GLOBAL_STEP)})", "short", no_value="-"),
+            stat("Since last step", f"time() - max({s(c.TRAINING_LAST_STEP_TIMESTAMP)})", "s",
+                 "A stall shows here first.", [(None, "green"), (cfg.stall_min_seconds, "red")], no_value="-"),
+            stat("Ranks", f"count({s(c.TRAINING_STEPS)})", "short", no_value="-"),
+        ]),
+        ("Throughput", [
+            timeseries("MFU", [(s(names.JOB_MFU), "job"), (s(names.RANK_MFU), rank)], "percentunit", min_value=0),
+            timeseries("Tokens/s", [(s(names.JOB_TOKENS), "job")], "short", min_value=0),
+            timeseries("Loss", [(f"avg({s(c.TRAINING_LOSS)})", "mean over ranks")], "none"),
+        ]),
+        ("Ranks", [
+            timeseries("Step time per rank", [(step_time, rank)], "s", min_value=0),
+            timeseries("Compute time per rank", [(s(names.RANK_COMPUTE), rank)], "percentunit",
+                       "Forward + backward seconds per second of wall time.", min_value=0),
+            timeseries("Compute time vs peer median", [(rank_compute_vs_median(s("")), rank)], "short",
+                       f"1 is typical; the RankSlow alert fires above {cfg.rank_compute_ratio}.", min_value=0),
+            timeseries("Straggler score (service)", [(s(c.STRAGGLER_SCORE), rank)], "short", min_value=0),
+        ]),
+        ("Phases", [
+            timeseries("Phase breakdown (mean over ranks)", [
+                (f"avg by (phase) (rate({s(c.TRAINING_PHASE_SECONDS)}[{W}]))", "{{phase}}"),
+            ], "percentunit", "Share of wall time per phase: data, forward, backward, optimizer, checkpoint.",
+                stacked=True, min_value=0),
+            timeseries("Data loading per rank", [
+                (f'rate({sel(c.TRAINING_PHASE_SECONDS, phase="data", **JOB)}[{W}])', rank),
+            ], "percentunit", "A rank starved by its data loader or by storage.", min_value=0),
+        ]),
+    ]  # fmt: skip
+    return dashboard(UID, "fleetscope / Training job", "One training job, rank by rank.", [job_var()], rows)
