@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             dest=f"collector_{name}",
             action="store_true",
             default=None,
-            help=f"enable the {name} collector: {what} (default {'on' if default_on else 'off'})",
+            help=f"enable the {name} collector: {what} (default {'on' if default_on else 'off'}; "
+            f"--no-collector.{name} disables it)",
         )
         p.add_argument(
             f"--no-collector.{name}",
