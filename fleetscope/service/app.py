@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from fleetscope.analyzers.api import Analysis
 from fleetscope.analyzers.findings import Finding, rfc3339
 from fleetscope.service import schemas
 from fleetscope.service.auth import OPEN_PATHS, BearerTokenMiddleware
-from fleetscope.service.metrics import make_registry, render
+from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.plan import DEFAULT_MAX_FRACTION, plan_from_analysis
 from fleetscope.service.runner import AnalysisRunner, AnalyzeFn
 from fleetscope.service.state import Snapshot, VerdictStore
@@ -141,11 +142,28 @@ class _View:
         for rows in self.scores.values():
             rows.sort(key=lambda r: r["rank"])
         self.open_findings = sum(1 for f in self.findings if f.end is None)
+        self._window_json = _dumps(self.window)
+        self._parts: dict[Any, bytes] = {}
+
+    def answer(self, snap: Snapshot, key: Any, members: Callable[[], dict]) -> Response:
+        """``{"status": ..., "window": ..., **members()}``; the members are serialized once per
+        analysis under ``key`` (None: not cached); only the freshness block is built per request."""
+        part = self._parts.get(key) if key is not None else None
+        if part is None:
+            part = _dumps(members())[1:-1].encode()
+            if key is not None:
+                self._parts[key] = part
+        body = b'{"status":' + _dumps(snap.status()).encode() + b',"window":' + self._window_json.encode()
+        return Response(body + b"," + part + b"}", media_type="application/json")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(
-        json.dumps(body, separators=(",", ":"), allow_nan=False),
+        _dumps(body),
         status_code=status,
         media_type="application/json",
         headers=headers,
@@ -173,7 +191,7 @@ def _since_seconds(since: datetime | None) -> float | None:
     return since.timestamp()
 
 
-def _reject_unknown_query(request: Request) -> None:
+async def _reject_unknown_query(request: Request) -> None:
     """An unknown query parameter is an error (a typo like ``?nodes=`` must not silently match all)."""
     if not request.url.query:
         return
@@ -221,9 +239,9 @@ def _load_static() -> dict[str, bytes]:
 def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStore | None = None) -> FastAPI:
     store = store or VerdictStore(settings.staleness_limit)
     runner = AnalysisRunner(store, analyze, settings.interval, settings.window)
-    registry = make_registry(store)
     static = _load_static()
     cache: dict[str, Any] = {"version": -1, "view": None}
+    metrics_cache: dict[str, Any] = {}
 
     def view(snap: Snapshot) -> _View | None:
         if snap.analysis is None:
@@ -267,22 +285,23 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
     def static_response(name: str) -> Response:
         return Response(static[name], media_type=_STATIC[name])
 
+    # Handlers are ``async``: they only read memory, and a sync handler would cost a thread hop.
     @app.get("/", include_in_schema=False)
-    def index(job: Annotated[str | None, Query(pattern=JOB_PATTERN)] = None) -> Response:
+    async def index(job: Annotated[str | None, Query(pattern=JOB_PATTERN)] = None) -> Response:
         """The page; ``?job=`` (read by the page's script) chooses the job of the straggler chart."""
         return static_response("index.html")
 
     @app.get("/static/app.js", include_in_schema=False)
-    def app_js() -> Response:
+    async def app_js() -> Response:
         return static_response("app.js")
 
     @app.get("/static/style.css", include_in_schema=False)
-    def style_css() -> Response:
+    async def style_css() -> Response:
         return static_response("style.css")
 
     # --- health ----------------------------------------------------------------------------
     @app.get("/healthz", response_model=schemas.Health, tags=["health"])
-    def healthz() -> Response:
+    async def healthz() -> Response:
         """Liveness: the process answers. Open even when a token is configured."""
         return _json({"status": "ok"})
 
@@ -292,14 +311,14 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         responses={503: {"model": schemas.Freshness, "description": "not ready"}},
         tags=["health"],
     )
-    def readyz() -> Response:
+    async def readyz() -> Response:
         """Ready after the first successful analysis, and not while the verdicts are stale."""
         snap = store.snapshot()
         return _json(snap.status(), status=200 if snap.ready else 503)
 
     # --- API -------------------------------------------------------------------------------
     @app.get("/api/v1/status", response_model=schemas.StatusResponse, tags=["api"])
-    def status() -> Response:
+    async def status() -> Response:
         snap = store.snapshot()
         v = view(snap)
         return _json(
@@ -315,7 +334,7 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         )
 
     @app.get("/api/v1/findings", response_model=schemas.FindingsResponse, responses=no_data, tags=["api"])
-    def findings(
+    async def findings(
         kind: Annotated[
             str | None, Query(pattern=KIND_PATTERN, description="failing_node, straggler, mfu_drop, ...")
         ] = None,
@@ -330,6 +349,8 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         v = view(snap)
         if v is None:
             return unavailable(snap)
+        if kind is None and node is None and job_id is None and since is None:
+            return v.answer(snap, "findings", lambda: {"findings": v.finding_dicts})
         t = _since_seconds(since)
         rows = [
             d
@@ -339,25 +360,24 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
             and (job_id is None or f.job_id == job_id)
             and (t is None or f.end is None or f.end >= t)
         ]
-        return _json({"status": snap.status(), "window": v.window, "findings": rows})
+        return v.answer(snap, None, lambda: {"findings": rows})
 
     @app.get("/api/v1/nodes", response_model=schemas.NodesResponse, responses=no_data, tags=["api"])
-    def nodes() -> Response:
+    async def nodes() -> Response:
         """Every node seen in the window: its state, why, and its GPUs' states."""
         snap = store.snapshot()
         v = view(snap)
         if v is None:
             return unavailable(snap)
-        return _json({"status": snap.status(), "window": v.window, "counts": v.counts, "nodes": v.nodes})
+        return v.answer(snap, "nodes", lambda: {"counts": v.counts, "nodes": v.nodes})
 
     @app.get("/api/v1/jobs", response_model=schemas.JobsResponse, responses=no_data, tags=["api"])
-    def jobs() -> Response:
+    async def jobs() -> Response:
         snap = store.snapshot()
         v = view(snap)
         if v is None:
             return unavailable(snap)
-        rows = [v.jobs[k] for k in sorted(v.jobs, key=_natural)]
-        return _json({"status": snap.status(), "window": v.window, "jobs": rows})
+        return v.answer(snap, "jobs", lambda: {"jobs": [v.jobs[k] for k in sorted(v.jobs, key=_natural)]})
 
     @app.get(
         "/api/v1/jobs/{job_id}",
@@ -365,7 +385,7 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         responses={**no_data, 404: {"model": schemas.Problem, "description": "unknown job"}},
         tags=["api"],
     )
-    def job(job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
+    async def job(job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
         """One job: MFU, tokens/s, step time, straggler ranks and every rank's score."""
         snap = store.snapshot()
         v = view(snap)
@@ -374,19 +394,20 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         summary = v.jobs.get(job_id)
         if summary is None:
             return _json({"detail": "unknown job"}, status=404)
-        rows = [d for f, d in zip(v.findings, v.finding_dicts, strict=True) if f.job_id == job_id]
-        return _json(
-            {
-                "status": snap.status(),
-                "window": v.window,
+        return v.answer(
+            snap,
+            ("job", job_id),
+            lambda: {
                 "job": summary,
                 "scores": v.scores.get(job_id, []),
-                "findings": rows,
-            }
+                "findings": [
+                    d for f, d in zip(v.findings, v.finding_dicts, strict=True) if f.job_id == job_id
+                ],
+            },
         )
 
     @app.get("/api/v1/plan", response_model=schemas.PlanResponse, responses=no_data, tags=["api"])
-    def plan(
+    async def plan(
         scheduler: Annotated[Literal["slurm", "kubernetes"] | None, Query()] = None,
     ) -> Response:
         """The drain plan for the current failing nodes (printed, never run by the service)."""
@@ -394,8 +415,13 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         v = view(snap)
         if v is None:
             return unavailable(snap)
-        p = plan_from_analysis(v.analysis, scheduler or settings.scheduler, settings.max_fraction)
-        return _json({"status": snap.status(), "window": v.window, "plan": p.to_dict(), "script": p.script()})
+        chosen = scheduler or settings.scheduler
+
+        def body() -> dict:
+            p = plan_from_analysis(v.analysis, chosen, settings.max_fraction)
+            return {"plan": p.to_dict(), "script": p.script()}
+
+        return v.answer(snap, ("plan", chosen), body)
 
     @app.get(
         "/metrics",
@@ -403,9 +429,14 @@ def create_app(settings: ServiceSettings, analyze: AnalyzeFn, store: VerdictStor
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}}},
     )
-    def metrics() -> Response:
-        """The verdict series of the metric contract, in the Prometheus text format."""
-        return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics() -> Response:
+        """The verdict series of the contract, in the Prometheus text format (rendered once per state)."""
+        snap = store.snapshot()
+        key = (snap.version, snap.stale, snap.error is None, snap.attempted_at, snap.duration)
+        if metrics_cache.get("key") != key:
+            metrics_cache["body"] = render_snapshot(snap)
+            metrics_cache["key"] = key
+        return Response(metrics_cache["body"], media_type=CONTENT_TYPE_LATEST)
 
     if settings.token:
         _declare_bearer(app)

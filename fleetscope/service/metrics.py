@@ -74,11 +74,23 @@ class VerdictCollector(Collector):
         yield from verdict_families(self.store.snapshot())
 
 
+class _SnapshotCollector(Collector):
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        yield from verdict_families(self.snap)
+
+
 def make_registry(store: VerdictStore) -> CollectorRegistry:
+    """A private registry that reads the store on every collection."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(VerdictCollector(store))
     return registry
 
 
-def render(registry: CollectorRegistry) -> bytes:
+def render_snapshot(snap: Snapshot) -> bytes:
+    """The text exposition of one snapshot (the app caches it per analysis and freshness state)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SnapshotCollector(snap))
     return generate_latest(registry)

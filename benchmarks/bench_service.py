@@ -1,0 +1,262 @@
+"""Benchmark of the live service (docs/benchmarks.md, "Live service: analysis cycle and API latency").
+
+(a) ``cycle``: one analysis cycle over a 64-node job's last 30 minutes. The simulator records 30
+    minutes of a 64-node x 8-GPU job with one failing GPU; promtool backfills it into a real
+    Prometheus; ``analyze_prometheus`` (what every service cycle calls) is timed over that window.
+(b) ``api``: API latency under 50 concurrent clients on loopback. ``fleetscope``'s app runs under
+    uvicorn in its own process, holding the verdicts of a 64-node cluster (512 GPUs, 512 ranks);
+    50 client threads, each on its own keep-alive connection, send a bounded number of GETs over
+    the page's endpoints; latency percentiles are reported.
+
+    .venv/bin/python benchmarks/bench_service.py            # both
+    .venv/bin/python benchmarks/bench_service.py api --clients 50 --requests 6000
+    .venv/bin/python benchmarks/bench_service.py cycle --nodes 64 --minutes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ENDPOINTS = [
+    "/api/v1/nodes",
+    "/api/v1/findings",
+    "/api/v1/jobs/4711",
+    "/api/v1/findings?kind=failing_node",
+    "/metrics",
+    "/readyz",
+]
+
+
+# --- (b) API latency ------------------------------------------------------------------------
+
+
+def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
+    """The verdicts of a 64-node cluster: one failing node, two degraded, 512 ranks, one straggler."""
+    from fleetscope.analyzers.api import Analysis, JobSummary, NodeVerdict, StragglerScore
+    from fleetscope.analyzers.findings import Finding
+
+    end = time.time()
+    a = Analysis(start=end - 1800, end=end)
+    for i in range(1, n_nodes + 1):
+        name = f"ip-10-1-{i // 256}-{i % 256}"
+        state = "failing" if i == 7 else "degraded" if i in (20, 41) else "healthy"
+        a.nodes[name] = NodeVerdict(name, state, [] if state == "healthy" else [f"{state} for a reason"],
+                                    {str(g): state if g == 3 else "healthy" for g in range(gpus)})  # fmt: skip
+        if state != "healthy":
+            a.findings.append(Finding("failing_node" if state == "failing" else "straggler",
+                                      "critical" if state == "failing" else "warning", name, end - 900,
+                                      "gpu_lost", "drain now", gpu="3", evidence={"fleetscope_gpu_up": "1 -> 0"}))  # fmt: skip
+    nodes = sorted(a.nodes)
+    for r in range(n_nodes * gpus):
+        a.straggler_scores.append(
+            StragglerScore("4711", r, nodes[r // gpus], str(r % gpus), 1.0 + (r % 17) / 1000)
+        )
+    a.jobs["4711"] = JobSummary("4711", n_nodes * gpus, nodes, 0.41, 2.1e6, 1.9, [163])
+    return a
+
+
+def serve_fixture(port: int) -> None:
+    """The server process of (b): the real app, scripted verdicts, uvicorn as ``fleetscope serve`` runs it."""
+    import uvicorn
+
+    from fleetscope.service.app import ServiceSettings, create_app
+
+    analysis = cluster_analysis()
+    app = create_app(ServiceSettings(interval=30, window=1800), lambda start, end: analysis)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False)
+
+
+def _client(
+    port: int, paths: list[str], out: list[tuple[str, float]], errors: list[str], go: threading.Event
+):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    go.wait()
+    for path in paths:
+        t0 = time.perf_counter()
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                errors.append(f"{path}: {resp.status}")
+        except (OSError, http.client.HTTPException) as exc:
+            errors.append(f"{path}: {exc}")
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            continue
+        out.append((path, time.perf_counter() - t0))
+    conn.close()
+
+
+async def _async_client(
+    port: int, paths: list[str], out: list[tuple[str, float]], errors: list[str], go
+) -> None:
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await go.wait()
+    for path in paths:
+        t0 = time.perf_counter()
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        out.append((path, time.perf_counter() - t0))
+        if status != 200:
+            errors.append(f"{path}: {status}")
+    writer.close()
+
+
+def run_async_clients(port: int, plans: list[list[str]], results, errors) -> float:
+    import asyncio
+
+    async def main() -> float:
+        go = asyncio.Event()
+        tasks = [
+            asyncio.create_task(_async_client(port, p, results[i], errors, go)) for i, p in enumerate(plans)
+        ]
+        await asyncio.sleep(0.5)
+        t0 = time.perf_counter()
+        go.set()
+        await asyncio.gather(*tasks)
+        return time.perf_counter() - t0
+
+    return asyncio.run(main())
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
+
+
+def bench_api(clients: int, requests: int, client_kind: str = "asyncio") -> dict:
+    from tests.support.prom import free_port, http_get, wait_for
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "_serve", str(port)], cwd=ROOT)
+    try:
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/readyz", timeout=1)[0] == 200, 60, what="server")
+        # Warm up every endpoint once.
+        for path in ENDPOINTS:
+            assert http_get(f"http://127.0.0.1:{port}{path}")[0] == 200, path
+        per_client = requests // clients
+        results: list[list[tuple[str, float]]] = [[] for _ in range(clients)]
+        errors: list[str] = []
+        plans = [[ENDPOINTS[(c + i) % len(ENDPOINTS)] for i in range(per_client)] for c in range(clients)]
+        if client_kind == "asyncio":
+            wall = run_async_clients(port, plans, results, errors)
+        else:
+            go = threading.Event()
+            threads = []
+            for c in range(clients):
+                t = threading.Thread(target=_client, args=(port, plans[c], results[c], errors, go))
+                t.start()
+                threads.append(t)
+            time.sleep(0.5)  # every client connected and waiting
+            t0 = time.perf_counter()
+            go.set()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+    finally:
+        server.terminate()
+        server.wait(10)
+    lat = [d for r in results for _, d in r]
+    by_path: dict[str, list[float]] = {}
+    for r in results:
+        for path, d in r:
+            by_path.setdefault(path, []).append(d)
+    ms = 1000.0
+    return {
+        "client": client_kind,
+        "clients": clients,
+        "requests": len(lat),
+        "errors": len(errors),
+        "wall_s": round(wall, 2),
+        "throughput_rps": round(len(lat) / wall, 1),
+        "p50_ms": round(statistics.median(lat) * ms, 2),
+        "p95_ms": round(pct(lat, 95) * ms, 2),
+        "p99_ms": round(pct(lat, 99) * ms, 2),
+        "max_ms": round(max(lat) * ms, 2),
+        "p99_ms_by_endpoint": {p: round(pct(v, 99) * ms, 2) for p, v in by_path.items()},
+    }
+
+
+# --- (a) analysis cycle ----------------------------------------------------------------------
+
+
+def bench_cycle(nodes: int, minutes: int, repeats: int) -> dict:
+    from fleetscope.analyzers.api import analyze_prometheus
+    from fleetscope.simulate.cli import record_scenario  # type: ignore[attr-defined]
+    from tests.support.prom import Prometheus, backfill_openmetrics
+
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        recording, start, end = record_scenario(work / "recording.om", nodes=nodes, minutes=minutes)
+        t_sim = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        backfill_openmetrics(recording, work / "data")
+        t_fill = time.perf_counter() - t0
+        times = []
+        with Prometheus(work / "prom", data_dir=work / "data") as prom:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                analysis = analyze_prometheus(prom.url, start, end, step=15)
+                times.append(time.perf_counter() - t0)
+        return {
+            "nodes": nodes,
+            "gpus": nodes * 8,
+            "window_minutes": minutes,
+            "simulate_s": round(t_sim, 1),
+            "backfill_s": round(t_fill, 1),
+            "cycle_s": [round(t, 2) for t in times],
+            "cycle_median_s": round(statistics.median(times), 2),
+            "findings": len(analysis.findings),
+            "failing_nodes": sorted(n for n, v in analysis.nodes.items() if v.state == "failing"),
+        }
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "_serve":
+        serve_fixture(int(sys.argv[2]))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", nargs="?", choices=["api", "cycle", "all"], default="all")
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--requests", type=int, default=6000)
+    p.add_argument("--nodes", type=int, default=64)
+    p.add_argument("--minutes", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--client", choices=["asyncio", "threads"], default="asyncio",
+                   help="50 keep-alive connections on one asyncio loop (default) or one thread each")  # fmt: skip
+    args = p.parse_args()
+    out = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    if args.part in ("cycle", "all"):
+        out["cycle"] = bench_cycle(args.nodes, args.minutes, args.repeats)
+    if args.part in ("api", "all"):
+        out["api"] = bench_api(args.clients, args.requests, args.client)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
