@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from botocore.stub import Stubber
+from prometheus_client import CollectorRegistry, generate_latest
 
 from fleetscope import contract
 from fleetscope.exporters.base import Collector
@@ -16,6 +17,7 @@ from fleetscope.exporters.fsx_cloudwatch import DEFAULT_METRICS, CloudWatchFetch
 from fleetscope.exporters.lustre import LustreCollector
 from fleetscope.exporters.registry import NodeCollector, build_collectors
 from tests.lustre.helpers import FIXTURES, NODE, context, samples
+from tests.support.prom import promtool
 
 FS1, FS2 = "fs-0123456789abcdef0", "fs-0fedcba9876543210"
 NOW = 1764500000.0  # wall clock of the tests: 2025-11-30T10:53:20Z
@@ -130,6 +132,15 @@ def test_one_call_for_all_metrics_and_values_come_out_right() -> None:
     assert not any(dict(labels)["FileSystemId"] == FS2 for _, labels in found)  # no data: not invented
     names = {name for name, _ in found}
     assert "fsx_data_read_bytes" in names and "fsx_free_data_storage_capacity" in names
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector([collector]))  # type: ignore[arg-type]
+    text = generate_latest(registry)  # served from the cache: no second call
+    assert b'fsx_data_read_bytes{FileSystemId="fs-0123456789abcdef0",Hostname="ip-172-31-7-12"} 6e+10' in text
+    lint = promtool("check", "metrics", input=text)
+    problems = (lint.stdout + lint.stderr).decode().splitlines()
+    # the only complaint allowed: the contract's CloudWatch-style `FileSystemId` label is not snake_case
+    assert lint.returncode in (0, 3), problems  # 3 = lint findings only, not a parse error
+    assert all("label names should be written in 'snake_case'" in p for p in problems), problems
 
 
 def test_fetches_at_most_once_per_cache_interval() -> None:
