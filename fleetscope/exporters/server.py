@@ -55,7 +55,7 @@ def _labelstr(labels: dict[str, str]) -> str:
         if len(_label_cache) >= _LABEL_CACHE_MAX:
             _label_cache.clear()
         inner = ",".join(
-            '{}="{}"'.format(k, v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\""))
+            '{}="{}"'.format(k, str(v).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\""))
             for k, v in sorted(labels.items())
         )
         text = _label_cache[key] = "{" + inner + "}" if inner else ""
@@ -123,20 +123,25 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     def finish_request(self, request: Any, client_address: Any) -> None:
         # TLS handshakes run here, in the request's own thread, so a client that never completes
         # one cannot block the accept loop.
-        if self.ssl_context is not None:
-            request.settimeout(REQUEST_TIMEOUT)
-            try:
-                request = self.ssl_context.wrap_socket(request, server_side=True)
-            except (OSError, ssl.SSLError) as exc:
-                log.debug("TLS handshake with %s failed: %s", client_address, exc)
-                return
-        super().finish_request(request, client_address)
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(REQUEST_TIMEOUT)
+        try:
+            # wrap_socket takes over the descriptor; shutdown_request then finds it detached.
+            tls = self.ssl_context.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
 
     def shutdown_request(self, request: Any) -> None:
-        try:
-            super().shutdown_request(request)
-        except OSError:
-            pass
+        if request.fileno() == -1:  # handed over to (and closed by) the TLS socket
+            return
+        super().shutdown_request(request)
 
 
 class _IPv6Server(_ThreadingWSGIServer):

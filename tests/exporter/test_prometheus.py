@@ -220,6 +220,19 @@ def test_web_config_password_and_tls(stack: Stack) -> None:
     assert status == 200
     assert body.count(f"{contract.EFA_TX_BYTES}{{".encode()) == 32
     assert headers["X-Content-Type-Options"] == "nosniff"
+    # A client that connects and never starts its TLS handshake does not block other clients, and
+    # TLS connections do not leak descriptors.
+    import socket
+
+    import psutil
+
+    exporter = psutil.Process(stack.secure.proc.pid)
+    with socket.create_connection(("127.0.0.1", stack.secure.port)):
+        fds_before = exporter.num_fds()
+        for _ in range(20):
+            assert _get(url, stack.cert, (USER, PASSWORD))[0] == 200
+            assert _get(url, stack.cert, (USER, "wrong"))[0] == 401
+    assert exporter.num_fds() <= fds_before + 2
     # Plain HTTP to the TLS port gets no metrics.
     plain_url = url.replace("https://", "http://")
     try:
