@@ -9,7 +9,6 @@ place, as the kernel would, so that ``rate()`` has something to see.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import os
 import ssl
 import subprocess
@@ -30,10 +29,7 @@ from tests.support.prom import Prometheus, http_get, promtool, wait_for
 
 NODE = "p5-node-1"
 USER, PASSWORD = "prometheus", "correct horse battery staple"
-HAS_LUSTRE = importlib.util.find_spec("fleetscope.exporters.lustre") is not None
-COLLECTORS = ["--collector.disable-defaults", "--collector.efa"] + (
-    ["--collector.lustre"] if HAS_LUSTRE else []
-)
+COLLECTORS = ["--collector.disable-defaults", "--collector.efa", "--collector.lustre"]
 #: What the bumping thread adds to rdmap79s0's port counters on each step.
 BUMPS = {"tx_bytes": 8_000_000, "tx_pkts": 1_000, "retrans_pkts": 10}
 
@@ -179,7 +175,6 @@ def test_rate_over_efa_counters(stack: Stack) -> None:
     assert still == []
 
 
-@pytest.mark.skipif(not HAS_LUSTRE, reason="the lustre collector (another part) is not in this tree yet")
 def test_lustre_series_come_back_through_prometheus(stack: Stack) -> None:
     prom = stack.prom
     for metric in (contract.LUSTRE_CLIENT_READ_BYTES, contract.LUSTRE_CLIENT_WRITE_BYTES):
