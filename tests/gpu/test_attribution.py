@@ -96,7 +96,9 @@ def test_pod_labels_from_a_real_grpc_kubelet(kubelet) -> None:
         collector.close()
     assert len(calls) == 1
     s = samples(families)
-    assert values(s, c.DCGM_FI_DEV_SM_CLOCK, gpu="0", pod="trainer-0", namespace="ml", container="main") == [1980]
+    assert values(s, c.DCGM_FI_DEV_SM_CLOCK, gpu="0", pod="trainer-0", namespace="ml", container="main") == [
+        1980
+    ]
     # GPU 1 is shared by two pods: one series per pod, as dcgm-exporter does.
     pods = sorted(dict(lbl)["pod"] for (n, lbl) in s if n == c.DCGM_FI_DEV_SM_CLOCK and ("gpu", "1") in lbl)
     assert pods == ["notebook", "trainer-0"]
@@ -151,7 +153,9 @@ def test_prolog_epilog_and_the_hpc_job_label(tmp_path: Path) -> None:
     try:
         s = samples(collector.collect())
         assert values(s, c.DCGM_FI_DEV_SM_CLOCK, gpu="0", hpc_job="4711") == [1980]
-        assert sorted(dict(lbl)["hpc_job"] for (n, lbl) in s if n == c.DCGM_FI_DEV_SM_CLOCK and ("gpu", "1") in lbl) == [
+        assert sorted(
+            dict(lbl)["hpc_job"] for (n, lbl) in s if n == c.DCGM_FI_DEV_SM_CLOCK and ("gpu", "1") in lbl
+        ) == [
             "4711",
             "4712",
         ]
