@@ -122,4 +122,4 @@ def rank_compute_seconds_per_step(window: str = "5m") -> str:
     """Forward + backward seconds per step of each rank (what straggler scores compare)."""
     phases = _phase_regex(contract.COMPUTE_PHASES)
     compute = f'sum without (phase) (rate({contract.TRAINING_PHASE_SECONDS}{{phase=~"{phases}"}}[{window}]))'
-    return f"{compute} / on (job_id, rank, {_NODE}, gpu) (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
+    return f"{compute} / (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
