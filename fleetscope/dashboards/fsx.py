@@ -25,11 +25,20 @@ def build(cfg: Thresholds) -> g.Dashboard:
     cap = cfg.fsx_throughput_capacity_bytes_per_second
     rows = [
         ("File system", [
-            timeseries("Throughput per file system (all clients)", [
-                (per_fs, "{{fs}}"),
-                (f"vector({num(cap)})", "configured capacity"),
-            ], "Bps", "Read + write of every client; the capacity line is fleetscope's configured value "
-                      "(fleetscope/alerts/config.py).", min_value=0),
+            timeseries(
+                "Throughput per file system (all clients)",
+                [(per_fs, "{{fs}}")],
+                "Bps",
+                "Read + write of every client. The red line is the alert's limit: "
+                f"{cfg.fsx_throughput_limit_ratio:.0%} of the configured capacity ({num(cap / 1e6)} MB/s, "
+                "fleetscope/alerts/config.py).",
+                min_value=0,
+                thresholds=[
+                    {"color": "green", "value": None},
+                    {"color": "red", "value": cap * cfg.fsx_throughput_limit_ratio},
+                ],
+                thresholdsStyleMode="line",
+            ),
             timeseries("Metadata operations per file system", [
                 (f"sum by (fs, operation) (rate({c.LUSTRE_CLIENT_OPERATIONS}[{W}]))", "{{fs}} {{operation}}"),
             ], "ops", min_value=0),
