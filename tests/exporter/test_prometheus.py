@@ -23,7 +23,7 @@ import bcrypt
 import pytest
 
 from fleetscope import contract
-from tests.exporter.conftest import P5, P5_EFA_DEVICES, tree_flags
+from tests.exporter.conftest import P5, P5_EFA_DEVICES, copy_tree, tree_flags
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus, http_get, promtool, wait_for
 
@@ -73,11 +73,9 @@ def bump_counters(tree: Path, stop: threading.Event) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    import shutil
-
     work = tmp_path_factory.mktemp("e2e")
     tree = work / "p5"
-    shutil.copytree(P5, tree, symlinks=True)
+    copy_tree(P5, tree)
     cert, key = make_self_signed_cert(work)
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     web = work / "web.yml"
