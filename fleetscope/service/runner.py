@@ -49,7 +49,10 @@ class AnalysisRunner:
             duration = time.monotonic() - t0
             reason = str(exc) if isinstance(exc, FleetscopeError) else f"{type(exc).__name__}: {exc}"
             if self.store.record_failure(reason, duration):
-                log.warning("analysis failed, serving the last verdicts as stale: %s", reason)
+                if self.store.snapshot().analysis is None:
+                    log.warning("analysis failed (no verdicts yet): %s", reason)
+                else:
+                    log.warning("analysis failed, serving the last verdicts as stale: %s", reason)
                 if not isinstance(exc, FleetscopeError):
                     log.debug("analysis failure", exc_info=True)
             return False

@@ -32,8 +32,14 @@ def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     [
         (["--prometheus", "ftp://x"], "invalid --prometheus"),
         (["--prometheus", "http://127.0.0.1:9", "--listen", "nonsense"], "invalid --listen"),
-        (["--prometheus", "http://127.0.0.1:9", "--token-file", "/nonexistent/token"], "cannot read --token-file"),
-        (["--prometheus", "http://127.0.0.1:9", "--listen", "127.0.0.1:{busy}"], "cannot serve on 127.0.0.1:"),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--token-file", "/nonexistent/token"],
+            "cannot read --token-file",
+        ),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--listen", "127.0.0.1:{busy}"],
+            "cannot serve on 127.0.0.1:",
+        ),
     ],
 )
 def test_bad_flags_are_one_clear_line(args, message):
@@ -65,6 +71,7 @@ def test_prometheus_unreachable_from_the_start(tmp_path):
 
         doc = wait_for(not_ready_with_reason, timeout=30, what="/readyz to say why it is not ready")
         assert doc["ready"] is False and doc["analyzed_at"] is None
+        assert dead.split("//")[1] in doc["last_error"], doc  # says which Prometheus
         assert http_get(f"{serve.url}/healthz")[0] == 200  # open, and the process is alive
         assert http_get(f"{serve.url}/readyz")[0] == 401  # everything else needs the token
         status, body = http_get(f"{serve.url}/api/v1/findings", headers=auth)
