@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,7 +299,7 @@ class SeriesBuilder:
         self.node_label = node_label
         self.node_name = node_name
         self.driver = driver
-        self.samples: dict[str, list[Sample]] = {}
+        self.samples: defaultdict[str, list[Sample]] = defaultdict(list)
 
     def labels(
         self, dev: GpuDevice, mig: MigDevice | None = None, attribution: Labels | None = None
@@ -317,7 +318,13 @@ class SeriesBuilder:
         return labels
 
     def add(self, metric: str, labels: Labels, value: float) -> None:
-        self.samples.setdefault(metric, []).append(Sample(metric, labels, float(value), None, None))
+        self.samples[metric].append(Sample(metric, labels, value, None, None))
+
+    def add_all(self, values: dict[c.Metric, float], labels: Labels) -> None:
+        """All of one GPU's readings with the same labels (the hot loop of a scrape)."""
+        samples = self.samples
+        for metric, value in values.items():
+            samples[metric].append(Sample(metric, labels, value, None, None))
 
     def families(self) -> Iterable[MetricFamily]:
         for metric in (*GPU_SERIES, c.GPU_UP, c.GPU_PEAK_FLOPS):
@@ -432,16 +439,12 @@ class GpuCollector(Collector):
             for dtype, flops in peak.items():
                 out.add(c.GPU_PEAK_FLOPS, {**base, "dtype": dtype}, flops)
         for attribution in self.attributor.labels(dev.index, dev.uuid, pids=reading.pids):
-            labels = out.labels(dev, attribution=attribution) if attribution else base
-            for metric, value in reading.values.items():
-                out.add(metric, labels, value)
+            out.add_all(reading.values, out.labels(dev, attribution=attribution) if attribution else base)
         for mig, values in reading.mig:
             for attribution in self.attributor.labels(
                 dev.index, dev.uuid, mig.gpu_instance_id, mig.uuid, reading.pids
             ):
-                labels = out.labels(dev, mig, attribution)
-                for metric, value in values.items():
-                    out.add(metric, labels, value)
+                out.add_all(values, out.labels(dev, mig, attribution))
 
     def close(self) -> None:
         self.attributor.close()
