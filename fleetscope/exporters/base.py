@@ -71,8 +71,9 @@ class Collector(ABC):
         """Count an input that was skipped, and log it the first time this detail is seen."""
         with self._errors_lock:
             self._errors[reason] += 1
-            first = detail not in self._logged
-            if first and len(self._logged) < 1000:
+            # Log each distinct problem once; past 1000 of them, stop logging new ones (still counted).
+            first = detail not in self._logged and len(self._logged) < 1000
+            if first:
                 self._logged.add(detail)
         if first:
             self.log.warning("skipped (%s): %s", reason, detail)

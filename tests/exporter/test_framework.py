@@ -189,3 +189,14 @@ def test_basic_auth_check() -> None:
     assert not cfg.authorized("Bearer abc")
     assert not cfg.authorized(None)
     assert WebConfig().authorized(None)
+
+
+def test_skip_counts_every_time_and_logs_each_problem_once(caplog: pytest.LogCaptureFixture) -> None:
+    c = Skipping(ctx())
+    with caplog.at_level("WARNING"):
+        for i in range(1500):
+            c.skip("unreadable", f"file-{i}")
+        for _ in range(10):
+            c.skip("unreadable", "file-0")
+    assert c.error_counts() == {"unreadable": 1510}
+    assert len(caplog.records) == 1000  # bounded: a broken tree cannot flood the log
