@@ -138,6 +138,28 @@ def parse_rank_file(
     return header, rank_labels, samples
 
 
+def _positive(kind: type[float] | type[int]) -> object:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _uid_list(text: str) -> str:
+    try:
+        _parse_uids(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _parse_uids(value: str) -> frozenset[int] | None:
     value = (value or "").strip()
     if not value:
@@ -159,26 +181,31 @@ class TrainingCollector(Collector):
         parser.add_argument(
             "--collector.training.directory",
             dest="training_directory",
+            metavar="DIR",
             default=contract.TRAINING_DIR_DEFAULT,
             help="directory of the rank files (default %(default)s)",
         )
         parser.add_argument(
             "--collector.training.ttl",
             dest="training_ttl",
-            type=float,
+            metavar="SECONDS",
+            type=_positive(float),
             default=DEFAULT_TTL,
             help="drop rank files not rewritten for this many seconds (default %(default)s)",
         )
         parser.add_argument(
             "--collector.training.max-file-bytes",
             dest="training_max_file_bytes",
-            type=int,
+            metavar="BYTES",
+            type=_positive(int),
             default=DEFAULT_MAX_FILE_BYTES,
             help="reject rank files larger than this (default %(default)s)",
         )
         parser.add_argument(
             "--collector.training.owner-uids",
             dest="training_owner_uids",
+            metavar="UIDS",
+            type=_uid_list,
             default="",
             help="comma-separated uids whose rank files are accepted besides root's (default: any owner)",
         )
