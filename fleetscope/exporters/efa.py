@@ -108,9 +108,11 @@ class EfaCollector(Collector):
         self._listed_names: frozenset[str] = frozenset()
         self._listed_at = 0.0
         self._stale = False
-        #: Open descriptors of counter files, re-read with ``pread`` at offset 0 (sysfs re-runs
-        #: the attribute's show() for a read at offset 0, so the value is fresh): one syscall per
+        #: Open descriptors of counter files, re-read with ``pread`` at offset 0: sysfs attributes
+        #: are seq_files, and ``seq_read_iter`` (fs/seq_file.c) drops its buffer and runs the
+        #: attribute's show() again for a read at offset 0, so the value is fresh. One syscall per
         #: counter instead of three. Bounded by :attr:`_fd_budget`; beyond it files are opened per read.
+        #: (A file replaced by rename, which sysfs never does, is seen again at the next relist.)
         self._fds: dict[str, int] = {}
         self._fd_budget = _fd_budget()
 
