@@ -64,11 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--duration", type=_positive, default=None, metavar="S", help="stop after S seconds (default: Ctrl-C)"
     )
     p.add_argument("--nodes", type=int, default=4, help="virtual nodes (default 4)")
-    p.add_argument("--fault", default="gpu_lost", help="fault to inject (default gpu_lost)")
+    from fleetscope.simulate.spec import FAULT_KINDS
+
+    p.add_argument(
+        "--fault", choices=FAULT_KINDS, default="gpu_lost", help="fault to inject (default gpu_lost)"
+    )
     p.add_argument(
         "--fault-at", type=_positive, default=90.0, metavar="S", help="seconds after start (default 90)"
     )
     p.add_argument("--fault-node", type=int, default=1, metavar="N", help="node index (default 1)")
+    p.add_argument("--fault-gpu", type=int, default=3, metavar="N", help="GPU index on that node (default 3)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--fast",
@@ -77,9 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--listen",
-        default=f"127.0.0.1:{defaults.SERVICE_PORT}",
+        default=None,
         metavar="HOST:PORT",
-        help=f"address of the web page and API (default 127.0.0.1:{defaults.SERVICE_PORT})",
+        help=f"address of the web page and API (default 127.0.0.1:{defaults.SERVICE_PORT}, or a free port)",
     )
     p.add_argument(
         "--base-port",
@@ -444,9 +449,11 @@ def run(args: argparse.Namespace) -> int:
         raise FleetscopeError("--nodes must be at least 2 (the analyzers compare a node with its peers)")
     if not 0 <= args.fault_node < args.nodes:
         raise FleetscopeError(f"--fault-node must be in 0..{args.nodes - 1}")
-    host, service_port = parse_listen(args.listen)
+    host, service_port = parse_listen(args.listen or f"127.0.0.1:{defaults.SERVICE_PORT}")
     if not port_free(host, service_port):
-        raise FleetscopeError(f"cannot serve the web page on {host}:{service_port}: the port is in use")
+        if args.listen:
+            raise FleetscopeError(f"cannot serve the web page on {host}:{service_port}: the port is in use")
+        service_port = pick_port(host, None, service_port)
 
     keep = args.workdir is not None
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fleetscope-demo-"))
@@ -490,7 +497,7 @@ def _run(
         fleetscope_argv(
             "simulate", "--live", "--nodes", str(args.nodes), "--listen", "127.0.0.1",
             "--base-port", str(base_port), "--fault", args.fault, "--fault-at", f"{args.fault_at:g}",
-            "--fault-node", str(args.fault_node), "--seed", str(args.seed), "--targets-file", str(targets_file),
+            "--fault-node", str(args.fault_node), "--fault-gpu", str(args.fault_gpu), "--seed", str(args.seed), "--targets-file", str(targets_file),
         ),
     )  # fmt: skip
     wait_until(
