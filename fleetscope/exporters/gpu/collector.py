@@ -318,13 +318,13 @@ class SeriesBuilder:
         return labels
 
     def add(self, metric: str, labels: Labels, value: float) -> None:
-        self.samples[metric].append(Sample(metric, labels, value, None, None))
+        self.samples[metric].append(Sample(metric, labels, float(value), None, None))
 
     def add_all(self, values: dict[c.Metric, float], labels: Labels) -> None:
         """All of one GPU's readings with the same labels (the hot loop of a scrape)."""
         samples = self.samples
         for metric, value in values.items():
-            samples[metric].append(Sample(metric, labels, value, None, None))
+            samples[metric].append(Sample(metric, labels, float(value), None, None))
 
     def families(self) -> Iterable[MetricFamily]:
         for metric in (*GPU_SERIES, c.GPU_UP, c.GPU_PEAK_FLOPS):
