@@ -8,8 +8,9 @@ the exporter's own node label (whatever a file says), so they join with the GPU 
 
 A file is dropped, silently, when its writer is gone (the header's pid no longer runs, or runs with
 another start time, i.e. the pid was reused; or it was written before the last boot) or when it is
-older than ``--collector.training.ttl``. When the writer lives in another pid namespace (a
-container) its pid cannot be checked and only the TTL applies.
+older than ``--collector.training.ttl``. When the writer lives in another pid namespace than the
+one ``--path.procfs`` shows the exporter (a training container, or an exporter in a pod without
+``hostPID``), its pid means nothing here and only the TTL applies.
 
 A file is rejected, counted in ``fleetscope_collector_errors_total{collector="training",reason}``,
 without affecting the other files, when it is:
@@ -136,6 +137,14 @@ def parse_rank_file(
     if not rank_labels["rank"].isdigit():
         raise Rejected("malformed", "rank is not a number")
     return header, rank_labels, samples
+
+
+def _starttime(stat_text: str) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat``: when the process started, in clock ticks after boot."""
+    try:
+        return stat_text.rsplit(")", 1)[1].split()[19]
+    except IndexError:
+        return None
 
 
 def _positive(kind: type[float] | type[int]) -> object:
@@ -355,9 +364,10 @@ class TrainingCollector(Collector):
         if boot_id and self._boot_id and boot_id != self._boot_id:
             self._note(f"boot:{name}", "dropping %s: written before the last boot", name)
             return False
-        pidns = header.get("pidns")
-        if pidns and self._pidns and pidns != self._pidns:
-            self._note(f"ns:{name}", "%s: writer in another pid namespace, liveness by TTL only", name)
+        if self._pidns is None or header.get("pidns") != self._pidns:
+            self._note(
+                f"ns:{name}", "%s: writer's pid not visible in our pid namespace, liveness by TTL only", name
+            )
             return True
         pid = header["pid"]
         stat_text = self._read_text(os.path.join(self.ctx.procfs, pid, "stat"))
@@ -366,11 +376,8 @@ class TrainingCollector(Collector):
             return False
         starttime = header.get("starttime")
         if starttime:
-            try:
-                running_since = stat_text.rsplit(")", 1)[1].split()[19]
-            except IndexError:
-                return True
-            if running_since != starttime:
+            running_since = _starttime(stat_text)
+            if running_since is not None and running_since != starttime:
                 self._note(
                     f"reused:{name}:{pid}", "dropping %s: pid %s now belongs to another process", name, pid
                 )
@@ -378,8 +385,18 @@ class TrainingCollector(Collector):
         return True
 
     def _pid_namespace(self) -> str | None:
+        """Our pid namespace, when ``--path.procfs`` shows it (else pids there mean nothing to us).
+
+        The procfs root shows our namespace when it lists this very process (same pid, same start
+        time). Only writers in that namespace can be checked by pid; the others (a training pod
+        in its own pid namespace) are judged by the TTL alone. Nothing here needs privileges.
+        """
+        ours = self._read_text("/proc/self/stat")
+        seen = self._read_text(os.path.join(self.ctx.procfs, str(os.getpid()), "stat"))
+        if ours is None or seen is None or _starttime(ours) != _starttime(seen):
+            return None
         try:
-            return str(os.stat(os.path.join(self.ctx.procfs, "self/ns/pid")).st_ino)
+            return str(os.stat("/proc/self/ns/pid").st_ino)
         except OSError:
             return None
 

@@ -15,7 +15,9 @@ from fleetscope.exporters.training import TrainingCollector
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_collector(directory: Path, node: str = "node-a", **options: object) -> TrainingCollector:
+def make_collector(
+    directory: Path, node: str = "node-a", procfs: Path = Path("/proc"), **options: object
+) -> TrainingCollector:
     ns = argparse.Namespace(
         training_directory=str(directory),
         training_ttl=options.pop("ttl", 120.0),
@@ -23,7 +25,7 @@ def make_collector(directory: Path, node: str = "node-a", **options: object) -> 
         training_owner_uids=options.pop("owner_uids", ""),
     )
     assert not options, options
-    return TrainingCollector(NodeContext(node_name=node, options=ns))
+    return TrainingCollector(NodeContext(node_name=node, procfs=procfs, options=ns))
 
 
 def samples(collector: TrainingCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -93,6 +93,28 @@ def test_reused_pid_and_other_boot_are_dead_writers(tmp_path: Path) -> None:
     assert set(values(make_collector(tmp_path), STEPS)) == {("j", "0")}
 
 
+def test_writer_in_another_pid_namespace_is_judged_by_ttl_alone(tmp_path: Path) -> None:
+    """A training container's pids mean nothing in the exporter's namespace: no pid check there."""
+    containerised = write_rank(tmp_path, "j", 0)
+    _rewrite_header(containerised, pid="1", starttime="1", pidns="4026599999")
+    assert set(values(make_collector(tmp_path), STEPS)) == {("j", "0")}
+    old = time.time() - 300
+    os.utime(containerised, (old, old))
+    assert values(make_collector(tmp_path), STEPS) == {}
+
+
+def test_procfs_that_does_not_show_the_exporter_disables_the_pid_check(tmp_path: Path) -> None:
+    """An exporter in a pod without hostPID reading the host's /proc: pids there are not ours."""
+    d = tmp_path / "training"
+    d.mkdir()
+    dead = write_rank(d, "j", 0)
+    _rewrite_header(dead, pid="999999999")
+    fake_proc = tmp_path / "proc"
+    fake_proc.mkdir()
+    assert values(make_collector(d, procfs=fake_proc), STEPS) == {("j", "0"): 3.0}
+    assert values(make_collector(d), STEPS) == {}  # our own /proc: the pid is checked, and is gone
+
+
 def test_file_older_than_ttl_is_dropped(tmp_path: Path) -> None:
     write_rank(tmp_path, "j", 0)
     stale = write_rank(tmp_path, "j", 1)
