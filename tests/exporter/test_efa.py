@@ -207,3 +207,24 @@ def test_device_detection(tmp_path: Path) -> None:
     assert not is_efa_device(str(ib / "rdmap5s0"), "rdmap5s0")
     assert is_efa_device(str(ib / "efa_0"), "efa_0")
     assert not is_efa_device(str(ib / "mlx5_1"), "mlx5_1")
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[rel] = p.read_text()
+    return out
+
+
+def test_committed_trees_are_what_the_generator_writes(tmp_path: Path) -> None:
+    """tests/fixtures/make_p5_tree.py is the source: the committed EFA trees must match it."""
+    from tests.fixtures import make_p5_tree
+
+    for folder, how in make_p5_tree.TREES.items():
+        ib = Path("sys") / "class" / "infiniband"
+        make_p5_tree.write_tree(tmp_path / folder, **how)
+        assert _snapshot(tmp_path / folder / ib) == _snapshot(P5.parent / folder / ib), f"regenerate {folder}"
