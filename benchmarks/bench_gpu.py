@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_gpu.py [--scrapes 300] [--fixture tests/fixtures/nvml/h100x8.json]
 
 Measures process CPU time (all threads: the per-GPU deadline workers do the reading) of one full
-scrape: collect() through the NodeCollector and the text exposition, as /metrics serves it. The
+scrape: collect() through the NodeCollector and the exporter's text encoder (``render_text``, what
+/metrics serves), next to client_python's ``generate_latest`` and collect() alone. The
 replay backend answers from memory, so NVML's own latency is excluded; what is left is the
 exporter's work (calls, unit conversion, labels, exposition). Prints median and p95 per scrape.
 """
@@ -27,11 +28,11 @@ def main() -> int:
     args = p.parse_args()
 
     from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
     from fleetscope.exporters.base import NodeContext
     from fleetscope.exporters.gpu.collector import GpuCollector
     from fleetscope.exporters.registry import NodeCollector
+    from fleetscope.exporters.server import render_text
 
     options = argparse.Namespace(gpu_nvml_replay=args.fixture, gpu_nvml_timeout=2.0)
     node = NodeCollector([GpuCollector(NodeContext(node_name="bench-node", options=options))])
@@ -41,8 +42,8 @@ def main() -> int:
         body = generate_latest(registry)
     print(f"fixture: {Path(args.fixture).name}, scrapes: {args.scrapes}")
     for label, fn in (
-        ("text 0.0.4 (collect + exposition)", lambda: generate_latest(registry)),
-        ("OpenMetrics (collect + exposition)", lambda: generate_openmetrics(registry)),
+        ("collect + render_text (what /metrics serves)", lambda: render_text(node)),
+        ("collect + client_python generate_latest", lambda: generate_latest(registry)),
         ("collect() only", lambda: list(node.collect())),
     ):
         cpu, wall = [], []
