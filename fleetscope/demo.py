@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,15 +372,15 @@ class Watcher:
 class DirectAnalysis:
     """Scrape the virtual nodes into an OpenMetrics recording and run the analyzers over it.
 
-    Only for machines without Prometheus: the recording grows for the demo's lifetime (a few MB
-    for a few minutes of four nodes), and there is no web page or alerting in this mode.
+    Only for machines without Prometheus: it keeps the last ``window`` seconds of scrapes in memory
+    (tens of MB for four nodes) and there is no web page or alerting in this mode.
     """
 
-    def __init__(self, targets_file: Path, recording: Path) -> None:
+    def __init__(self, targets_file: Path, recording: Path, window: float = 900.0) -> None:
         self.targets_file = targets_file
         self.recording = recording
-        self.samples: dict[str, list[str]] = {}
-        self.types: dict[str, str] = {}
+        self.window = window
+        self.scrapes: deque[tuple[float, list[tuple[str, str]]]] = deque()
         self.seen: set[tuple] = set()
 
     def targets(self) -> list[str]:
@@ -390,6 +391,7 @@ class DirectAnalysis:
         from prometheus_client.parser import text_string_to_metric_families
 
         now = time.time()
+        lines: list[tuple[str, str]] = []
         for target in self.targets():
             try:
                 with urllib.request.urlopen(f"http://{target}/metrics", timeout=3) as resp:
@@ -399,13 +401,20 @@ class DirectAnalysis:
             for family in text_string_to_metric_families(text):
                 for s in family.samples:
                     labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-                    self.types.setdefault(s.name, "unknown")
-                    self.samples.setdefault(s.name, []).append(f"{s.name}{{{labels}}} {s.value!r} {now:.3f}")
+                    lines.append((s.name, f"{s.name}{{{labels}}} {s.value!r} {now:.3f}"))
+        self.scrapes.append((now, lines))
+        while self.scrapes and self.scrapes[0][0] < now - self.window:
+            self.scrapes.popleft()
 
     def write(self) -> None:
+        """Samples grouped by name, in time order within each (as OpenMetrics requires)."""
+        by_name: dict[str, list[str]] = {}
+        for _, lines in self.scrapes:
+            for name, line in lines:
+                by_name.setdefault(name, []).append(line)
         tmp = self.recording.with_suffix(".tmp")
         with tmp.open("w") as out:
-            for name, lines in self.samples.items():
+            for name, lines in by_name.items():
                 out.write(f"# TYPE {name} unknown\n")
                 out.write("\n".join(lines) + "\n")
             out.write("# EOF\n")
@@ -589,7 +598,10 @@ def _run_direct(
     stop: threading.Event,
     started: float,
 ) -> int:
-    say(f"Prometheus not found: {INSTALL_HINT}")
+    if args.no_prometheus:
+        say("not starting Prometheus (--no-prometheus)")
+    else:
+        say(f"Prometheus not found: {INSTALL_HINT}")
     say("meanwhile: scraping the virtual nodes directly and analyzing them (no web page, no alerts)")
     direct = DirectAnalysis(targets_file, workdir / "recording.om")
     interval = 2.0 if args.fast else 5.0

@@ -132,16 +132,22 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
         demo.kill()
 
 
-def test_demo_without_prometheus_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """The fallback: the demo scrapes the virtual nodes itself and runs the analyzers over that."""
     demo = Demo(
-        "--no-prometheus", "--fast", "--listen", f"127.0.0.1:{free_port()}",
-        "--base-port", str(20000 + free_port() % 20000),
+        "--no-prometheus", "--fast", "--fault-at", "3", "--fault-node", str(FAULT_NODE),
+        "--listen", f"127.0.0.1:{free_port()}", "--base-port", str(20000 + free_port() % 20000),
     )  # fmt: skip
     try:
         wait_for(
             lambda: demo.saw("scraping the virtual nodes directly"), timeout=60, what="the fallback to start"
         )
-        assert demo.saw("apt-get install prometheus prometheus-alertmanager")
+        wait_for(
+            lambda: demo.saw(f"FINDING failing_node (critical) node={node_name(FAULT_NODE)}"),
+            timeout=60,
+            what="the fallback's finding",
+        )
+        demo.remember_children()
         demo.proc.send_signal(signal.SIGINT)
         assert demo.proc.wait(timeout=30) == 0, demo.output()
         demo.reader.join(timeout=5)
