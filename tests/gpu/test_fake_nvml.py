@@ -79,11 +79,15 @@ def test_exporter_reads_the_fake_library_through_pynvml(fake_lib: Path) -> None:
     assert s[c.DCGM_FI_DEV_FB_USED + gpu0] == 19818
     assert s[c.DCGM_FI_DEV_FB_RESERVED + gpu0] == 479
     assert s[c.GPU_UP + gpu0] == 1
+    # nvmlDeviceGetFieldValues: two fields answered, decoded from the value union by type.
+    assert s[c.DCGM_FI_DEV_MEMORY_TEMP + gpu0] == 55
+    assert s[c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER + gpu0] == 9
     assert sum(1 for k in s if k.startswith(c.GPU_UP + "{")) == 2
     assert 'fleetscope_collector_success{collector="gpu"} 1.0' in res.stdout
     # Functions the fake library lacks (FunctionNotFound) are absent, never 0.
-    for missing in (c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_MEMORY_TEMP, c.DCGM_FI_DEV_PCIE_LINK_GEN,
-                    c.DCGM_FI_PROF_SM_ACTIVE, c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS):  # fmt: skip
+    for missing in (c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+                    c.DCGM_FI_DEV_PCIE_LINK_GEN, c.DCGM_FI_PROF_SM_ACTIVE, c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+                    c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS):  # fmt: skip
         assert not any(k.startswith(missing + "{") for k in s), missing
 
 

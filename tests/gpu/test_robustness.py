@@ -122,3 +122,14 @@ def test_not_supported_is_asked_once() -> None:
     flat = {f if isinstance(f, int) else f[0] for ids in fields_asked for f in ids}
     assert 38 not in flat and 138 not in flat  # NVLink counters: NotSupported in this capture
     assert 82 in flat
+
+
+def test_missing_replay_file_is_one_clear_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from fleetscope.exporters.registry import NodeCollector, build_collectors
+
+    missing = tmp_path / "nope.json"
+    with caplog.at_level(logging.ERROR):
+        node = NodeCollector(build_collectors(["gpu"], context(gpu_nvml_replay=str(missing))))
+    s = samples(node.collect())
+    assert one(s, c.COLLECTOR_SUCCESS, collector="gpu") == 0
+    assert f"--collector.gpu.nvml-replay {missing}: no such file" in caplog.text

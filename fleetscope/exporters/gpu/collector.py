@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 from prometheus_client.samples import Sample
 
 from fleetscope import contract as c
+from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.base import Collector, NodeContext
 from fleetscope.exporters.gpu import session as sessions
 from fleetscope.exporters.gpu.attribution import (
@@ -368,6 +369,9 @@ class GpuCollector(Collector):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         opt = ctx.option
+        replay = opt("gpu_nvml_replay", None)
+        if replay and not Path(str(replay)).is_file():
+            raise FleetscopeError(f"--collector.gpu.nvml-replay {replay}: no such file")
         self.session: NvmlSession = sessions.session_from_options(ctx.options)
         pods = None
         if opt("gpu_kubernetes", False):

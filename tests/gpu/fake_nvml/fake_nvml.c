@@ -4,7 +4,9 @@
  *
  * Two GPUs, values in the H100 capture's range. Only the calls named in the issue exist (init,
  * count, handles, name, UUID, PCI info, utilization, memory, temperature, power, clocks, driver
- * version); every other symbol is missing, so pynvml answers NVML_ERROR_FUNCTION_NOT_FOUND for it,
+ * version) plus nvmlDeviceGetFieldValues for two fields (memory temperature as an unsigned int,
+ * PCIe replays as an unsigned long long; any other field answers NOT_SUPPORTED in its slot), to
+ * exercise the value-union decoding; every other symbol is missing, so pynvml answers NVML_ERROR_FUNCTION_NOT_FOUND for it,
  * which the collector must treat as "not supported" (series absent, never 0).
  *
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
@@ -43,6 +45,26 @@ typedef struct {
 typedef struct {
     unsigned int gpu, memory;
 } nvmlUtilization_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType;
+    int nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -151,5 +173,25 @@ int nvmlDeviceGetClockInfo(fake_device *d, int type, unsigned int *clock) {
     if (type == 1) *clock = d->sm_mhz;
     else if (type == 2) *clock = d->mem_mhz;
     else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetFieldValues(fake_device *d, int count, nvmlFieldValue_t *values) {
+    CHECK(d);
+    for (int i = 0; i < count; i++) {
+        values[i].timestamp = 1;
+        values[i].latencyUsec = 0;
+        if (values[i].fieldId == 82) { /* NVML_FI_DEV_MEMORY_TEMP */
+            values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            values[i].value.uiVal = d->temp - 4;
+            values[i].nvmlReturn = NVML_SUCCESS;
+        } else if (values[i].fieldId == 94) { /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+            values[i].valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+            values[i].value.ullVal = 9ULL + (unsigned long long)d->index;
+            values[i].nvmlReturn = NVML_SUCCESS;
+        } else {
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
     return NVML_SUCCESS;
 }
