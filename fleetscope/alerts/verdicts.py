@@ -21,7 +21,7 @@ def group(cfg: Thresholds) -> Group:
             expr=f'{c.NODE_HEALTH}{{state="failing"}} == 1',
             for_="1m",
             severity="critical",
-            summary="fleetscope judges a node failing: drain it.",
+            summary="The fleetscope service judges a node failing: drain it.",
             description="fleetscope's analysis judges {{ $labels.Hostname }} failing; its findings say "
             "which GPU and why (fleetscope analyze, or the service's web page).",
             cases=(
@@ -39,7 +39,7 @@ def group(cfg: Thresholds) -> Group:
             expr=f'{c.NODE_HEALTH}{{state="degraded"}} == 1',
             for_="15m",
             severity="warning",
-            summary="fleetscope judges a node degraded.",
+            summary="The fleetscope service judges a node degraded.",
             description="fleetscope's analysis has judged {{ $labels.Hostname }} degraded for 15m: it still "
             "works but slows or endangers its jobs.",
             cases=(
@@ -57,7 +57,7 @@ def group(cfg: Thresholds) -> Group:
             expr=f"{c.STRAGGLER_SCORE} > {num(cfg.straggler_score)}",
             for_="10m",
             severity="warning",
-            summary="fleetscope found a straggling rank.",
+            summary="The fleetscope service found a straggling rank.",
             description="Rank {{ $labels.rank }} of job {{ $labels.job_id }} (GPU {{ $labels.gpu }} on "
             '{{ $labels.Hostname }}) has a straggler score of {{ printf "%.2f" $value }} (own compute time '
             "over the peer median).",
