@@ -10,6 +10,7 @@ error with the line number, so a wrong or truncated file fails with one clear me
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import zlib
@@ -60,8 +61,9 @@ def _open(path: Path):
     with path.open("rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    return path.open("rb")
+        # GzipFile.readline is Python code; a BufferedReader on top reads lines in C.
+        return io.BufferedReader(gzip.open(path, "rb"), buffer_size=1 << 20)  # type: ignore[arg-type]
+    return path.open("rb", buffering=1 << 20)
 
 
 def read_openmetrics(
@@ -92,7 +94,7 @@ def read_openmetrics(
     last_entry: list | None = None
     try:
         with _open(path) as fh:
-            raw_fh = getattr(fh, "fileobj", None) or fh
+            raw_fh = getattr(getattr(fh, "raw", None), "fileobj", None) or fh
             for lineno, line in enumerate(fh, 1):
                 if saw_eof:
                     if line.strip():

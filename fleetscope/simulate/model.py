@@ -32,6 +32,8 @@ DATA_S = 0.12
 COMM_S = 0.55  # exposed all-reduce
 OPT_S = 0.25
 STEP_NOMINAL_S = COMPUTE_S + DATA_S + COMM_S + OPT_S
+#: A healthy job's actual step: the slowest of many GPUs and the noisiest data fetch set the pace.
+STEP_TYPICAL_S = 4.3
 #: MFU of a healthy job (typical H100 BF16: 35-45%, research/analytics.md section 3.5).
 NOMINAL_MFU = 0.40
 TOKENS_PER_STEP = 4 * 4096  # per rank: micro-batches x sequence length
@@ -221,7 +223,8 @@ class ClusterModel:
         power_cap = np.full(G, 700.0)
         thermal_frac = np.zeros(G)
         power_frac = np.zeros(G)
-        eff: dict[str, np.ndarray | float] = {"net": 1.0, "data": 1.0, "lustre_read": 1.0}
+        # net/data: seconds added to every step's collective / data fetch.
+        eff: dict[str, np.ndarray | float] = {"net": 0.0, "data": 0.0, "lustre_read": 1.0}
         bad_efa: list[tuple[int, int, float]] = []
         for i, f in enumerate(self.spec.faults):
             if not self._active(f):
@@ -234,7 +237,7 @@ class ClusterModel:
                 slow[s] = 1 + f.slowdown
                 clock[s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.1)
                 reasons[s] = c.CLOCK_EVENT_HW_THERMAL | c.CLOCK_EVENT_SW_THERMAL
-                temp_add[s] = 33
+                temp_add[s] = 20
                 thermal_frac[s] = 0.9
             elif f.kind == "power_brake":
                 slow[s] = 1 + f.slowdown
@@ -246,10 +249,10 @@ class ClusterModel:
                 slow[s] = 1.005  # host-device copies are a small share of an LLM step
             elif f.kind == "efa_degraded":
                 # The degraded link slows every collective the job runs.
-                eff["net"] = 1 + f.slowdown * STEP_NOMINAL_S / COMM_S
+                eff["net"] = f.slowdown * STEP_TYPICAL_S
                 bad_efa.append((f.node, f.device, f.slowdown))
             elif f.kind == "data_stall":
-                eff["data"] = 1 + f.slowdown * STEP_NOMINAL_S / DATA_S
+                eff["data"] = f.slowdown * STEP_TYPICAL_S
                 eff["lustre_read"] = 0.08
         eff.update(slow=slow, clock=clock, reasons=reasons, temp_add=temp_add, power_cap=power_cap,
                    thermal_frac=thermal_frac, power_frac=power_frac)  # fmt: skip
@@ -284,8 +287,8 @@ class ClusterModel:
         if dt > 0 and rng.random() < 0.15:
             noise[rng.integers(0, G)] *= 1.3
         compute = COMPUTE_S * self.speed * eff["slow"] * noise
-        data = DATA_S * float(eff["data"]) * (1 + np.abs(rng.normal(0, 0.08, G)))
-        comm = COMM_S * float(eff["net"]) * (1 + rng.normal(0, 0.01))
+        data = DATA_S * (1 + np.abs(rng.normal(0, 0.08, G))) + float(eff["data"])
+        comm = COMM_S * (1 + rng.normal(0, 0.01)) + float(eff["net"])
         step = float(np.max((compute + data)[in_job])) + comm + OPT_S if in_job.any() else STEP_NOMINAL_S
         train_s = dt * (1 - ck) if running else 0.0
         prev = math.floor(self.step_acc)
@@ -313,7 +316,7 @@ class ClusterModel:
         util = np.where(in_job & running, 100.0 * (1 - 0.7 * ck), np.where(hung, 100.0, 0.0))
         power = 85 + 615 * (0.22 * (util / 100) + 0.78 * busy)
         power = np.minimum(power * (1 + rng.normal(0, 0.015, G)), eff["power_cap"])
-        temp = self.base_temp + 0.045 * (power - 85) + eff["temp_add"] + rng.normal(0, 0.5, G)
+        temp = self.base_temp + 0.025 * (power - 85) + eff["temp_add"] + rng.normal(0, 0.5, G)
         clock = np.where(util > 0, eff["clock"], 345.0)
         reasons = eff["reasons"].copy()
         # Healthy noise: a short SW power cap now and then (not a fault).

@@ -64,9 +64,11 @@ class Recording:
         return list(self._blocks)
 
 
-def simulate(spec: ScenarioSpec, progress: Callable[[float], None] | None = None) -> Recording:
+def simulate(
+    spec: ScenarioSpec, progress: Callable[[float], None] | None = None, scrape_labels: bool = False
+) -> Recording:
     """Run the scenario from its start for its duration, one sample per ``step_s``."""
-    model = ClusterModel(spec, scrape_labels=True)
+    model = ClusterModel(spec, scrape_labels=scrape_labels)
     rec = Recording()
     n = int(spec.duration_s // spec.step_s)
     rec.add(model.t, model.series())
@@ -86,6 +88,13 @@ def _fmt(x: float) -> str:
     if x.is_integer() and abs(x) < 1e15:
         return str(int(x))
     return repr(x)
+
+
+def _fmt_all(x: np.ndarray) -> list[str]:
+    """Sample values or timestamps as text: integers without a decimal point, others exactly."""
+    if x.size and np.all(np.abs(x) < 1e15) and np.array_equal(x, np.floor(x)):
+        return list(map(str, x.astype(np.int64).tolist()))
+    return [_fmt(v) for v in x.tolist()]
 
 
 def _family(name: str) -> tuple[str, str]:
@@ -113,8 +122,8 @@ def iter_openmetrics(rec: Recording) -> Iterator[str]:
             head = (
                 name + "{" + ",".join(f'{k}="{_escape(x)}"' for k, x in zip(labels, key, strict=True)) + "} "
             )
-            ts = [_fmt(x) for x in t.tolist()]
-            vs = [_fmt(x) for x in v.tolist()]
+            ts = _fmt_all(t)
+            vs = _fmt_all(v)
             yield "".join(f"{head}{a} {b}\n" for a, b in zip(vs, ts, strict=True))
     yield "# EOF\n"
 
@@ -154,8 +163,9 @@ def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
         expected = []
         for kind, cause in EXPECTED[f.kind]:
             e: dict[str, Any] = {"kind": kind, "cause": cause}
-            if kind == "mfu_drop" and f.kind in ("thermal_throttle", "power_brake") and f.slowdown < 0.2:
-                # One GPU 10-20% slower costs the job only about half that: a drop may or may not show.
+            if kind == "mfu_drop" and f.kind in ("thermal_throttle", "power_brake") and f.slowdown < 0.25:
+                # One GPU s slower costs the job less than s (the healthy GPUs' own spread already sets
+                # the pace a few percent above nominal): below 25% a job-level drop may or may not show.
                 e["optional"] = True
             if kind != "mfu_drop":
                 e["node"] = node

@@ -47,7 +47,7 @@ class DetectorConfig:
     # --- MFU drop -------------------------------------------------------------------------
     #: Relative MFU (or tokens/s) loss against the job's own baseline that counts as a drop. A
     #: 10% step-time slowdown costs 9% MFU; Greyhound's 10% and SuperBench's 5% bracket this.
-    mfu_drop: float = 0.07
+    mfu_drop: float = 0.06
     #: Minimum length of a drop (and of a baseline segment) in seconds.
     mfu_min_drop_s: float = 180.0
     mfu_min_baseline_s: float = 300.0

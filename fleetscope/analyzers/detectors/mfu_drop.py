@@ -4,7 +4,7 @@ Reasoning (analytics.md sections 3.5 and 5). MFU = model FLOPs per second / peak
 GPUs (DESIGN.md). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
 compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
 family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
-every segment at least ``mfu_drop`` (7%) below it for ``mfu_min_drop_s`` is a drop; the change points
+every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points
 are reported. Grid times whose rate window contains a checkpoint are left out, so periodic
 checkpoints of normal length never count as drops.
 
@@ -63,7 +63,10 @@ def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
         tok = np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1)
         series = rolling_sum(tok[:, None], w)[:, 0] / window_s
         unit = "tokens/s"
-    series[: w - 1] = np.nan  # incomplete windows at the start
+    # Windows that reach back before the job's first step in the window (start-up) are not a level.
+    stepping = np.nonzero(np.nansum(np.nan_to_num(r.steps[:, cols]), axis=1) > 0)[0]
+    first = int(stepping[0]) if stepping.size else 0
+    series[: max(w - 1, first + w)] = np.nan
     series[~present.any(axis=1)] = np.nan
     return series, unit, ck_mask
 

@@ -1,0 +1,148 @@
+"""``fleetscope analyze``: failing nodes, stragglers and MFU drops in a recorded file or a Prometheus.
+
+``--input FILE`` and ``--prometheus URL --start T --end T`` load the same frames and give the same
+findings. Output: ``text`` (default on a terminal), ``json`` (the findings document of DESIGN.md,
+default otherwise), ``html`` (one self-contained report with plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--input", "-i", metavar="FILE", help="recorded OpenMetrics file (gzip allowed)")
+    src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible API base URL")
+    p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (-6h); default -1h "
+                   "(with --input: the file's first sample)")  # fmt: skip
+    p.add_argument("--end", help="window end (default now; with --input: the file's last sample)")
+    p.add_argument(
+        "--step", type=float, help="grid step in seconds (default 15; with --input: the file's spacing)"
+    )
+    p.add_argument("--format", choices=["text", "json", "html"],
+                   help="output format (default text on a terminal, json otherwise)")  # fmt: skip
+    p.add_argument("--output", "-o", help="write the report here instead of stdout")
+    p.add_argument(
+        "--config", help="YAML/JSON file of detector thresholds to override (see docs/analyzers.md)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="HTTP timeout per request, seconds (default 30)"
+    )
+    p.add_argument(
+        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
+    )
+    p.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
+    p.add_argument(
+        "--header", action="append", default=[], metavar="K=V", help="extra HTTP header (repeatable)"
+    )
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.last = -1
+
+    def __call__(self, frac: float) -> None:
+        if not self.enabled:
+            return
+        pct = int(frac * 100)
+        if pct == self.last:
+            return
+        self.last = pct
+        bar = "#" * (pct // 4)
+        sys.stderr.write(f"\r{self.label} [{bar:<25}] {pct:3d}%")
+        if pct >= 100:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def load_config(path: str | None):
+    from fleetscope.analyzers.detectors.config import DEFAULT
+    from fleetscope.errors import FleetscopeError
+
+    if not path:
+        return DEFAULT
+    try:
+        import yaml
+
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise FleetscopeError(f"cannot read --config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise FleetscopeError(f"--config {path} is not YAML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise FleetscopeError(f"--config {path} must be a mapping of setting: value")
+    return DEFAULT.with_overrides(data)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fleetscope.analyzers.features import METRICS_USED
+    from fleetscope.analyzers.findings import findings_document
+    from fleetscope.analyzers.pipeline import run_detectors
+    from fleetscope.errors import FleetscopeError
+
+    config = load_config(args.config)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    t0 = time.monotonic()
+    if args.input:
+        from fleetscope.analyzers.load_file import load_file
+        from fleetscope.analyzers.load_prometheus import parse_time
+
+        start = parse_time(args.start) if args.start else None
+        end = parse_time(args.end) if args.end else None
+        frames = load_file(args.input, METRICS_USED, step=args.step, start=start, end=end,
+                           progress=ProgressBar("loading", show))  # fmt: skip
+    elif args.prometheus:
+        from fleetscope.analyzers.load_prometheus import load_prometheus
+
+        headers = {}
+        for h in args.header:
+            k, sep, v = h.partition("=")
+            if not sep:
+                raise FleetscopeError(f"--header {h!r}: expected K=V")
+            headers[k.strip()] = v.strip()
+        region = args.region
+        if args.sigv4 and not region:
+            import botocore.session
+
+            region = botocore.session.Session().get_config_variable("region")
+            if not region:
+                raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+        frames = load_prometheus(args.prometheus, args.start or "-1h", args.end or "now", args.step or 15.0,
+                                 METRICS_USED, timeout=args.timeout, sigv4_region=region, headers=headers,
+                                 progress=ProgressBar("querying", show))  # fmt: skip
+    else:
+        raise FleetscopeError("give --input FILE or --prometheus URL")
+    analysis, feat = run_detectors(frames, config)
+    fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
+    if fmt == "json":
+        text = json.dumps(findings_document(analysis.findings, analysis.start, analysis.end), indent=2) + "\n"
+    elif fmt == "html":
+        from fleetscope.analyzers.report_html import render_html
+
+        text = render_html(analysis, feat)
+    else:
+        from fleetscope.analyzers.report_text import render_text
+
+        text = render_text(analysis)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise FleetscopeError(f"cannot write {args.output}: {exc.strerror}") from None
+    else:
+        sys.stdout.write(text)
+    if show:
+        print(f"analyzed in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,183 @@
+"""Score the detectors against simulated scenarios with known faults.
+
+For every scenario spec in a folder the simulator writes the recording and its ground truth, the
+analyzer reads the recording back from disk (the same path as ``fleetscope analyze --input``), and
+the findings are matched to the expected ones:
+
+* a finding matches an expectation of the same kind when it is on the same node (and GPU, where
+  both name one) and starts between two minutes before the fault's onset and the fault's end;
+  ``mfu_drop`` expectations match on time only;
+* recall per kind = expectations matched / expectations; precision per kind = findings that match
+  an expectation / findings (an expectation marked optional, a borderline effect, neither counts as
+  missed nor makes its finding a false positive);
+* detection delay = ``confirmed_at`` of the first matching finding - onset, per fault.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetscope.analyzers.findings import Finding, parse_rfc3339
+from fleetscope.errors import FleetscopeError
+
+MATCH_BEFORE_S = 120.0
+KINDS = ("failing_node", "straggler", "mfu_drop")
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    nodes: int
+    faults: list[dict[str, Any]]
+    findings: list[Finding]
+    matched: list[tuple[dict, Finding | None]] = field(default_factory=list)
+    false_positives: list[Finding] = field(default_factory=list)
+    delays: dict[str, float | None] = field(default_factory=dict)  # fault kind -> seconds
+    seconds: float = 0.0
+
+
+def _matches(exp: dict, fault: dict, f: Finding, window_end: float) -> bool:
+    if f.kind != exp["kind"]:
+        return False
+    if exp["kind"] != "mfu_drop":
+        if f.node != exp.get("node"):
+            return False
+        if exp.get("gpu") is not None and f.gpu is not None and f.gpu != exp["gpu"]:
+            return False
+    onset = parse_rfc3339(fault["onset"]) or 0.0
+    end = parse_rfc3339(fault.get("end")) or window_end
+    return onset - MATCH_BEFORE_S <= f.start <= end
+
+
+def score_scenario(truth: dict, findings: list[Finding]) -> ScenarioResult:
+    window_end = parse_rfc3339(truth["window"]["end"]) or 0.0
+    res = ScenarioResult(truth["scenario"], truth["spec"]["nodes"], truth["faults"], findings)
+    used: set[int] = set()
+    for fault in truth["faults"]:
+        first: float | None = None
+        for exp in fault["expected"]:
+            hits = [f for f in findings if _matches(exp, fault, f, window_end)]
+            for f in hits:
+                used.add(id(f))
+            if exp.get("optional"):
+                continue
+            best = min(hits, key=lambda f: f.start) if hits else None
+            res.matched.append((exp, best))
+            if best is not None:
+                conf = parse_rfc3339(best.evidence.get("confirmed_at")) or best.start
+                d = conf - (parse_rfc3339(fault["onset"]) or 0.0)
+                first = d if first is None else min(first, d)
+        res.delays[fault["kind"]] = first
+    res.false_positives = [f for f in findings if id(f) not in used]
+    return res
+
+
+@dataclass
+class Report:
+    results: list[ScenarioResult]
+
+    def per_kind(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for kind in KINDS:
+            exps = [(e, f) for r in self.results for e, f in r.matched if e["kind"] == kind]
+            found = [(e, f) for e, f in exps if f is not None]
+            fps = [f for r in self.results for f in r.false_positives if f.kind == kind]
+            n_find = sum(1 for r in self.results for f in r.findings if f.kind == kind)
+            cause_ok = sum(1 for e, f in found if f.cause == e["cause"])
+            out[kind] = {
+                "expected": len(exps),
+                "found": len(found),
+                "findings": n_find,
+                "false_positives": len(fps),
+                "recall": len(found) / len(exps) if exps else 1.0,
+                "precision": (n_find - len(fps)) / n_find if n_find else 1.0,
+                "cause_accuracy": cause_ok / len(found) if found else 1.0,
+            }
+        return out
+
+    def delays(self) -> dict[str, dict[str, Any]]:
+        by: dict[str, list[float | None]] = {}
+        for r in self.results:
+            for kind, d in r.delays.items():
+                by.setdefault(kind, []).append(d)
+        out = {}
+        for kind, ds in sorted(by.items()):
+            got = [d for d in ds if d is not None]
+            out[kind] = {"faults": len(ds), "detected": len(got),
+                         "max_delay_s": max(got) if got else None,
+                         "mean_delay_s": sum(got) / len(got) if got else None}  # fmt: skip
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenarios": len(self.results),
+            "per_kind": self.per_kind(),
+            "delays": self.delays(),
+            "details": [{
+                "scenario": r.name, "nodes": r.nodes, "seconds": round(r.seconds, 2),
+                "faults": [f["kind"] for f in r.faults],
+                "missed": [e for e, f in r.matched if f is None],
+                "false_positives": [f.to_dict() for f in r.false_positives],
+            } for r in self.results],
+        }  # fmt: skip
+
+    def render(self) -> str:
+        lines = [f"{len(self.results)} scenarios", "",
+                 f"{'KIND':<14}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}{'PRECISION':>11}{'RECALL':>8}"
+                 f"{'CAUSE OK':>10}"]  # fmt: skip
+        for kind, k in self.per_kind().items():
+            lines.append(f"{kind:<14}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
+                         f"{k['precision']:>11.3f}{k['recall']:>8.3f}{k['cause_accuracy']:>10.3f}")  # fmt: skip
+        lines += ["", f"{'FAULT':<20}{'FAULTS':>7}{'FOUND':>7}{'MAX DELAY':>11}{'MEAN DELAY':>12}"]
+        for kind, d in self.delays().items():
+            mx = "-" if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
+            mean = "-" if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
+            lines.append(f"{kind:<20}{d['faults']:>7}{d['detected']:>7}{mx:>11}{mean:>12}")
+        problems = [(r.name, e, None) for r in self.results for e, f in r.matched if f is None]
+        problems += [(r.name, None, f) for r in self.results for f in r.false_positives]
+        if problems:
+            lines += ["", "misses and false positives:"]
+            for name, e, f in problems:
+                if e is not None:
+                    lines.append(f"  {name}: missed {e['kind']} ({e['cause']}) on {e.get('node') or 'job'}")
+                else:
+                    lines.append(f"  {name}: false {f.kind} {f.cause} on {f.node or 'job'} gpu {f.gpu} at "
+                                 f"{f.to_dict()['start']}")  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+
+def evaluate(folder: str | Path, workdir: str | Path | None = None, config: object | None = None,
+             progress: Callable[[str], None] | None = None) -> Report:  # fmt: skip
+    """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``."""
+    from fleetscope.analyzers.api import analyze_file
+    from fleetscope.simulate.record import write_scenario
+    from fleetscope.simulate.spec import ScenarioSpec
+
+    folder = Path(folder)
+    specs = (
+        sorted(p for p in folder.iterdir() if p.suffix in (".json", ".yaml", ".yml"))
+        if folder.is_dir()
+        else []
+    )
+    if not specs:
+        raise FleetscopeError(f"no scenario specs (*.json, *.yaml) in {folder}")
+    results = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for p in specs:
+            spec = ScenarioSpec.load(p)
+            t0 = time.monotonic()
+            out, truth_path = write_scenario(spec, Path(tmp) / f"{p.stem}.om")
+            analysis = analyze_file(out, config)
+            res = score_scenario(json.loads(truth_path.read_text()), analysis.findings)
+            res.seconds = time.monotonic() - t0
+            results.append(res)
+            out.unlink()
+            if progress:
+                progress(f"{p.stem}: {len(analysis.findings)} findings, {res.seconds:.1f} s")
+    return Report(results)
