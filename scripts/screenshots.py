@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -37,6 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
 VENV_BIN = Path(sys.executable).parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "chromium"
+
+
+#: Grafana unit ids -> axis labels, for the units the generated dashboards use.
+GRAFANA_UNITS = {
+    "rotmhz": "MHz", "celsius": "°C", "watt": "W", "percent": "%", "percentunit": "ratio",
+    "decmbytes": "MiB", "mbytes": "MiB", "Bps": "bytes/s", "s": "seconds", "short": "",
+}  # fmt: skip
 
 
 def free_port() -> int:
@@ -76,12 +82,12 @@ def chromium_screenshot(url: str, out: Path, width: int, height: int) -> None:
 
 
 # --- the web page during the demo ------------------------------------------------------------
-def web_page(out: Path) -> None:
+def web_page(out: Path, fault: str) -> None:
     port = free_port()
     demo = subprocess.Popen(
         [
-            str(VENV_BIN / "fleetscope"), "demo", "--fast", "--fault", "gpu_lost", "--fault-at", "20",
-            "--fault-node", "1", "--duration", "600", "--listen", f"127.0.0.1:{port}",
+            str(VENV_BIN / "fleetscope"), "demo", "--fast", "--fault", fault, "--fault-at", "60",
+            "--fault-node", "1", "--duration", "900", "--listen", f"127.0.0.1:{port}",
             "--prometheus-port", str(free_port()), "--alertmanager-port", str(free_port()),
             "--base-port", str(20000 + free_port() % 20000),
         ],
@@ -89,12 +95,14 @@ def web_page(out: Path) -> None:
     )  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(
-            lambda: get_json(f"{base}/api/v1/findings?kind=failing_node")["findings"],
-            timeout=300,
-            what="a failing_node finding",
-        )
-        time.sleep(5)  # one more analysis cycle so the page shows the straggler/mfu context too
+        wait_for(lambda: get_json(f"{base}/api/v1/findings")["findings"], timeout=600, what="a finding")
+        # Let the job's throughput numbers fill in (they are rates over the last minutes).
+        with contextlib.suppress(SystemExit):
+            wait_for(
+                lambda: any(j.get("tokens_per_second") for j in get_json(f"{base}/api/v1/jobs")["jobs"]),
+                timeout=240,
+                what="the job's tokens/s",
+            )
         chromium_screenshot(f"{base}/", out, 1400, 1000)
         print(f"wrote {out}")
     finally:
@@ -115,14 +123,13 @@ def panel_by_title(title: str) -> tuple[dict, dict]:
     raise SystemExit(f"no panel titled {title!r} in dashboards/*.json")
 
 
-def substitute(expr: str, step: float) -> str:
-    """Grafana's variables, as the dashboard's defaults would set them ('All' = any value)."""
-    expr = expr.replace("$__rate_interval", f"{int(4 * step)}s").replace(
-        "${__rate_interval}", f"{int(4 * step)}s"
-    )
-    expr = expr.replace("$__interval", f"{int(step)}s").replace("${__interval}", f"{int(step)}s")
-    expr = re.sub(r'(=~?)"\$\{?\w+(:\w+)?\}?"', r'=~".*"', expr)
-    return expr
+def substitute(expr: str, step: float, variables: dict[str, str]) -> str:
+    """Grafana's variables: the given values, else 'All' (any value)."""
+    expr = expr.replace("${__rate_interval}", "$__rate_interval").replace("${__interval}", "$__interval")
+    expr = expr.replace("$__rate_interval", f"{int(4 * step)}s").replace("$__interval", f"{int(step)}s")
+    for name, value in variables.items():
+        expr = re.sub(rf"\$\{{?{name}\}}?(?!\w)", value, expr)
+    return re.sub(r'(=~?)"\$\{?\w+(:\w+)?\}?"', r'=~".*"', expr)
 
 
 def legend(fmt: str | None, labels: dict) -> str:
@@ -150,7 +157,7 @@ def running_prometheus(config: Path, data: Path):
         prom.wait(timeout=30)
 
 
-def dashboard_panel(out: Path, title: str) -> None:
+def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +185,9 @@ def dashboard_panel(out: Path, title: str) -> None:
         config = work / "prometheus.yml"
         config.write_text(json.dumps({"global": {"scrape_interval": "15s"}, "scrape_configs": []}))
         start, end, step = spec.start + 60, spec.start + spec.duration_s, 15.0
-        exprs = [(substitute(t["expr"], step), t.get("legendFormat")) for t in panel.get("targets", [])]
+        exprs = [
+            (substitute(t["expr"], step, variables), t.get("legendFormat")) for t in panel.get("targets", [])
+        ]
         if any(":" in e for e, _ in exprs):
             # The panel reads recording rules: evaluate them over the recording (promtool backfill).
             with running_prometheus(config, work / "data") as base:
@@ -206,18 +215,20 @@ def dashboard_panel(out: Path, title: str) -> None:
         ts = [datetime.fromtimestamp(float(t), tz=UTC) for t, _ in values]
         ax.plot(ts, [float(v) for _, v in values], linewidth=1.3, label=name)
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-    ax.set_title(f"{dash.get('title')} / {panel.get('title')}", loc="left", fontsize=12)
-    ax.set_ylabel(unit)
+    where = ", ".join(f"{k}={v}" for k, v in variables.items())
+    ax.set_title(f"{dash.get('title')} / {panel.get('title')}   ({where})", loc="left", fontsize=12)
+    ax.set_ylabel(GRAFANA_UNITS.get(unit, unit))
     ax.grid(color="#2c3235", linewidth=0.6)
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
     ax.legend(fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.12), frameon=False)
     fig.text(
         0.01, 0.01,
-        "Drawn with matplotlib from this panel's PromQL (dashboards/*.json) over a simulated 30-minute "
-        "recording backfilled into a real Prometheus; one GPU thermally throttled from 10:10. Not a Grafana screenshot.",
+        "Drawn with matplotlib (scripts/screenshots.py) from this panel's PromQL in dashboards/*.json, over a simulated\n"
+        "30-minute recording backfilled into a real Prometheus; GPU 3 of this node thermally throttled from 10:10. "
+        "Not a Grafana screenshot.",
         fontsize=7, color="#9fa7b3",
     )  # fmt: skip
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(out)
     print(f"wrote {out}")
 
@@ -225,13 +236,21 @@ def dashboard_panel(out: Path, title: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["web", "panel"], default=None)
-    p.add_argument("--panel-title", default=os.environ.get("FLEETSCOPE_PANEL", "SM clock"))
+    p.add_argument("--fault", default="thermal_throttle", help="fault the demo injects for web-page.png")
+    p.add_argument("--panel-title", default="SM clock", help="the panel to draw (default: SM clock)")
+    p.add_argument(
+        "--var", action="append", default=[], metavar="NAME=VALUE",
+        help="a dashboard variable (default Hostname = the throttled node)",
+    )  # fmt: skip
     args = p.parse_args()
     IMG.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "web"):
-        web_page(IMG / "web-page.png")
+        web_page(IMG / "web-page.png", args.fault)
     if args.only in (None, "panel"):
-        dashboard_panel(IMG / "dashboard-panel.png", args.panel_title)
+        from fleetscope.simulate.spec import node_name
+
+        variables = {"Hostname": node_name(1), **dict(v.split("=", 1) for v in args.var)}
+        dashboard_panel(IMG / "dashboard-panel.png", args.panel_title, variables)
     return 0
 
 
