@@ -189,3 +189,27 @@ def test_slurm_job_from_the_cgroup_of_gpu_processes(tmp_path: Path) -> None:
         collector.close()
     assert values(s, c.DCGM_FI_DEV_SM_CLOCK, hpc_job="90210") == [2520]
     assert values(s, c.GPU_UP) == [1]
+
+
+def test_mig_pods_one_series_per_gpu_instance() -> None:
+    """H200 MIG capture: GPU instance 2 has two compute instances (MIG-...0 and MIG-...1)."""
+
+    class Kubelet:
+        def mapping(self):
+            pod = {"pod": "infer-0", "namespace": "serve", "container": "vllm"}
+            return {"MIG-00000000-0000-0000-0000-000000000000": [pod],
+                    "MIG-00000001-0000-0000-0000-000000000001": [pod],
+                    "MIG-00000003-0000-0000-0000-000000000003": [{**pod, "pod": "infer-1"}]}  # fmt: skip
+
+        def close(self) -> None:
+            pass
+
+    collector = GpuCollector(context(gpu_nvml_replay=str(NVML_FIXTURES / "h200-mig.json")))
+    collector.attributor.pods = Kubelet()  # type: ignore[assignment]
+    try:
+        s = samples(collector.collect())
+    finally:
+        collector.close()
+    fb = {(dict(lbl)["GPU_I_ID"], dict(lbl).get("pod")) for (n, lbl) in s if n == c.DCGM_FI_DEV_FB_USED and
+          "GPU_I_ID" in dict(lbl)}  # fmt: skip
+    assert fb == {("2", "infer-0"), ("3", None), ("9", "infer-1"), ("10", None)}

@@ -12,12 +12,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GPU_SERIES, GpuCollector
-from tests.gpu.conftest import NVML_FIXTURES, capture_csv, capture_q, context, one, samples, values
+from tests.gpu.conftest import CAPTURES, NVML_FIXTURES, capture_csv, capture_q, context, one, samples, values
 from tests.support.prom import promtool
 
 H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 H200 = "linux-x86_64__nvidia-h200__590.48.01.txt"
 H100_MIG = "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+H200_MIG = "linux-x86_64__nvidia-h200-mig__590.48.01.txt"
 L40S = "linux-x86_64__nvidia-l40s__595.80.txt"
 
 
@@ -100,29 +101,41 @@ def test_l40s_absent_not_zero() -> None:
     assert one(s, c.GPU_UP) == 1
 
 
-def test_mig_layout_labels_and_absent_utilization() -> None:
-    s = samples(scrape("h100-mig.json"))
-    q = capture_q(H100_MIG)
+def _capture_mig_layout(capture: str) -> dict[tuple[str, str], float]:
+    """(GPU-instance profile, GI id) -> used MiB, read straight from the capture's -L and -q."""
+    text = (CAPTURES / capture).read_text()
+    profiles = re.findall(r"^\s+MIG (\S+)\s+Device\s+\d+:", text, re.M)
+    q = capture_q(capture)
+    blocks = re.findall(r"MIG Device\n(.*?)Shared BAR1", q, re.S)
+    layout = {}
+    for profile, block in zip(profiles, blocks, strict=True):
+        gi = re.search(r"GPU Instance ID\s+:\s+(\d+)", block).group(1)
+        used = float(re.search(r"Shared FB Memory Usage.*?Used\s+:\s+(\d+) MiB", block, re.S).group(1))
+        # "1c.3g.71gb" is compute instance 1 of GPU instance profile 3g.71gb.
+        layout[(re.sub(r"^\d+c\.", "", profile), gi)] = used
+    return layout
+
+
+@pytest.mark.parametrize("fixture,capture", [("h100-mig.json", H100_MIG), ("h200-mig.json", H200_MIG)])
+def test_mig_layout_labels_and_absent_utilization(fixture: str, capture: str) -> None:
+    s = samples(scrape(fixture))
+    q = capture_q(capture)
     # MIG-enabled GPU: utilization and remapped rows are N/A in the capture -> absent, not 0.
     assert re.search(r"^\s+GPU\s+:\s+N/A", q, re.M)
+    assert re.search(r"Remapped Rows\s+:\s+N/A", q)
     assert values(s, c.DCGM_FI_DEV_GPU_UTIL) == []
     assert values(s, c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS) == []
-    # One FB series per GPU instance, labelled with the profile and GI id from nvidia-smi -L / -q.
+    # One FB series per GPU instance, labelled with the profile and GI id nvidia-smi reports.
     mig_fb = {
         (dict(lbl)["GPU_I_PROFILE"], dict(lbl)["GPU_I_ID"]): v
         for (n, lbl), v in s.items()
         if n == c.DCGM_FI_DEV_FB_USED and "GPU_I_ID" in dict(lbl)
     }
-    assert mig_fb == {
-        ("3g.40gb", "2"): 11091,
-        ("2g.20gb", "3"): 17,
-        ("1g.10gb", "9"): 9,
-        ("1g.10gb", "10"): 9,
-    }
+    expected = _capture_mig_layout(capture)
+    assert mig_fb == expected and len(expected) >= 4
     # Profiling ratios per GPU instance (GPM MIG samples), none on the parent GPU.
-    prof = values(s, c.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
-    assert len(prof) == 4
-    assert all("GPU_I_ID" in dict(lbl) for (n, lbl) in s if n == c.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
+    prof = [dict(lbl) for (n, lbl) in s if n == c.DCGM_FI_PROF_GR_ENGINE_ACTIVE]
+    assert len(prof) == len(expected) and all("GPU_I_ID" in lbl for lbl in prof)
     # The device-level readings stay on the parent GPU.
     assert one(s, c.DCGM_FI_DEV_GPU_TEMP) == q_number(q, "GPU Current Temp")
 

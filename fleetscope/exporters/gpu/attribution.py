@@ -229,11 +229,13 @@ class Attributor:
         self._pod_map = self.pods.mapping() if self.pods is not None else {}
 
     def labels(self, gpu_index: int, uuid: str, gpu_instance_id: int | None = None,
-               mig_uuid: str = "", pids: list[int] | None = None) -> list[Labels]:  # fmt: skip
-        pods = []
+               mig_uuids: list[str] | None = None, pids: list[int] | None = None) -> list[Labels]:  # fmt: skip
+        pods: list[Labels] = []
         if self._pod_map:
-            pods = self._pod_map.get(mig_uuid, []) if mig_uuid else []
-            pods = pods or self._pod_map.get(uuid, []) or self._pod_map.get(str(gpu_index), [])
+            for mig_uuid in mig_uuids or ():
+                pods += self._pod_map.get(mig_uuid, [])
+            if mig_uuids is None:
+                pods = self._pod_map.get(uuid, []) or self._pod_map.get(str(gpu_index), [])
         jobs: list[str] = []
         if self.mapping_dir is not None:
             name = str(gpu_index) if gpu_instance_id is None else f"{gpu_index}.{gpu_instance_id}"
@@ -246,6 +248,8 @@ class Attributor:
         sets: list[Labels] = [dict(p) for p in pods] or [{}]
         if jobs:
             sets = [{**s, "hpc_job": j} for s in sets for j in jobs]
+        if len(sets) > 1:  # one pod may hold two MIG devices of one GPU instance: one series set
+            sets = list({tuple(s.items()): s for s in sets}.values())
         return sets
 
     def close(self) -> None:

@@ -446,7 +446,7 @@ class GpuCollector(Collector):
             out.add_all(reading.values, out.labels(dev, attribution=attribution) if attribution else base)
         for mig, values in reading.mig:
             for attribution in self.attributor.labels(
-                dev.index, dev.uuid, mig.gpu_instance_id, mig.uuid, reading.pids
+                dev.index, dev.uuid, mig.gpu_instance_id, mig.uuids, reading.pids
             ):
                 out.add_all(values, out.labels(dev, mig, attribution))
 

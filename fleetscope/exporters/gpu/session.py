@@ -9,6 +9,7 @@ of GPUs an XID 79 said have fallen off the bus.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ class MigDevice:
     gpu_instance_id: int
     profile: str
     uuid: str
+    #: UUIDs of every MIG device (compute instance) of this GPU instance; pods may hold any of them.
+    uuids: list[str] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     gpm_prev: Any = None
 
@@ -65,9 +68,14 @@ class GpuDevice:
 
 
 def mig_profile(mig_name: str) -> str:
-    """``NVIDIA H100 80GB HBM3 MIG 3g.40gb`` -> ``3g.40gb`` (dcgm-exporter's GPU_I_PROFILE)."""
+    """``NVIDIA H100 80GB HBM3 MIG 3g.40gb`` -> ``3g.40gb`` (dcgm-exporter's GPU_I_PROFILE).
+
+    A MIG device that is one of several compute instances of a GPU instance is named
+    ``... MIG 1c.3g.71gb``; the GPU-instance profile is the part after the ``<n>c.`` prefix.
+    """
     _, sep, profile = mig_name.rpartition("MIG ")
-    return profile.strip() if sep else mig_name.strip()
+    profile = profile.strip() if sep else mig_name.strip()
+    return re.sub(r"^\d+c\.", "", profile)
 
 
 def normalize_bus_id(bus_id: str) -> tuple[int, int, int] | None:
@@ -164,20 +172,24 @@ class NvmlSession:
             count = b.nvmlDeviceGetMaxMigDeviceCount(dev.handle)
         except pynvml.NVMLError:
             return migs
+        by_instance: dict[int, MigDevice] = {}
         for i in range(count):
             try:
                 h = b.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
             except pynvml.NVMLError:
                 continue  # an empty slot answers NotFound
             try:
-                migs.append(
-                    MigDevice(
-                        handle=h,
-                        gpu_instance_id=int(b.nvmlDeviceGetGpuInstanceId(h)),
-                        profile=mig_profile(text(b.nvmlDeviceGetName(h))),
-                        uuid=text(b.nvmlDeviceGetUUID(h)),
-                    )
-                )
+                gi = int(b.nvmlDeviceGetGpuInstanceId(h))
+                uuid = text(b.nvmlDeviceGetUUID(h))
+                if gi in by_instance:
+                    # Another compute instance of the same GPU instance: memory and GPM are per
+                    # GPU instance, so it adds no series of its own (that would duplicate them).
+                    by_instance[gi].uuids.append(uuid)
+                    continue
+                mig = MigDevice(handle=h, gpu_instance_id=gi, profile=mig_profile(text(b.nvmlDeviceGetName(h))),
+                                uuid=uuid, uuids=[uuid])  # fmt: skip
+                by_instance[gi] = mig
+                migs.append(mig)
             except pynvml.NVMLError as exc:
                 log.warning("GPU %d MIG device %d: %s", dev.index, i, exc)
         return migs
