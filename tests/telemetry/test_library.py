@@ -304,3 +304,16 @@ def test_training_thread_does_no_io(tmp_path: Path) -> None:
     me = threading.get_ident()
     assert [e for tid, e in events if tid == me] == []
     assert any(e == "open" for tid, e in events if tid != me)  # the hook does see the writer's I/O
+
+
+def test_cuda_sync_without_a_gpu_warns_once_and_times_on_the_cpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch
+
+    assert not torch.cuda.is_available()  # the CPU build: the option must degrade, not fail
+    m = TrainingMonitor(job_id="j", directory=tmp_path, start=False, cuda_sync=True)
+    with m.step(tokens=2), m.phase("forward"):
+        pass
+    assert m.snapshot().steps == 1
+    assert sum("cuda_sync requested but no CUDA device" in r.message for r in caplog.records) == 1
