@@ -47,7 +47,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
         ]),
         (None, [
             table("Firing alerts", _FIRING, "short", "What to do: follow each alert's runbook_url.",
-                  hide=("__name__", "alertstate", "instance", "job")),
+                  hide=("__name__", "alertstate", "instance", "job"), no_value="no alerts firing"),
         ]),
         ("Training", [
             timeseries("MFU by job", [(names.JOB_MFU, "{{job_id}}")], "percentunit",

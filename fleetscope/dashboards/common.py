@@ -134,8 +134,16 @@ def stat(
     )
 
 
-def table(title: str, expr: str, unit: str, description: str = "", hide: tuple[str, ...] = ()) -> g.Table:
-    """An instant table; ``hide`` names columns (labels) not worth showing."""
+def table(
+    title: str,
+    expr: str,
+    unit: str,
+    description: str = "",
+    hide: tuple[str, ...] = (),
+    no_value: str = "none",
+) -> g.Table:
+    """An instant table; ``hide`` names columns (labels) not worth showing; ``no_value`` replaces
+    Grafana's "No data" when nothing matches (no XIDs, no alerts: good news, not a broken panel)."""
     transformations = [
         {"id": "organize", "options": {"excludeByName": {"Time": True, **{h: True for h in hide}}}}
     ]
@@ -147,6 +155,7 @@ def table(title: str, expr: str, unit: str, description: str = "", hide: tuple[s
         unit=unit,
         transformations=transformations,
         filterable=True,
+        extraJson={"fieldConfig": {"defaults": {"noValue": no_value}}},
     )
 
 
@@ -204,5 +213,18 @@ def dashboard(uid: str, title: str, description: str, variables: list[g.Template
         graphTooltip=1,  # shared crosshair
         editable=False,
         templating=g.Templating(list=[datasource_var(), *variables]),
+        # A drop-down of the other fleetscope dashboards, keeping the time range and variables.
+        links=[
+            {
+                "type": "dashboards",
+                "tags": ["fleetscope"],
+                "asDropdown": True,
+                "title": "fleetscope",
+                "includeVars": True,
+                "keepTime": True,
+                "icon": "external link",
+                "targetBlank": False,
+            }
+        ],
         panels=layout(rows),
     ).auto_panel_ids()

@@ -32,7 +32,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
                            {k: (v, "green" if k == 0 else "red") for k, v in c.RECOVERY_ACTIONS.items()},
                            "What the driver asks for (NVML recovery action)."),
             table("XIDs since exporter start", f"sum by (gpu, xid) ({s(c.GPU_XID_ERRORS_TOTAL)})", "short",
-                  "XID codes per GPU; the class decides the action (docs/runbooks.md)."),
+                  "XID codes per GPU; the class decides the action (docs/runbooks.md).", no_value="no XIDs"),
         ]),
         ("Load", [
             timeseries("GPU utilization", [(s(c.DCGM_FI_DEV_GPU_UTIL), gpu_legend)], "percent", min_value=0,

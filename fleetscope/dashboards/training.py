@@ -5,6 +5,7 @@ from __future__ import annotations
 import grafanalib.core as g
 
 from fleetscope import contract as c
+from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.training import rank_compute_vs_median
@@ -19,7 +20,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
         return sel(metric, **JOB)
 
     rank = "rank {{rank}}"
-    step_time = f"rate({s(c.TRAINING_STEP_SECONDS)}[{W}]) / rate({s(c.TRAINING_STEPS)}[{W}])"
+    # The shared per-rank builder, narrowed to the chosen job.
+    step_time = f"({queries.rank_step_seconds(W)}) and on (job_id, rank) {s(c.TRAINING_STEPS)}"
     rows = [
         (None, [
             stat("MFU", s(names.JOB_MFU), "percentunit", "Model FLOP/s over the bf16 peak of the job's GPUs.",
