@@ -17,9 +17,10 @@ WORKDIR /opt/fleetscope
 COPY pyproject.toml README.md ./
 COPY requirements/constraints.txt requirements/constraints.txt
 COPY fleetscope/ fleetscope/
-# The exporter needs only the base dependencies; the service and the analyzers need the extras.
+# The exporter needs only the base dependencies (+ k8s for pod attribution, aws for the FSx
+# CloudWatch collector); the service and the analyzers need the analyze and service extras.
 # torch is never installed into the image (it is a test-only dependency).
-RUN pip install -c requirements/constraints.txt '.[service,analyze]'
+RUN pip install -c requirements/constraints.txt '.[service,analyze,k8s,aws]'
 
 # Generated rules and dashboards travel with the image so `fleetscope serve` and the docs match.
 COPY alerts/ /opt/fleetscope/alerts/
