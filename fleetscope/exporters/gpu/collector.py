@@ -15,6 +15,7 @@ exactly the contract's names in both formats, which is what Prometheus stores an
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -99,6 +100,10 @@ GPU_SERIES: tuple[c.Metric, ...] = (
     c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, c.DCGM_FI_DEV_GPU_RECOVERY_ACTION,
     *(m for m, _ in GPM_METRICS.values()),
 )  # fmt: skip
+
+
+#: The model table is a list of regexes; a node has one or two models, so remember the answers.
+_peak_flops = functools.lru_cache(maxsize=64)(c.peak_flops)
 
 
 def family_type(metric: c.Metric) -> str:
@@ -438,7 +443,7 @@ class GpuCollector(Collector):
             self._lost_logged.discard(dev.index)
             self.log.info("GPU %d answers again", dev.index)
         out.add(c.GPU_UP, base, 1)
-        peak = c.peak_flops(dev.name)
+        peak = _peak_flops(dev.name)
         if peak:
             for dtype, flops in peak.items():
                 out.add(c.GPU_PEAK_FLOPS, {**base, "dtype": dtype}, flops)
