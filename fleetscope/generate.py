@@ -36,7 +36,13 @@ _OWNED_PATTERNS: tuple[tuple[Path, str], ...] = (
 def outputs() -> dict[Path, str]:
     """Every generated file, relative path -> text."""
     from fleetscope.alerts import render as rules
-    from fleetscope.dashboards import render as dashboards
+
+    try:
+        from fleetscope.dashboards import render as dashboards
+    except ModuleNotFoundError as exc:
+        raise FleetscopeError(
+            f"generating the dashboards needs {exc.name}: pip install 'fleetscope[dashboards]'"
+        ) from None
 
     files: dict[Path, str] = {}
     for name, text in rules.rule_files().items():
