@@ -22,10 +22,6 @@ COPY fleetscope/ fleetscope/
 # torch is never installed into the image (it is a test-only dependency).
 RUN pip install -c requirements/constraints.txt '.[service,analyze,k8s,aws]'
 
-# Generated rules and dashboards travel with the image so `fleetscope serve` and the docs match.
-COPY alerts/ /opt/fleetscope/alerts/
-COPY dashboards/ /opt/fleetscope/dashboards/
-
 # nobody:nogroup (exists in the Debian base image). The exporter reads /sys and /proc world-readable files; /dev/kmsg needs root or
 # CAP_SYSLOG, which the GPU overlay grants explicitly.
 USER 65534:65534
