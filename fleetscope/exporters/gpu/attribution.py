@@ -128,7 +128,10 @@ class PodResourcesClient:
         self._lock = threading.Lock()
 
     def _call(self) -> bytes:
-        import grpc  # the k8s extra; imported only when Kubernetes attribution is on
+        try:
+            import grpc  # the k8s extra; imported only when Kubernetes attribution is on
+        except ImportError:
+            raise RuntimeError("grpcio is not installed (pip install 'fleetscope[k8s]')") from None
 
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
