@@ -160,7 +160,8 @@ class Recorder:
                 device["gpm"] = gpm
         if mig_on:
             migs: list[Any] = []
-            for i in range(int(calls.get("nvmlDeviceGetMaxMigDeviceCount") or 0)):
+            slots = calls.get("nvmlDeviceGetMaxMigDeviceCount")
+            for i in range(slots if isinstance(slots, int) else 0):
                 try:
                     mh = self.b.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
                 except p.NVMLError:
