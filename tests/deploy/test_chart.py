@@ -213,3 +213,28 @@ def test_disabling_components_removes_their_objects() -> None:
     objects = render({"exporter": {"enabled": False}, "dashboards": {"enabled": False}})
     assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "ConfigMap")
     assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["fs-fleetscope-service"]
+
+
+def test_service_token_secret_reaches_the_pod_and_the_service_monitor(
+    rendered: dict[str, list[dict]],
+) -> None:
+    objects = rendered["kube-prometheus-stack"]
+    (deploy,) = by_kind(objects, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["FLEETSCOPE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "fleetscope-token",
+        "key": "token",
+    }
+    # with a token only /healthz is open, so readiness and liveness use it
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    monitors = {m["metadata"]["name"]: m for m in by_kind(objects, "ServiceMonitor")}
+    (endpoint,) = monitors["fs-fleetscope-service"]["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"] == {"name": "fleetscope-token", "key": "token"}
+    assert "authorization" not in monitors["fs-fleetscope-exporter"]["spec"]["endpoints"][0]
+    # without one, readiness follows the verdicts' freshness
+    (plain,) = by_kind(rendered["default"], "Deployment")
+    assert (
+        plain["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    )
