@@ -205,27 +205,37 @@ def bench_api(clients: int, requests: int, client_kind: str = "asyncio") -> dict
 
 def bench_cycle(nodes: int, minutes: int, repeats: int) -> dict:
     from fleetscope.analyzers.api import analyze_prometheus
-    from fleetscope.simulate.cli import record_scenario  # type: ignore[attr-defined]
+    from fleetscope.simulate.record import write_scenario
+    from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
     from tests.support.prom import Prometheus, backfill_openmetrics
 
+    spec = ScenarioSpec(
+        name="bench-service",
+        nodes=nodes,
+        duration_s=minutes * 60.0,
+        faults=[FaultSpec(kind="gpu_lost", at_s=minutes * 60.0 / 3, node=7, gpu=3)],
+    )
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
-        recording, start, end = record_scenario(work / "recording.om", nodes=nodes, minutes=minutes)
+        recording, _ = write_scenario(spec, work / "recording.om")
         t_sim = time.perf_counter() - t0
         t0 = time.perf_counter()
         backfill_openmetrics(recording, work / "data")
         t_fill = time.perf_counter() - t0
+        start, end = spec.start, spec.start + spec.duration_s
         times = []
         with Prometheus(work / "prom", data_dir=work / "data") as prom:
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                analysis = analyze_prometheus(prom.url, start, end, step=15)
+                analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
                 times.append(time.perf_counter() - t0)
         return {
             "nodes": nodes,
-            "gpus": nodes * 8,
+            "gpus": nodes * spec.gpus_per_node,
             "window_minutes": minutes,
+            "step_s": spec.step_s,
+            "recording_mb": round(recording.stat().st_size / 1e6, 1),
             "simulate_s": round(t_sim, 1),
             "backfill_s": round(t_fill, 1),
             "cycle_s": [round(t, 2) for t in times],

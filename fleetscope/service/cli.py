@@ -3,12 +3,14 @@
 Flags (kept stable; ``fleetscope demo`` builds on them):
 ``--prometheus URL`` (required), ``--listen HOST:PORT`` (default 127.0.0.1:9410), ``--interval S``,
 ``--window S``, ``--step S``, ``--timeout S``, ``--stale-after S``, ``--token-file FILE`` (or the
-``FLEETSCOPE_TOKEN`` environment variable), ``--scheduler slurm|kubernetes``, ``--max-fraction F``.
+``FLEETSCOPE_TOKEN`` environment variable), ``--scheduler slurm|kubernetes``, ``--max-fraction F``,
+``--in-process``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import socket
 from urllib.parse import urlsplit
@@ -78,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="drain at most this fraction at once (0.1)",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="analyze in a thread of the server process instead of a child process (debugging)",
+    )
 
 
 def parse_listen(address: str) -> tuple[str, int]:
@@ -103,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.api import analyze_prometheus
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
+    from fleetscope.service.isolate import ProcessAnalyze
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
 
     token = load_token(args.token_file)
@@ -118,11 +126,10 @@ def run(args: argparse.Namespace) -> int:
         max_fraction=args.max_fraction or DEFAULT_MAX_FRACTION,
     )
 
-    def analyze(start: float, end: float):
-        return analyze_prometheus(url, start, end, step=args.step, timeout=args.timeout)
-
+    # A partial of a module-level function: picklable, so it can run in the child process.
+    analyze = functools.partial(analyze_prometheus, url, step=args.step, timeout=args.timeout)
     sock = bind(host, port)
-    app = create_app(settings, analyze)
+    app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(
         app, log_config=None, log_level="warning", access_log=False, server_header=False, lifespan="on"
     )

@@ -83,3 +83,6 @@ class AnalysisRunner:
         if self._thread:
             self._thread.join(timeout)
         self._thread = None
+        close = getattr(self.analyze, "close", None)
+        if callable(close):
+            close()

@@ -254,3 +254,18 @@ def pixel(png: tuple[int, int, int, list[bytes]], x: int, y: int) -> tuple[int, 
 
 def close(rgb: tuple[int, int, int], want: tuple[int, int, int], tol: int = 12) -> bool:
     return all(abs(a - b) <= tol for a, b in zip(rgb, want, strict=True))
+
+
+# --- functions a child process can run (module-level, so picklable) ---------------------------
+
+
+def analyze_small(start: float, end: float) -> Analysis:
+    return make_analysis(start=start, end=end)
+
+
+def analyze_dies(start: float, end: float) -> Analysis:
+    os._exit(9)  # as if the kernel's OOM killer took the analysis process
+
+
+def analyze_refuses(start: float, end: float) -> Analysis:
+    raise FleetscopeError("Prometheus at http://127.0.0.1:9 answered 503: overloaded")
