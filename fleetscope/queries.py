@@ -23,19 +23,22 @@ def _phase_regex(phases: tuple[str, ...]) -> str:
     return "|".join(phases)
 
 
+def _gpu_peak(dtype: str) -> str:
+    """One peak value per (node, GPU index), even when MIG instances or a second scrape job
+    duplicate the GPU's series (a duplicate would make the join below fail for every rank)."""
+    return f'max by ({_NODE}, gpu) ({contract.GPU_PEAK_FLOPS}{{dtype="{dtype}"}})'
+
+
 def rank_mfu(window: str = "5m", dtype: str = "bf16") -> str:
     """MFU of each rank: its model FLOP/s over the dense peak of the GPU it runs on."""
-    return (
-        f"rate({contract.TRAINING_MODEL_FLOPS}[{window}])"
-        f" / on ({_NODE}, gpu) group_left () {contract.GPU_PEAK_FLOPS}{{dtype=\"{dtype}\"}}"
-    )
+    return f"rate({contract.TRAINING_MODEL_FLOPS}[{window}]) / on ({_NODE}, gpu) group_left () {_gpu_peak(dtype)}"
 
 
 def job_mfu(window: str = "5m", dtype: str = "bf16") -> str:
     """MFU of each job: the ranks' summed model FLOP/s over the summed peak of their GPUs."""
     flops = contract.TRAINING_MODEL_FLOPS
     gpus = f"group by (job_id, {_NODE}, gpu) ({flops})"
-    peak = f'{contract.GPU_PEAK_FLOPS}{{dtype="{dtype}"}}'
+    peak = _gpu_peak(dtype)
     return (
         f"sum by (job_id) (rate({flops}[{window}]))"
         f" / sum by (job_id) ({gpus} * on ({_NODE}, gpu) group_left () {peak})"
