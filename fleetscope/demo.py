@@ -501,6 +501,7 @@ def _run(
     # 1. the simulated cluster
     base_port = pick_port_range("127.0.0.1", args.base_port, args.nodes)
     targets_file = workdir / "targets.json"
+    targets_file.unlink(missing_ok=True)  # a kept --workdir may hold the last run's
     procs.start(
         "simulator",
         fleetscope_argv(
