@@ -166,7 +166,16 @@ def test_exposition_names_are_exact_and_promtool_accepts_them() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)  # type: ignore[arg-type]
     collector.collect()
-    text = generate_latest(registry)
+    from fleetscope.exporters.server import render_text
+
+    text = render_text(collector)  # what /metrics serves
+
+    def keys(b: bytes) -> list[str]:  # the lines without values (the energy counter grows meanwhile)
+        return sorted(
+            line.rpartition(" ")[0] if not line.startswith("#") else line for line in b.decode().splitlines()
+        )
+
+    assert keys(text) == keys(generate_latest(registry))
     body = text.decode()
     # DCGM counters keep their names (no _total appended) in the text format.
     assert "\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in body
