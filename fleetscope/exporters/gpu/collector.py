@@ -377,6 +377,9 @@ class GpuCollector(Collector):
         replay = opt("gpu_nvml_replay", None)
         if replay and not Path(str(replay)).is_file():
             raise FleetscopeError(f"--collector.gpu.nvml-replay {replay}: no such file")
+        timeout = opt("gpu_nvml_timeout", sessions.DEFAULT_TIMEOUT)
+        if timeout is not None and float(timeout) <= 0:  # type: ignore[arg-type]
+            raise FleetscopeError(f"--collector.gpu.nvml-timeout must be > 0, not {timeout}")
         self.session: NvmlSession = sessions.session_from_options(ctx.options)
         pods = None
         if opt("gpu_kubernetes", False):
