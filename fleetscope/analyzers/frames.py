@@ -156,11 +156,20 @@ def to_grid(times: np.ndarray, values: np.ndarray, grid: np.ndarray, lookback: f
 
 
 def build_frames(
-    raw: dict[str, list[RawSeries]], start: float, end: float, step: float, source: str = ""
+    raw: dict[str, list[RawSeries]],
+    start: float,
+    end: float,
+    step: float,
+    source: str = "",
+    gridded: bool = False,
 ) -> Frames:
-    """Clean every raw series and put it on the grid; series of the same labels are merged."""
+    """Clean every raw series and put it on the grid; series of the same labels are merged.
+
+    ``gridded``: the samples are already grid values (a query_range answer), so each one lands on
+    its own grid time and the lookback is not applied a second time.
+    """
     grid = make_grid(start, end, step)
-    lb = lookback_seconds(step)
+    lb = 0.0 if gridded else lookback_seconds(step)
     frames = Frames(times=grid, step=step, source=source)
     for name, series in raw.items():
         merged: dict[tuple, list[RawSeries]] = {}

@@ -49,7 +49,7 @@ def parse_time(text: str | float, now: float | None = None) -> float:
 
 
 def _duration_ms(seconds: float) -> str:
-    return f"{int(round(seconds * 1000))}ms"
+    return f"{round(seconds * 1000)}ms"
 
 
 class PrometheusClient:
@@ -170,7 +170,7 @@ def load_prometheus(
         raise FleetscopeError(
             f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}"
         )
-    return build_frames(raw, start_s, end_s, step, source=url)
+    return build_frames(raw, start_s, end_s, step, source=url, gridded=True)
 
 
 def _iso(ts: float) -> str:
