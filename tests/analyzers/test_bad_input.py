@@ -30,7 +30,9 @@ def _one_line(err: str) -> str:
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    out, _ = write_scenario(ScenarioSpec(nodes=1, duration_s=300, seed=2), tmp_path_factory.mktemp("rec") / "r.om")
+    out, _ = write_scenario(
+        ScenarioSpec(nodes=1, duration_s=300, seed=2), tmp_path_factory.mktemp("rec") / "r.om"
+    )
     return out
 
 
@@ -106,7 +108,9 @@ def _serve(handler):
 def test_prometheus_5xx(capsys):
     server = _serve(type("H", (_Answer,), {"status": 503, "body": b"service unavailable"}))
     try:
-        rc, err = _run(["--prometheus", f"http://127.0.0.1:{server.server_address[1]}", "--start=-1h"], capsys)
+        rc, err = _run(
+            ["--prometheus", f"http://127.0.0.1:{server.server_address[1]}", "--start=-1h"], capsys
+        )
     finally:
         server.shutdown()
     assert rc == 1 and "answered 503" in _one_line(err)

@@ -40,7 +40,9 @@ def test_messy_samples(tmp_path):
 
 def test_gzip_and_milliseconds(tmp_path):
     s = 'fleetscope_gpu_up{gpu="0",Hostname="n"}'
-    body = "# TYPE fleetscope_gpu_up gauge\n" + "".join(f"{s} 1 {(T0 + t) * 1000}\n" for t in range(0, 60, 15))
+    body = "# TYPE fleetscope_gpu_up gauge\n" + "".join(
+        f"{s} 1 {(T0 + t) * 1000}\n" for t in range(0, 60, 15)
+    )
     (tmp_path / "g.om.gz").write_bytes(gzip.compress((body + "# EOF\n").encode()))
     fr = load_file(tmp_path / "g.om.gz")
     assert fr.step == 15 and fr.start == T0 and len(fr.times) == 4

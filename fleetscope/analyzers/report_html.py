@@ -1,0 +1,154 @@
+"""``--format html``: one self-contained page (plots inlined as base64 PNG, no external assets).
+
+Plots: per-rank compute time (ratio to the peer median) as a heatmap over time, the job's MFU with
+its change points and drops, and a node health timeline built from the findings.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import warnings
+
+import numpy as np
+
+from fleetscope.analyzers.api import Analysis
+from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.findings import parse_rfc3339, rfc3339
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}th{background:#f3f3f3}
+.critical{color:#b00020;font-weight:600}.warning{color:#b36b00}img{max-width:100%}
+.failing{background:#f8d7da}.degraded{background:#fff3cd}"""
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _minutes(feat: Features) -> np.ndarray:
+    return (feat.times - feat.times[0]) / 60.0
+
+
+def _heatmap(feat: Features) -> str | None:
+    import matplotlib.pyplot as plt
+
+    from fleetscope.analyzers.detectors.straggler import rank_scores
+
+    _, ratio, _ = rank_scores(feat)
+    if not ratio.size:
+        return None
+    order = np.argsort([int(float(r)) for r in feat.ranks.keys["rank"]], kind="stable")
+    fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.02 * ratio.shape[1], 9)))
+    m = _minutes(feat)
+    im = ax.imshow(ratio[:, order].T, aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.3,
+                   extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
+    ax.set_xlabel("minutes since window start")
+    ax.set_ylabel("rank series")
+    ax.set_title("compute time per step / peer median (1 = normal)")
+    fig.colorbar(im, ax=ax)
+    return _png(fig)
+
+
+def _mfu(feat: Features, analysis: Analysis) -> str | None:
+    import matplotlib.pyplot as plt
+
+    from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+
+    if not feat.jobs:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    m = _minutes(feat)
+    t0 = feat.times[0]
+    unit = "MFU"
+    for job in feat.jobs:
+        series, unit, ck = job_mfu(feat, job)
+        ax.plot(m, series, label=f"job {job}")
+        ax.scatter(m[ck], series[ck], s=6, color="grey")
+    for f in analysis.findings:
+        if f.kind != "mfu_drop":
+            continue
+        end = f.end if f.end is not None else feat.times[-1]
+        ax.axvspan((f.start - t0) / 60, (end - t0) / 60, color="red", alpha=0.12)
+        for cp in (f.evidence.get("change_points") or "").split(", "):
+            ts = parse_rfc3339(cp) if cp else None
+            if ts:
+                ax.axvline((ts - t0) / 60, color="red", ls="--", lw=0.8)
+    ax.set_xlabel("minutes since window start")
+    ax.set_ylabel(unit)
+    ax.set_title(f"job {unit} (grey: checkpoints; red: drops and change points)")
+    ax.legend(loc="lower left")
+    return _png(fig)
+
+
+def _health(feat: Features, analysis: Analysis) -> str | None:
+    import matplotlib.pyplot as plt
+
+    nodes = sorted(analysis.nodes)
+    if not nodes:
+        return None
+    fig, ax = plt.subplots(figsize=(11, min(1 + 0.25 * len(nodes), 9)))
+    t0, t1 = feat.times[0], feat.times[-1]
+    for i, node in enumerate(nodes):
+        ax.barh(i, (t1 - t0) / 60, left=0, color="#cfe8cf", height=0.8)
+        for f in analysis.findings:
+            if f.node != node:
+                continue
+            color = "#d9534f" if f.kind == "failing_node" and f.severity == "critical" else "#f0ad4e"
+            end = f.end if f.end is not None else t1
+            ax.barh(i, (end - f.start) / 60, left=(f.start - t0) / 60, color=color, height=0.8)
+    ax.set_yticks(range(len(nodes)), nodes, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("minutes since window start")
+    ax.set_title("node health (green healthy, orange degraded, red failing)")
+    return _png(fig)
+
+
+def render_html(analysis: Analysis, feat: Features) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plots = [("Per-rank compute time", _heatmap(feat)), ("MFU timeline", _mfu(feat, analysis)),
+                 ("Node health", _health(feat, analysis))]  # fmt: skip
+    e = html.escape
+    rows = []
+    for f in analysis.findings:
+        ev = "<br>".join(f"{e(k)}: {e(v)}" for k, v in f.evidence.items())
+        rows.append(
+            f"<tr><td>{e(f.kind)}</td><td class='{e(f.severity)}'>{e(f.severity)}</td><td>{e(f.node or '')}</td>"
+            f"<td>{e(f.gpu or '')}</td><td>{'' if f.rank is None else f.rank}</td><td>{e(rfc3339(f.start) or '')}</td>"
+            f"<td>{e(rfc3339(f.end) or 'open')}</td><td>{'' if f.score is None else f'{f.score:.2f}'}</td>"
+            f"<td>{e(f.cause)}</td><td>{ev}</td><td>{e(f.action)}</td></tr>"
+        )
+    nodes = "".join(
+        f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td><td>{e('; '.join(v.reasons))}</td></tr>"
+        for v in analysis.nodes.values() if v.state != "healthy"
+    )  # fmt: skip
+    jobs = "".join(
+        f"<tr><td>{e(j.job_id)}</td><td>{j.ranks}</td><td>{len(j.nodes)}</td>"
+        f"<td>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td><td>{j.tokens_per_second or ''}</td>"
+        f"<td>{j.step_seconds or ''}</td><td>{e(str(j.stragglers))}</td></tr>"
+        for j in analysis.jobs.values()
+    )
+    figs = "".join(f"<h2>{e(t)}</h2><img alt='{e(t)}' src='{src}'>" for t, src in plots if src)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>fleetscope analysis</title>
+<style>{_CSS}</style></head><body>
+<h1>fleetscope analysis</h1>
+<p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, {len(analysis.findings)} finding(s),
+{len(analysis.nodes)} nodes</p>
+<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th><th>start</th>
+<th>end</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
+<h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
+<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>tokens/s</th><th>step s</th>
+<th>stragglers</th></tr>{jobs}</table>
+{figs}
+</body></html>
+"""
