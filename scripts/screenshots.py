@@ -103,7 +103,7 @@ def web_page(out: Path, fault: str) -> None:
                 timeout=240,
                 what="the job's tokens/s",
             )
-        chromium_screenshot(f"{base}/", out, 1400, 1000)
+        chromium_screenshot(f"{base}/", out, 1400, 620)
         print(f"wrote {out}")
     finally:
         demo.send_signal(signal.SIGINT)
