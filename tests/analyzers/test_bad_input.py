@@ -6,6 +6,7 @@ import gzip
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -84,9 +85,9 @@ def test_prometheus_down(capsys):
 class _Answer(BaseHTTPRequestHandler):
     status = 503
     body = b"service unavailable"
-    seen: list[dict] = []
+    seen: ClassVar[list[dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(n)
         type(self).seen.append(dict(self.headers))
