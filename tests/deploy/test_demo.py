@@ -155,3 +155,20 @@ def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_p
         assert not demo.leftovers(), demo.leftovers()
     finally:
         demo.kill()
+
+
+def test_demo_refuses_bad_arguments_in_one_line() -> None:
+    for args, message in [
+        (["--fault-node", "7", "--nodes", "4"], "--fault-node must be in 0..3"),
+        (["--nodes", "1"], "--nodes must be at least 2"),
+    ]:
+        res = subprocess.run(
+            [str(VENV_BIN / "fleetscope"), "demo", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert res.returncode != 0
+        assert res.stderr.strip().splitlines() == [f"fleetscope: error: {message}"]
+        assert "Traceback" not in res.stderr
