@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-APT_PACKAGES=(prometheus prometheus-alertmanager chromium chromium-driver gcc python3-venv python3-dev)
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium chromium-driver gcc openssl systemd python3-venv python3-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
