@@ -478,6 +478,8 @@ class ClusterModel:
         return out
 
     def _training_series(self, out: dict[str, Series]) -> None:
+        if not self.spec.training_telemetry:
+            return
         sl = self._scrape_names()
         tl = c.TRAINING_LABELS + sl
         slots = np.nonzero((self.rank_of >= 0) & ~self.r_dead & self.present)[0]

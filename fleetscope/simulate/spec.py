@@ -75,6 +75,8 @@ class ScenarioSpec:
     model_name: str = "NVIDIA H100 80GB HBM3"
     checkpoint_every_s: float = 600.0
     checkpoint_s: float = 45.0
+    #: False: the job runs without fleetscope.telemetry (no training_* series, hardware only).
+    training_telemetry: bool = True
     faults: list[FaultSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -70,7 +70,7 @@ def test_synchronous_training_model():
 
 
 def test_live_cluster_is_scraped_by_prometheus(tmp_path):
-    spec = _spec(nodes=2, faults=[FaultSpec(kind="gpu_lost", at_s=20, node=1, gpu=3)])
+    spec = _spec(nodes=2, faults=[FaultSpec(kind="gpu_lost", at_s=20, node=1, gpu=3, stall_s=3600)])
     targets = tmp_path / "targets.json"
     with LiveCluster(spec, base_port=0, speed=5.0, targets_file=targets) as cluster:
         status, body = http_get(f"http://{cluster.targets[0]}/metrics")

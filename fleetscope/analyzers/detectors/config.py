@@ -25,6 +25,9 @@ class DetectorConfig:
     #: so that a rank 10% slower is reliably caught the cut sits at 1.07, above the 3-4% spread
     #: between healthy GPUs of one model.
     straggler_ratio: float = 1.07
+    #: A rank that is ``straggler_ratio`` slower than its own best level in the window needs only
+    #: this much over the peer median (NVRx computes both a relative and an individual score).
+    straggler_ratio_with_self: float = 1.03
     #: Modified z-score 0.6745 (x - median) / MAD above which a rank is an outlier
     #: (Iglewicz-Hoaglin, |M| > 3.5; analytics.md section 5).
     straggler_z: float = 3.5

@@ -161,6 +161,12 @@ def detect(feat: Features) -> list[Finding]:
                     "while the node's other GPUs kept reporting")  # fmt: skip
 
     _ranks_stopped(feat, add)
+    # The rank that ran on each GPU (the last one seen), so a finding names it too.
+    rank_of: dict[tuple[str, str], tuple[int, str]] = {}
+    rk = feat.ranks.keys
+    for k in range(len(rk)):
+        row = rk.iloc[k]
+        rank_of[(str(row[c.NODE_LABEL]), str(row["gpu"]))] = (int(float(row["rank"])), str(row["job_id"]))
     findings = []
     for (node, gpu), per in events.items():
         cause = next(p for p in _PRIORITY if p in per)
@@ -172,9 +178,10 @@ def detect(feat: Features) -> list[Finding]:
         else:
             cause_name = cause
         severity = "warning" if cause == "pcie_width_drop" else "critical"
+        rank, job = rank_of.get((node, gpu), (None, None))
         findings.append(Finding(
-            kind="failing_node", severity=severity, node=node, gpu=gpu, start=float(times[start_i]),
-            cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
+            kind="failing_node", severity=severity, node=node, gpu=gpu, rank=rank, job_id=job,
+            start=float(times[start_i]), cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
         ))  # fmt: skip
         findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
     findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))

@@ -213,17 +213,27 @@ def detect(feat: Features) -> list[Finding]:
         node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
         if r.present[:, k].any():
             covered.add((node, gpu))
-        flag = (np.nan_to_num(ratio[:, k]) >= cfg.straggler_ratio) & (
-            np.nan_to_num(z[:, k]) >= cfg.straggler_z
+        # Against the peers (NVRx's relative score, with a median), or against its own best level
+        # in this window (NVRx's individual score) while still the job's outlier: a fast GPU that
+        # throttles by 10% may only reach 1.07 of the median, but it is 10% slower than itself.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            finite = np.isfinite(per_step[:, k])
+            own_best = float(np.nanpercentile(per_step[:, k], 10)) if finite.any() else float("nan")
+            own = np.nan_to_num(per_step[:, k] / own_best)
+        peer, zk = np.nan_to_num(ratio[:, k]), np.nan_to_num(z[:, k])
+        flag = (zk >= cfg.straggler_z) & (
+            (peer >= cfg.straggler_ratio)
+            | ((own >= cfg.straggler_ratio) & (peer >= cfg.straggler_ratio_with_self))
         )
-        for a, b in _runs_with_persistence(flag, feat.p):
+        for a, b in _runs_with_persistence(flag, feat.p, bridge=feat.w):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 score = float(np.nanmedian(ratio[a : b + 1, k]))
                 peers = np.nanmedian(per_step[a : b + 1])
             cause, ev = _cause(feat, feat.gpus.col(node, gpu), node, a, b, net)
-            ev = {"compute_seconds_per_step": f"{_mean(per_step[a : b + 1, k]):.2f} s (peer median {peers:.2f} s)",
-                  **ev}  # fmt: skip
+            ev = {"compute_seconds_per_step": f"{_mean(per_step[a : b + 1, k]):.2f} s (peer median {peers:.2f} s, "
+                  f"own best {own_best:.2f} s)", **ev}  # fmt: skip
             rank = int(float(r.keys.iloc[k]["rank"]))
             findings.append(
                 _finding(feat, node, gpu, rank, str(r.keys.iloc[k]["job_id"]), a, b, score, cause, ev)
@@ -231,7 +241,7 @@ def detect(feat: Features) -> list[Finding]:
     findings.extend(_hardware_only(feat, covered, net))
     # Network: node-level, only when no rank/GPU finding on that node explains it already.
     for node, (flag, ev) in net.items():
-        for a, b in _runs_with_persistence(flag, feat.p):
+        for a, b in _runs_with_persistence(flag, feat.p, bridge=feat.w):
             findings.append(_finding(feat, node, None, None, feat.jobs[0] if len(feat.jobs) == 1 else None,
                                      a, b, None, "network", dict(ev)))  # type: ignore[arg-type]  # fmt: skip
     findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
@@ -261,7 +271,7 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net) -> list[F
     for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
         if (node, gpu) in covered:
             continue
-        for a, b in _runs_with_persistence(flag[:, j], feat.p):
+        for a, b in _runs_with_persistence(flag[:, j], feat.p, bridge=feat.w):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 score = float(np.nanmedian(peer[a : b + 1, 0] / gs.clock[a : b + 1, j]))
