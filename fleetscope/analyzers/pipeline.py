@@ -48,6 +48,8 @@ def _verdicts(feat: Features, findings) -> dict[str, NodeVerdict]:
         v.reasons.append(f"{f.kind}: {f.cause}{where}")
         if f.gpu is not None and rank[state] > rank.get(v.gpus.get(f.gpu, "healthy"), 0):
             v.gpus[f.gpu] = state
+    for v in nodes.values():
+        v.gpus = dict(sorted(v.gpus.items(), key=lambda kv: (len(kv[0]), kv[0])))
     return dict(sorted(nodes.items()))
 
 
