@@ -63,7 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=defaults.SIMULATOR_BASE_PORT,
         help=f"live: node i listens on base-port + i (default {defaults.SIMULATOR_BASE_PORT})",
     )
-    p.add_argument("--speed", type=float, default=1.0, help="live: simulated seconds per real second")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="live: scenario seconds per real second (faults come sooner; rates stay real)",
+    )
     p.add_argument("--targets-file", help="live: write a Prometheus file_sd JSON of the targets here")
     p.add_argument("--run-for", help="live: stop after this long (default: until interrupted)")
 

@@ -3,7 +3,8 @@
 Each node's endpoint serves exactly what ``fleetscope exporter`` would serve on that node (GPU, XID,
 EFA, Lustre and training series plus ``fleetscope_collector_success``), in the Prometheus text
 format, without timestamps; Prometheus adds ``job`` and ``instance`` when it scrapes. The model is
-advanced to "now" (times ``speed``) on every scrape, in ticks of at most ``tick_s`` simulated seconds.
+advanced to "now" on every scrape, in ticks of at most ``tick_s`` seconds; ``speed`` runs the
+scenario's clock (fault onsets, stalls, checkpoints) faster, while counters grow at real-time rates.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class LiveCluster:
         shift = self._t0 - spec.start
         self.model.t += shift
         self.model.r_last_ts += shift
-        self.model.warmup_until += shift
+        self._real = 0.0  # real seconds the model has been advanced by
         self.servers: list[ThreadingHTTPServer] = []
         self.threads: list[threading.Thread] = []
 
@@ -66,14 +67,15 @@ class LiveCluster:
         return [f"{self.host}:{p}" for p in self.ports]
 
     def advance(self) -> None:
-        """Bring the model to the current (sped-up) time."""
+        """Bring the model to now: counters at real-time rates, the scenario ``speed`` times faster."""
         with self._lock:
-            target = (time.time() - self._t0) * self.speed
-            while self.model.elapsed + 1e-9 < target:
-                dt = min(self.tick_s, target - self.model.elapsed)
+            target = time.time() - self._t0
+            while self._real + 1e-9 < target:
+                dt = min(self.tick_s, target - self._real)
                 if dt < 1e-3:
                     break
-                self.model.tick(dt)
+                self.model.tick(dt, dt * self.speed)
+                self._real += dt
 
     def render(self, node: int) -> str:
         """The exposition text of virtual node ``node``."""

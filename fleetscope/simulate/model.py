@@ -113,8 +113,9 @@ class ClusterModel:
         # Per-slot rank assignment (-1: not in the job) and per-rank accumulators.
         self.rank_of = np.where(self.slot_node < spec.nodes, np.arange(G), -1)
         self.job_running = True
+        # Both on the scenario clock (``elapsed``), which a live cluster may run faster than time.
         self.stall_until: float | None = None
-        self.warmup_until = spec.start + 20.0
+        self.warmup_until = 20.0
         self.pending_restart: FaultSpec | None = None
         self._reset_rank_counters()
         self.global_step = 0.0
@@ -190,7 +191,7 @@ class ClusterModel:
         if r >= 0:
             self.r_dead[slot] = True
         self.job_running = False
-        self.stall_until = self.t + f.stall_s
+        self.stall_until = self.elapsed + f.stall_s
         self.pending_restart = f
 
     def _restart_job(self) -> None:
@@ -211,7 +212,7 @@ class ClusterModel:
         self.job_running = True
         self.stall_until = None
         self.pending_restart = None
-        self.warmup_until = self.t + RESTART_WARMUP_S
+        self.warmup_until = self.elapsed + RESTART_WARMUP_S
 
     def _fault_effects(self) -> dict[str, np.ndarray | float]:
         """Per-GPU and job-wide multipliers of the faults active now."""
@@ -260,27 +261,33 @@ class ClusterModel:
         return eff
 
     # ------------------------------------------------------------------ one tick
-    def tick(self, dt: float) -> None:
-        """Advance the model by ``dt`` seconds (0: compute the gauges only)."""
+    def tick(self, dt: float, scenario_dt: float | None = None) -> None:
+        """Advance the model by ``dt`` seconds (0: compute the gauges only).
+
+        ``scenario_dt`` (default ``dt``) advances the scenario's clock (fault onsets, stalls,
+        checkpoints) by a different amount: a live cluster at ``--speed 10`` reaches its faults ten
+        times sooner while its counters still grow at real-time rates.
+        """
         rng = self.rng
         G = self.G
+        sdt = dt if scenario_dt is None else scenario_dt
         self.t += dt
-        self.elapsed += dt
+        self.elapsed += sdt
         eff = self._fault_effects()
-        if self.stall_until is not None and self.t >= self.stall_until:
+        if self.stall_until is not None and self.elapsed >= self.stall_until:
             self._restart_job()
         in_job = (self.rank_of >= 0) & ~self.r_dead
         present = self.node_present[self.slot_node]
         # Checkpoint share of this tick (checkpoints start every checkpoint_every_s after start).
         ck = 0.0
-        if dt > 0 and self.spec.checkpoint_every_s > 0:
+        if sdt > 0 and self.spec.checkpoint_every_s > 0:
             ck = (
                 _overlap_periodic(
-                    self.elapsed - dt, self.elapsed, self.spec.checkpoint_every_s, self.spec.checkpoint_s
+                    self.elapsed - sdt, self.elapsed, self.spec.checkpoint_every_s, self.spec.checkpoint_s
                 )
-                / dt
+                / sdt
             )
-        running = self.job_running and self.t >= self.warmup_until
+        running = self.job_running and self.elapsed >= self.warmup_until
         # Per-rank step phases.
         noise = 1 + rng.normal(0, 0.006, G)
         # Transient hiccups (GC pauses, a slow batch) on a random rank: not a straggler.

@@ -87,8 +87,12 @@ def test_live_cluster_is_scraped_by_prometheus(tmp_path):
         with Prometheus(tmp_path / "p", scrape_configs=scrape) as prom:
             prom.wait_until(f"{c.GPU_UP} == 0", timeout=40)
             assert prom.value(f'{c.GPU_XID_ERRORS_TOTAL}{{xid="79"}}') == 1
+            prom.wait_until(f"{c.TRAINING_STEPS}", min_series=15, timeout=30)  # both targets scraped
             ranks = prom.query(f"{c.TRAINING_STEPS}")
             assert len(ranks) == 15  # the rank on the lost GPU is gone
+            # --speed runs the scenario clock faster, but counters grow at real-time rates.
+            rate = prom.wait_until(f"rate({c.TRAINING_STEP_SECONDS}[10s])", min_series=1)
+            assert 0 <= float(rate[0]["value"][1]) <= 1.2
 
 
 def test_cli_records_and_explains_flags(tmp_path, capsys):
