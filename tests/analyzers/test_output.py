@@ -57,6 +57,14 @@ def test_json_is_the_findings_schema(recording, capsys):
     assert d["cause"] == "straggler" and "change_points" in d["evidence"]
 
 
+def test_progress_bar(recording, capsys):
+    assert (
+        main(["analyze", "--input", str(recording), "--format", "json", "--progress", "-o", "/dev/null"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "loading [" in err and "100%" in err and "analyzed in" in err
+
+
 def test_text_table(recording, capsys):
     assert main(["analyze", "--input", str(recording), "--format", "text"]) == 0
     out = capsys.readouterr().out
