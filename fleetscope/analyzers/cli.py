@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--input", "-i", metavar="FILE", help="recorded OpenMetrics file (gzip allowed)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible API base URL")
-    p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (-6h); default -1h "
+    p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
                    "(with --input: the file's first sample)")  # fmt: skip
     p.add_argument("--end", help="window end (default now; with --input: the file's last sample)")
     p.add_argument(

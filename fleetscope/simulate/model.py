@@ -90,9 +90,10 @@ class ClusterModel:
         self.uuid = [
             _uuid(spec.seed, int(n), int(g)) for n, g in zip(self.slot_node, self.slot_gpu, strict=True)
         ]
-        peak = c.peak_flops(spec.model_name) or {"bf16": 0.9895e15}
-        self.peak = peak
-        self.flops_per_step = NOMINAL_MFU * peak["bf16"] * STEP_NOMINAL_S
+        # A GPU model missing from the contract's table gets no peak series (never a guess); the
+        # job still does the work of an H100-class GPU.
+        self.peak = c.peak_flops(spec.model_name) or {}
+        self.flops_per_step = NOMINAL_MFU * self.peak.get("bf16", 0.9895e15) * STEP_NOMINAL_S
         # Per-GPU accumulators.
         z = np.zeros(G)
         self.energy_mj = self.rng.uniform(1e9, 5e9, G)

@@ -90,3 +90,14 @@ def test_html_is_self_contained(recording, tmp_path):
     assert not re.search(r"""(src|href)=["']https?://""", page)
     for title in ("Per-rank compute time", "MFU timeline", "Node health"):
         assert title in page
+
+
+def test_tokens_per_second_where_flops_are_unknown(tmp_path, capsys):
+    """A GPU model without a peak-FLOPs entry: the drop is measured in tokens/s instead of MFU."""
+    spec = ScenarioSpec(nodes=2, duration_s=1500, seed=23, model_name="NVIDIA L40S",
+                        faults=[FaultSpec(kind="data_stall", at_s=600, slowdown=0.3)])  # fmt: skip
+    out, _ = write_scenario(spec, tmp_path / "l40s.om")
+    assert "fleetscope_gpu_peak_flops" not in out.read_text()
+    assert main(["analyze", "--input", str(out), "--format", "json"]) == 0
+    (d,) = json.loads(capsys.readouterr().out)["findings"]
+    assert d["kind"] == "mfu_drop" and d["cause"] == "data_loading" and "tokens/s" in d["evidence"]
