@@ -53,7 +53,7 @@ class DetectorConfig:
     mfu_drop: float = 0.06
     #: Minimum length of a drop (and of a baseline segment) in seconds.
     mfu_min_drop_s: float = 180.0
-    mfu_min_baseline_s: float = 300.0
+    mfu_min_baseline_s: float = 150.0
     #: Binary segmentation penalty, in units of noise variance x log(n) (BIC-like, analytics.md 5).
     changepoint_penalty: float = 3.0
     #: Data-phase share of the step that grew by this much (absolute) points at data loading.
