@@ -8,14 +8,16 @@
     50 client threads, each on its own keep-alive connection, send a bounded number of GETs over
     the page's endpoints; latency percentiles are reported.
 
-    .venv/bin/python benchmarks/bench_service.py            # both
-    .venv/bin/python benchmarks/bench_service.py api --clients 50 --requests 6000
+    .venv/bin/python benchmarks/bench_service.py            # all: cycle, then the API idle and
+                                                            # while the analysis runs back to back
+    .venv/bin/python benchmarks/bench_service.py api --clients 50 --requests 6000   # idle only
     .venv/bin/python benchmarks/bench_service.py cycle --nodes 64 --minutes 30
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -68,14 +70,34 @@ def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
     return a
 
 
-def serve_fixture(port: int) -> None:
-    """The server process of (b): the real app, scripted verdicts, uvicorn as ``fleetscope serve`` runs it."""
+def fixed_window(url: str, start0: float, end0: float, start: float, end: float):
+    """The real analysis of the recorded window, whatever the clock says (module-level: picklable)."""
+    from fleetscope.analyzers.api import analyze_prometheus
+
+    return analyze_prometheus(url, start0, end0, step=15.0)
+
+
+def serve_fixture(port: int, mode: str = "idle", url: str = "", start: float = 0.0, end: float = 0.0) -> None:
+    """The server process of (b): the real app under uvicorn, as ``fleetscope serve`` runs it.
+
+    ``idle``: scripted verdicts of a 64-node cluster, no analysis running. ``thread``/``process``: the
+    real analysis of the backfilled recording runs back to back (interval ~0) in a thread of the
+    server process / in the child process ``fleetscope serve`` uses, while the clients measure.
+    """
+    import functools
+
     import uvicorn
 
     from fleetscope.service.app import ServiceSettings, create_app
+    from fleetscope.service.isolate import ProcessAnalyze
 
-    analysis = cluster_analysis()
-    app = create_app(ServiceSettings(interval=30, window=1800), lambda start, end: analysis)
+    if mode == "idle":
+        analysis = cluster_analysis()
+        app = create_app(ServiceSettings(interval=30, window=1800), lambda start, end: analysis)
+    else:
+        analyze = functools.partial(fixed_window, url, start, end)
+        settings = ServiceSettings(interval=0.01, window=1800, stale_after=3600)
+        app = create_app(settings, ProcessAnalyze(analyze) if mode == "process" else analyze)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False)
 
 
@@ -147,13 +169,15 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
 
 
-def bench_api(clients: int, requests: int, client_kind: str = "asyncio") -> dict:
+def bench_api(clients: int, requests: int, client_kind: str = "asyncio", mode: str = "idle",
+              window: tuple[str, float, float] = ("", 0.0, 0.0)) -> dict:  # fmt: skip
     from tests.support.prom import free_port, http_get, wait_for
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "_serve", str(port)], cwd=ROOT)
+    argv = [sys.executable, __file__, "_serve", str(port), mode, window[0], repr(window[1]), repr(window[2])]
+    server = subprocess.Popen(argv, cwd=ROOT)
     try:
-        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/readyz", timeout=1)[0] == 200, 60, what="server")
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/readyz", timeout=1)[0] == 200, 120, what="server")
         # Warm up every endpoint once.
         for path in ENDPOINTS:
             assert http_get(f"http://127.0.0.1:{port}{path}")[0] == 200, path
@@ -186,6 +210,7 @@ def bench_api(clients: int, requests: int, client_kind: str = "asyncio") -> dict
             by_path.setdefault(path, []).append(d)
     ms = 1000.0
     return {
+        "analysis": mode,
         "client": client_kind,
         "clients": clients,
         "requests": len(lat),
@@ -203,8 +228,9 @@ def bench_api(clients: int, requests: int, client_kind: str = "asyncio") -> dict
 # --- (a) analysis cycle ----------------------------------------------------------------------
 
 
-def bench_cycle(nodes: int, minutes: int, repeats: int) -> dict:
-    from fleetscope.analyzers.api import analyze_prometheus
+@contextlib.contextmanager
+def recorded_prometheus(nodes: int, minutes: int):
+    """Simulate ``nodes`` x 8 GPUs for ``minutes`` (a GPU lost a third in), backfill, serve it."""
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
     from tests.support.prom import Prometheus, backfill_openmetrics
@@ -219,35 +245,48 @@ def bench_cycle(nodes: int, minutes: int, repeats: int) -> dict:
         work = Path(tmp)
         t0 = time.perf_counter()
         recording, _ = write_scenario(spec, work / "recording.om")
-        t_sim = time.perf_counter() - t0
+        info = {
+            "simulate_s": round(time.perf_counter() - t0, 1),
+            "recording_mb": round(recording.stat().st_size / 1e6, 1),
+        }
         t0 = time.perf_counter()
         backfill_openmetrics(recording, work / "data")
-        t_fill = time.perf_counter() - t0
-        start, end = spec.start, spec.start + spec.duration_s
-        times = []
+        info["backfill_s"] = round(time.perf_counter() - t0, 1)
+        recording.unlink()
         with Prometheus(work / "prom", data_dir=work / "data") as prom:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
-                times.append(time.perf_counter() - t0)
-        return {
-            "nodes": nodes,
-            "gpus": nodes * spec.gpus_per_node,
-            "window_minutes": minutes,
-            "step_s": spec.step_s,
-            "recording_mb": round(recording.stat().st_size / 1e6, 1),
-            "simulate_s": round(t_sim, 1),
-            "backfill_s": round(t_fill, 1),
-            "cycle_s": [round(t, 2) for t in times],
-            "cycle_median_s": round(statistics.median(times), 2),
-            "findings": len(analysis.findings),
-            "failing_nodes": sorted(n for n, v in analysis.nodes.items() if v.state == "failing"),
-        }
+            yield prom, spec, info
+
+
+def bench_cycle(prom, spec, info: dict, repeats: int) -> dict:
+    from fleetscope.analyzers.api import analyze_prometheus
+
+    start, end = spec.start, spec.start + spec.duration_s
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        try:
+            analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
+        except Exception:
+            print(prom.log_file.read_text()[-3000:], file=sys.stderr)
+            raise
+        times.append(time.perf_counter() - t0)
+    return {
+        "nodes": spec.nodes,
+        "gpus": spec.nodes * spec.gpus_per_node,
+        "window_minutes": spec.duration_s / 60,
+        "step_s": spec.step_s,
+        **info,
+        "cycle_s": [round(t, 2) for t in times],
+        "cycle_median_s": round(statistics.median(times), 2),
+        "findings": len(analysis.findings),
+        "failing_nodes": sorted(n for n, v in analysis.nodes.items() if v.state == "failing"),
+    }
 
 
 def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "_serve":
-        serve_fixture(int(sys.argv[2]))
+    if len(sys.argv) >= 3 and sys.argv[1] == "_serve":
+        port, mode, url, start, end = sys.argv[2], *sys.argv[3:7]
+        serve_fixture(int(port), mode, url, float(start), float(end))
         return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("part", nargs="?", choices=["api", "cycle", "all"], default="all")
@@ -259,11 +298,18 @@ def main() -> int:
     p.add_argument("--client", choices=["asyncio", "threads"], default="asyncio",
                    help="50 keep-alive connections on one asyncio loop (default) or one thread each")  # fmt: skip
     args = p.parse_args()
-    out = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
-    if args.part in ("cycle", "all"):
-        out["cycle"] = bench_cycle(args.nodes, args.minutes, args.repeats)
-    if args.part in ("api", "all"):
-        out["api"] = bench_api(args.clients, args.requests, args.client)
+    out: dict = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    if args.part == "api":
+        out["api"] = [bench_api(args.clients, args.requests, args.client)]
+    else:
+        with recorded_prometheus(args.nodes, args.minutes) as (prom, spec, info):
+            out["cycle"] = bench_cycle(prom, spec, info, args.repeats)
+            if args.part == "all":
+                window = (prom.url, spec.start, spec.start + spec.duration_s)
+                out["api"] = [
+                    bench_api(args.clients, args.requests, args.client, mode, window)
+                    for mode in ("idle", "process", "thread")
+                ]
     print(json.dumps(out, indent=2))
     return 0
 
