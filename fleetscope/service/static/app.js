@@ -20,7 +20,12 @@
   }
 
   async function getJSON(path) {
-    const resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    // Relative to the page (works behind a path prefix), without user:password@ even if the page's
+    // URL had them: fetch() refuses such URLs; the browser resends its HTTP auth on its own.
+    const url = new URL(path, document.baseURI);
+    url.username = "";
+    url.password = "";
+    const resp = await fetch(url.href, { headers: { Accept: "application/json" }, cache: "no-store" });
     const body = await resp.json().catch(() => ({}));
     return { ok: resp.ok, status: resp.status, body: body };
   }
