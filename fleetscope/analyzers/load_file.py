@@ -135,8 +135,10 @@ def read_openmetrics(
                             name, labels = _parse_head(head, lineno)
                         except FleetscopeError as exc:
                             raise FleetscopeError(f"{path}: {exc}") from None
-                        entry = [name, labels, [], [], wanted is None or name in wanted]
+                        entry = [name, labels, [], [], wanted is None or name in wanted, [], []]
                         series[head] = entry
+                    if last_entry is not None and len(last_entry[2]) >= 64:
+                        _flush(path, last_entry)  # a finished run of one series -> numpy (less memory)
                     last_head, last_entry = head, entry
                 if entry[4]:  # type: ignore[index]
                     entry[2].append(v)  # type: ignore[index]
@@ -156,16 +158,15 @@ def read_openmetrics(
     t_min, t_max = np.inf, -np.inf
     spacings = []
     for entry in series.values():
-        name, labels, vs, ts, keep = entry
-        if not keep or not vs:
+        if not entry[4]:
             continue
-        try:
-            values = np.array(vs, dtype=np.bytes_).astype(float)
-            times = np.array(ts, dtype=np.bytes_).astype(float)
-        except ValueError:
-            raise FleetscopeError(
-                f"{path}: series {name} has a value or timestamp that is not a number"
-            ) from None
+        _flush(path, entry)
+        name, labels, _, _, _, vchunks, tchunks = entry
+        if not vchunks:
+            continue
+        values = np.concatenate(vchunks)
+        times = np.concatenate(tchunks)
+        entry[5], entry[6] = [], []
         if times.size and times.max() > 1e11:  # milliseconds (text-format convention)
             times = times / 1000.0
         t_min = min(t_min, float(times.min()))
@@ -181,6 +182,20 @@ def read_openmetrics(
     if progress:
         progress(1.0)
     return raw, t_min, t_max, step
+
+
+def _flush(path: Path, entry: list) -> None:
+    """Convert a series' pending value/timestamp bytes to float arrays."""
+    if not entry[2]:
+        return
+    try:
+        entry[5].append(np.array(entry[2], dtype=np.bytes_).astype(float))
+        entry[6].append(np.array(entry[3], dtype=np.bytes_).astype(float))
+    except ValueError:
+        raise FleetscopeError(
+            f"{path}: series {entry[0]} has a value or timestamp that is not a number"
+        ) from None
+    entry[2], entry[3] = [], []
 
 
 def _bad_line(path: Path, lineno: int, line: bytes) -> None:
