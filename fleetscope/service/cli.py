@@ -4,7 +4,7 @@ Flags (kept stable; ``fleetscope demo`` builds on them):
 ``--prometheus URL`` (required), ``--listen HOST:PORT`` (default 127.0.0.1:9410), ``--interval S``,
 ``--window S``, ``--step S``, ``--timeout S``, ``--stale-after S``, ``--token-file FILE`` (or the
 ``FLEETSCOPE_TOKEN`` environment variable), ``--scheduler slurm|kubernetes``, ``--max-fraction F``,
-``--in-process``.
+``--config FILE``, ``--sigv4``, ``--region R``, ``--header K=V``, ``--in-process``.
 """
 
 from __future__ import annotations
@@ -80,11 +80,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="drain at most this fraction at once (0.1)",
     )
+    add_prometheus_options(parser)
     parser.add_argument(
         "--in-process",
         action="store_true",
         help="analyze in a thread of the server process instead of a child process (debugging)",
     )
+
+
+def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
+    """The analyzers' options, as ``fleetscope analyze`` spells them."""
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML/JSON of detector thresholds (see docs/analyzers.md)"
+    )
+    parser.add_argument(
+        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
+    )
+    parser.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra HTTP header to Prometheus (repeatable)",
+    )
+
+
+def analyzer_options(args: argparse.Namespace) -> dict:
+    """``config``, ``sigv4_region`` and ``headers`` for ``analyze_prometheus`` from those options."""
+    from fleetscope.analyzers.cli import load_config
+
+    headers: dict[str, str] = {}
+    for h in args.header:
+        k, sep, v = h.partition("=")
+        if not sep or not k.strip():
+            raise FleetscopeError(f"--header {h!r}: expected K=V")
+        headers[k.strip()] = v.strip()
+    region = args.region
+    if args.sigv4 and not region:
+        import botocore.session
+
+        region = botocore.session.Session().get_config_variable("region")
+        if not region:
+            raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+    return {"config": load_config(args.config), "sigv4_region": region, "headers": headers or None}
 
 
 def parse_listen(address: str) -> tuple[str, int]:
@@ -127,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     )
 
     # A partial of a module-level function: picklable, so it can run in the child process.
-    analyze = functools.partial(analyze_prometheus, url, step=args.step, timeout=args.timeout)
+    analyze = functools.partial(
+        analyze_prometheus, url, step=args.step, timeout=args.timeout, **analyzer_options(args)
+    )
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(

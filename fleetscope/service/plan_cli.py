@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.cli import check_url, fraction, positive
+from fleetscope.service.cli import add_prometheus_options, analyzer_options, check_url, fraction, positive
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="drain at most this fraction at once (0.1)",
     )
     parser.add_argument("--format", choices=["text", "json"], default="text")
+    add_prometheus_options(parser)
     parser.add_argument(
         "--execute",
         action="store_true",
@@ -80,7 +81,9 @@ def build(args: argparse.Namespace):
 
         url = check_url(args.prometheus)
         end = time.time()
-        analysis = analyze_prometheus(url, end - args.window, end, step=args.step, timeout=args.timeout)
+        analysis = analyze_prometheus(
+            url, end - args.window, end, step=args.step, timeout=args.timeout, **analyzer_options(args)
+        )
         return plan_from_analysis(analysis, args.scheduler, max_fraction)
     path = Path(args.input)
     if not path.is_file():
@@ -94,8 +97,9 @@ def build(args: argparse.Namespace):
         candidates, size = _from_findings_json(doc, args.cluster_size, path)
         return build_plan(candidates, size, args.scheduler, max_fraction)
     from fleetscope.analyzers.api import analyze_file
+    from fleetscope.analyzers.cli import load_config
 
-    return plan_from_analysis(analyze_file(path), args.scheduler, max_fraction)
+    return plan_from_analysis(analyze_file(path, load_config(args.config)), args.scheduler, max_fraction)
 
 
 def run(args: argparse.Namespace) -> int:

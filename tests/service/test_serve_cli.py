@@ -40,6 +40,8 @@ def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
             ["--prometheus", "http://127.0.0.1:9", "--listen", "127.0.0.1:{busy}"],
             "cannot serve on 127.0.0.1:",
         ),
+        (["--prometheus", "http://127.0.0.1:9", "--header", "novalue"], "--header 'novalue': expected K=V"),
+        (["--prometheus", "http://127.0.0.1:9", "--config", "/nonexistent.yaml"], "cannot read --config"),
     ],
 )
 def test_bad_flags_are_one_clear_line(args, message):
