@@ -2,24 +2,63 @@
 
 Loading and analyzing a 64-node window decodes tens of megabytes of JSON and builds pandas frames:
 seconds of pure-Python work that, in a thread, would hold the GIL in long slices and stall the event
-loop serving the API. In a separate process the API stays fast during a cycle, the analysis' memory
-goes back to the system when it grows, and a crash or an out-of-memory kill of the analysis leaves the
-service up (the cycle fails, the verdicts go stale, the next cycle starts a fresh process).
+loop serving the API. In a separate process the API stays fast during a cycle, and a crash or an
+out-of-memory kill of the analysis leaves the service up (the cycle fails, the verdicts go stale, the
+next cycle starts a fresh child).
+
+One child, one pipe, no ``multiprocessing`` queues or locks. The child never outlives the service:
+``close()`` terminates it (an interrupted analysis loses nothing, the next cycle redoes it), it exits
+when the pipe to the parent closes, and a watchdog thread exits it if the parent is killed outright.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import pickle
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import time
+from multiprocessing.connection import Connection
 
 from fleetscope.analyzers.api import Analysis
 from fleetscope.errors import FleetscopeError
 from fleetscope.service.runner import AnalyzeFn
 
 log = logging.getLogger(__name__)
+#: How often the child checks that its parent is still there, and the parent that its child is.
+_POLL_S = 0.5
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(_POLL_S)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _child_main(conn: Connection, parent_pid: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        fn, start, end = job
+        try:
+            answer: tuple = ("ok", fn(start, end))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back as one cycle's error
+            answer = ("error", exc)
+        try:
+            payload = pickle.dumps(answer)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable exception or result
+            payload = pickle.dumps(("error", FleetscopeError(f"{type(exc).__name__}: {exc}")))
+        try:
+            conn.send_bytes(payload)
+        except (BrokenPipeError, OSError):
+            return
 
 
 class ProcessAnalyze:
@@ -30,31 +69,73 @@ class ProcessAnalyze:
 
     def __init__(self, fn: AnalyzeFn) -> None:
         self.fn = fn
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._call_lock = threading.Lock()
+        self._closed = threading.Event()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                # spawn: the parent runs threads (the event loop, the runner); forking it is unsafe.
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            return self._pool
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
+
+    def _child(self) -> tuple[multiprocessing.process.BaseProcess, Connection]:
+        if self._proc is None or not self._proc.is_alive():
+            self._discard()
+            parent_end, child_end = self._ctx.Pipe(duplex=True)
+            proc = self._ctx.Process(
+                target=_child_main, args=(child_end, os.getpid()), name="fleetscope-analysis", daemon=True
+            )
+            proc.start()
+            child_end.close()
+            self._proc, self._conn = proc, parent_end
+        assert self._proc is not None and self._conn is not None
+        return self._proc, self._conn
+
+    def _discard(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
 
     def __call__(self, start: float, end: float) -> Analysis:
-        pool = self._executor()
-        try:
-            return pool.submit(self.fn, start, end).result()
-        except BrokenProcessPool:
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise FleetscopeError(
-                "the analysis process died (killed, or out of memory); restarting it"
-            ) from None
+        with self._call_lock:
+            if self._closed.is_set():
+                raise FleetscopeError("the service is stopping")
+            proc, conn = self._child()
+            try:
+                conn.send((self.fn, start, end))
+                while not conn.poll(_POLL_S):
+                    if self._closed.is_set():
+                        raise FleetscopeError("the service is stopping")
+                    if not proc.is_alive():
+                        raise EOFError
+                kind, value = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError, BrokenPipeError):
+                code = proc.exitcode
+                self._discard()
+                if self._closed.is_set():
+                    raise FleetscopeError("the service is stopping") from None
+                raise FleetscopeError(
+                    f"the analysis process died (exit code {code}: killed, or out of memory); "
+                    "the next cycle starts a new one"
+                ) from None
+        if kind == "ok":
+            return value
+        raise value
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the child now, even in the middle of a cycle."""
+        self._closed.set()
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+        with self._call_lock:
+            self._discard()

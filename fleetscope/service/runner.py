@@ -46,6 +46,8 @@ class AnalysisRunner:
         try:
             analysis = self.analyze(end - self.window, end)
         except Exception as exc:  # any failure must leave the service up
+            if self._stop.is_set():
+                return False  # interrupted by stop(): not an outage
             duration = time.monotonic() - t0
             reason = str(exc) if isinstance(exc, FleetscopeError) else f"{type(exc).__name__}: {exc}"
             if self.store.record_failure(reason, duration):
@@ -80,9 +82,11 @@ class AnalysisRunner:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        if self._thread:
-            self._thread.join(timeout)
-        self._thread = None
+        # An analysis that can be interrupted (a child process) is stopped first, so the thread
+        # waiting on it ends now rather than after the cycle.
         close = getattr(self.analyze, "close", None)
         if callable(close):
             close()
+        if self._thread:
+            self._thread.join(timeout)
+        self._thread = None

@@ -269,3 +269,10 @@ def analyze_dies(start: float, end: float) -> Analysis:
 
 def analyze_refuses(start: float, end: float) -> Analysis:
     raise FleetscopeError("Prometheus at http://127.0.0.1:9 answered 503: overloaded")
+
+
+def analyze_hangs(start: float, end: float) -> Analysis:
+    import time
+
+    time.sleep(3600)  # a Prometheus that never answers, without a timeout
+    raise AssertionError("unreachable")
