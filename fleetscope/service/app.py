@@ -63,7 +63,7 @@ class ServiceSettings:
     prometheus: str = ""
     interval: float = 30.0
     window: float = 1800.0
-    #: Verdicts older than this count as stale even if no cycle failed (default: 3 intervals).
+    #: Verdicts older than this count as stale even if no cycle failed (default: 3 intervals + 10 s).
     stale_after: float | None = None
     token: str | None = None
     scheduler: Literal["slurm", "kubernetes"] = "slurm"

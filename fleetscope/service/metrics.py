@@ -1,7 +1,8 @@
 """``/metrics`` of the live service: the verdict series of the metric contract.
 
-Rendered at scrape time from the store's snapshot by a custom collector on a private registry (no
-process or platform collectors, no global state), so every scrape shows exactly one analysis cycle.
+Rendered from one snapshot of the store by a custom collector on a private registry (no process or
+platform collectors, no global state), so every scrape shows exactly one analysis cycle; the app
+caches the text per analysis and freshness state.
 Verdicts stay exported while stale; ``fleetscope_service_verdicts_stale`` and
 ``fleetscope_service_last_analysis_timestamp_seconds`` say how old they are, so rules can tell.
 """
@@ -16,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetscope import contract
-from fleetscope.service.state import Snapshot, VerdictStore
+from fleetscope.service.state import Snapshot
 
 
 def _family(metric: contract.Metric, labels: tuple[str, ...] | None = None) -> GaugeMetricFamily:
@@ -66,27 +67,12 @@ def verdict_families(snap: Snapshot) -> Iterator[Metric]:
     yield findings
 
 
-class VerdictCollector(Collector):
-    def __init__(self, store: VerdictStore) -> None:
-        self.store = store
-
-    def collect(self) -> Iterator[Metric]:
-        yield from verdict_families(self.store.snapshot())
-
-
 class _SnapshotCollector(Collector):
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
 
     def collect(self) -> Iterator[Metric]:
         yield from verdict_families(self.snap)
-
-
-def make_registry(store: VerdictStore) -> CollectorRegistry:
-    """A private registry that reads the store on every collection."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(VerdictCollector(store))
-    return registry
 
 
 def render_snapshot(snap: Snapshot) -> bytes:
