@@ -59,4 +59,7 @@ def test_browser_with_the_token_as_basic_password_sees_the_data(tmp_path: Path):
     cells.feed(dom)
     # The page's own fetch() calls carried the credentials: the grid was filled from the API.
     assert sorted(cells.cells) == ["node-1", "node-2", "node-3", "node-4"]
-    assert "4711" in dom  # the job selector and straggler chart
+    assert 'value="4711"' in dom  # the job selector
+    # The straggler chart: one bar per rank, rank 5 (score 1.31) drawn as the straggler.
+    assert dom.count('class="bar') == 32 and dom.count('class="bar straggler"') == 1
+    assert "rank 5 (node-1 GPU 5): 1.310" in dom
