@@ -5,6 +5,9 @@ Chromium, checked by the failing node's state class and a pixel of its cell in a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 from fleetscope import contract
 from fleetscope.simulate.live import LiveCluster
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
-from tests.service.support import COLOURS, ServeProcess, chromium, close, pixel, read_png
+from tests.service.support import COLOURS, ROOT, ServeProcess, chromium, close, pixel, read_png
 from tests.support.prom import Prometheus, http_get, wait_for
 
 FAULT_NODE = 1
@@ -54,7 +57,9 @@ def test_injected_fault_reaches_api_metrics_and_page(tmp_path: Path, cluster: Li
     healthy = cluster.model.hostnames[0]
     # The service's port is chosen first so Prometheus can scrape its verdicts back.
     serve = ServeProcess(
-        "http://placeholder", "--interval", "1", "--window", "300", "--step", "1", workdir=tmp_path
+        "http://placeholder",
+        *("--interval", "1", "--window", "300", "--step", "1", "--max-fraction", "0.25"),
+        workdir=tmp_path,
     )
     prom = Prometheus(
         tmp_path / "prom",
@@ -90,7 +95,24 @@ def test_injected_fault_reaches_api_metrics_and_page(tmp_path: Path, cluster: Li
             )
             assert prom.value(f'sum({contract.FINDINGS}{{kind="failing_node"}})') >= 1
 
-            # 3. the page, in headless Chromium, after its script ran
+            # 3. the drain plan, from the service and from `fleetscope plan` on the same Prometheus
+            plan = json.loads(http_get(f"{serve.url}/api/v1/plan")[1])["plan"]
+            assert plan["limit"] == 1 and [d["node"] for d in plan["drain"]] == [failing], plan
+            assert plan["drain"][0]["argv"][0][:4] == [
+                "scontrol",
+                "update",
+                f"NodeName={failing}",
+                "State=DRAIN",
+            ]
+            res = subprocess.run(
+                [sys.executable, "-m", "fleetscope", "plan", "--prometheus", prom.url, "--window", "300",
+                 "--step", "1", "--max-fraction", "0.25", "--scheduler", "kubernetes", "--format", "json"],
+                capture_output=True, text=True, timeout=60, check=False, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )  # fmt: skip
+            assert res.returncode == 0, res.stderr
+            assert json.loads(res.stdout)["drain"][0]["argv"][0] == ["kubectl", "cordon", failing]
+
+            # 4. the page, in headless Chromium, after its script ran
             dom = chromium(serve.url + "/", tmp_path, "--dump-dom").stdout.decode()
             cells = _Cells()
             cells.feed(dom)
