@@ -47,3 +47,33 @@ def test_unknown_query_parameters_are_refused():
     assert client.get("/api/v1/nodes?x=1").status_code == 422
     assert client.get("/?job=4711").status_code == 200
     assert client.get("/?job=$(x)").status_code == 422
+
+
+# The same with the bearer token required: the schema declares it, schemathesis sends it, and also
+# checks that the API refuses requests without it.
+TOKEN = "schemathesis-token"
+_token_app = create_app(ServiceSettings(run_analysis=False, token=TOKEN), ScriptedAnalyze(_analysis))
+assert _token_app.state.runner.run_once()
+token_schema = schemathesis.openapi.from_asgi(
+    "/openapi.json", _token_app, headers={"Authorization": f"Bearer {TOKEN}"}
+)
+
+
+@token_schema.auth()
+class _Bearer:
+    def get(self, case, ctx):
+        return TOKEN
+
+    def set(self, case, data, ctx):
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+
+@token_schema.parametrize()
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_with_token_conforms_to_its_schema(case):
+    response = case.call_and_validate()
+    assert response.status_code < 500
+    if (case.headers or {}).get("Authorization") == f"Bearer {TOKEN}":
+        assert response.status_code != 401
+    elif case.path != "/healthz":
+        assert response.status_code == 401
