@@ -11,8 +11,11 @@ from fleetscope.service.app import ServiceSettings, create_app
 from tests.service.support import ScriptedAnalyze, make_analysis
 
 # Without a token: the token is tested in test_auth; here every generated request reaches a handler.
+# The app is built at collection time, minutes before these tests run in the full suite: a long
+# stale_after keeps its verdicts fresh, so /readyz answers 200 (staleness is tested in test_resilience).
 _analysis = make_analysis(n_nodes=6, failing=("node-2",), degraded=("node-5",))
-_app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(_analysis))
+_FRESH = 7 * 86400.0
+_app = create_app(ServiceSettings(run_analysis=False, stale_after=_FRESH), ScriptedAnalyze(_analysis))
 assert _app.state.runner.run_once()
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
@@ -52,7 +55,9 @@ def test_unknown_query_parameters_are_refused():
 # The same with the bearer token required: the schema declares it, schemathesis sends it, and also
 # checks that the API refuses requests without it.
 TOKEN = "schemathesis-token"
-_token_app = create_app(ServiceSettings(run_analysis=False, token=TOKEN), ScriptedAnalyze(_analysis))
+_token_app = create_app(
+    ServiceSettings(run_analysis=False, token=TOKEN, stale_after=_FRESH), ScriptedAnalyze(_analysis)
+)
 assert _token_app.state.runner.run_once()
 token_schema = schemathesis.openapi.from_asgi(
     "/openapi.json", _token_app, headers={"Authorization": f"Bearer {TOKEN}"}
