@@ -12,6 +12,8 @@ import json
 import sys
 import time
 
+from fleetscope.errors import FleetscopeError
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
@@ -85,6 +87,27 @@ def load_config(path: str | None):
     return DEFAULT.with_overrides(data)
 
 
+def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+    """The SigV4 region (None: unsigned) and extra headers from ``--sigv4/--region/--header``.
+
+    Shared by ``analyze``, ``serve`` and ``plan``.
+    """
+    headers: dict[str, str] = {}
+    for h in args.header:
+        k, sep, v = h.partition("=")
+        if not sep or not k.strip():
+            raise FleetscopeError(f"--header {h!r}: expected K=V")
+        headers[k.strip()] = v.strip()
+    region = args.region
+    if args.sigv4 and not region:
+        import botocore.session
+
+        region = botocore.session.Session().get_config_variable("region")
+        if not region:
+            raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+    return region, headers
+
+
 def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.features import METRICS_USED
     from fleetscope.analyzers.findings import findings_document
@@ -105,19 +128,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.prometheus:
         from fleetscope.analyzers.load_prometheus import load_prometheus
 
-        headers = {}
-        for h in args.header:
-            k, sep, v = h.partition("=")
-            if not sep:
-                raise FleetscopeError(f"--header {h!r}: expected K=V")
-            headers[k.strip()] = v.strip()
-        region = args.region
-        if args.sigv4 and not region:
-            import botocore.session
-
-            region = botocore.session.Session().get_config_variable("region")
-            if not region:
-                raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+        region, headers = prometheus_access(args)
         frames = load_prometheus(args.prometheus, args.start or "-1h", args.end or "now", args.step or 15.0,
                                  METRICS_USED, timeout=args.timeout, sigv4_region=region, headers=headers,
                                  progress=ProgressBar("querying", show))  # fmt: skip

@@ -108,21 +108,9 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
 
 def analyzer_options(args: argparse.Namespace) -> dict:
     """``config``, ``sigv4_region`` and ``headers`` for ``analyze_prometheus`` from those options."""
-    from fleetscope.analyzers.cli import load_config
+    from fleetscope.analyzers.cli import load_config, prometheus_access
 
-    headers: dict[str, str] = {}
-    for h in args.header:
-        k, sep, v = h.partition("=")
-        if not sep or not k.strip():
-            raise FleetscopeError(f"--header {h!r}: expected K=V")
-        headers[k.strip()] = v.strip()
-    region = args.region
-    if args.sigv4 and not region:
-        import botocore.session
-
-        region = botocore.session.Session().get_config_variable("region")
-        if not region:
-            raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+    region, headers = prometheus_access(args)
     return {"config": load_config(args.config), "sigv4_region": region, "headers": headers or None}
 
 
