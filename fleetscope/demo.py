@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from fleetscope import defaults
+from fleetscope.argtypes import positive_float
 from fleetscope.errors import FleetscopeError
 
 log = logging.getLogger("fleetscope.demo")
@@ -62,7 +63,11 @@ DEFAULT_ALERTMANAGER_PORT = 9093
 # --- command line ----------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--duration", type=_positive, default=None, metavar="S", help="stop after S seconds (default: Ctrl-C)"
+        "--duration",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: Ctrl-C)",
     )
     p.add_argument("--nodes", type=int, default=4, help="virtual nodes (default 4)")
     from fleetscope.simulate.spec import FAULT_KINDS
@@ -71,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fault", choices=FAULT_KINDS, default="gpu_lost", help="fault to inject (default gpu_lost)"
     )
     p.add_argument(
-        "--fault-at", type=_positive, default=90.0, metavar="S", help="seconds after start (default 90)"
+        "--fault-at", type=positive_float, default=90.0, metavar="S", help="seconds after start (default 90)"
     )
     p.add_argument("--fault-node", type=int, default=1, metavar="N", help="node index (default 1)")
     p.add_argument("--fault-gpu", type=int, default=3, metavar="N", help="GPU index on that node (default 3)")
@@ -110,16 +115,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workdir", default=None, help="keep configs, logs and data here (default: a temporary directory)"
     )
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 # --- small helpers ---------------------------------------------------------------------------

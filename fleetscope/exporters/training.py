@@ -47,6 +47,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope import contract
+from fleetscope.argtypes import positive_float, positive_int
 from fleetscope.exporters.base import Collector, NodeContext
 
 HEADER_PREFIX = "# fleetscope-training v1"  # as written by fleetscope.telemetry.writer
@@ -147,20 +148,6 @@ def _starttime(stat_text: str) -> str | None:
         return None
 
 
-def _positive(kind: type[float] | type[int]) -> object:
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def _uid_list(text: str) -> str:
     try:
         _parse_uids(text)
@@ -198,7 +185,7 @@ class TrainingCollector(Collector):
             "--collector.training.ttl",
             dest="training_ttl",
             metavar="SECONDS",
-            type=_positive(float),
+            type=positive_float,
             default=DEFAULT_TTL,
             help="drop rank files not rewritten for this many seconds (default %(default)s)",
         )
@@ -206,7 +193,7 @@ class TrainingCollector(Collector):
             "--collector.training.max-file-bytes",
             dest="training_max_file_bytes",
             metavar="BYTES",
-            type=_positive(int),
+            type=positive_int,
             default=DEFAULT_MAX_FILE_BYTES,
             help="reject rank files larger than this (default %(default)s)",
         )

@@ -15,27 +15,15 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
+from fleetscope.argtypes import fraction, positive_float
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
 
 log = logging.getLogger(__name__)
 
-
-def positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def fraction(text: str) -> float:
-    value = positive(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+#: Kept under the short name the service CLIs use.
+positive = positive_float
+__all__ = ["fraction", "positive"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
