@@ -19,8 +19,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # The packages' own services are not wanted: tests start their own on free ports.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian's package may start a system Prometheus / Alertmanager; they are not used, stop them.
-$SUDO sh -c 'pkill -x prometheus-alertmanager; pkill -f "^/usr/bin/prometheus( |$)"' 2>/dev/null || true
 
 PYTHON="${PYTHON:-python3}"
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
