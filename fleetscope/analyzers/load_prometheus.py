@@ -166,22 +166,13 @@ class PrometheusClient:
                                   f"{str(doc.get('error', ''))[:200]}")  # fmt: skip
         return doc.get("data") or {}
 
-    def post(self, path: str, params: dict[str, str]) -> dict:
-        """POST to ``/api/v1/<path>``; the ``data`` of a successful answer, decoded by ``json``."""
-        resp = self._send(path, params)
-        try:
-            doc = resp.json()
-        except ValueError:
-            doc = None
-        return self._check(resp, doc)
-
     def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
         """Every series of a range query, its samples as float arrays (see :func:`decode_matrix`)."""
         resp = self._send("query_range", {"query": query, "start": repr(float(start)), "end": repr(float(end)),
                                           "step": repr(float(step))})  # fmt: skip
         try:
             doc, series = decode_matrix(resp.content)
-        except ValueError:
+        except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
             doc, series = None, []
         data = self._check(resp, doc)
         if data.get("resultType") not in (None, "matrix"):
@@ -203,7 +194,8 @@ _VALUES = b'"values":['
 def decode_matrix(body: bytes) -> tuple[object, list[Series]]:
     """(the JSON document, its series with samples) of a ``query_range`` answer.
 
-    Raises ``ValueError`` when the body is not JSON. The document's ``values`` arrays are left
+    Raises ``ValueError`` when the body is not JSON (and a ``TypeError``, ``IndexError`` or
+    ``AttributeError`` for JSON in another layout). The document's ``values`` arrays are left
     empty; the samples come back as float arrays (``NaN``, ``+Inf``, ``-Inf`` as floats). Series
     without samples are left out.
     """

@@ -163,6 +163,7 @@ class _Recorder(BaseHTTPRequestHandler):
     """Answers every range query with one series; a query naming ``fail`` gets ``status`` after ``delay``."""
 
     status = 503
+    answer = b"overloaded"
     fail = "DCGM_FI_DEV_GPU_TEMP"
     delay = 0.0
     seen: ClassVar[list[dict]] = []
@@ -173,7 +174,7 @@ class _Recorder(BaseHTTPRequestHandler):
         if self.fail in body:
             time.sleep(self.delay)
             self.send_response(self.status)
-            payload = b"overloaded"
+            payload = self.answer
         else:
             self.send_response(200)
             payload = json.dumps(  # spaced JSON: decoded by the json fallback
@@ -215,6 +216,18 @@ def test_one_failing_query_is_one_clear_error(recorder):
     with pytest.raises(FleetscopeError, match=r"did not answer within 0.1 s"):
         lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, timeout=0.1, concurrency=4)
     assert time.monotonic() - started < 5  # the first error ends the load
+
+
+@pytest.mark.parametrize("answer", [
+    b"overloaded",
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1]]}]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":"x","values":[[1,"2"]]}]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}',
+])  # fmt: skip
+def test_an_answer_in_another_layout_is_one_clear_error(recorder, answer):
+    url, _ = recorder(status=200, answer=answer)
+    with pytest.raises(FleetscopeError, match=r"answered 200 with something that is not the Prometheus API"):
+        lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
 
 
 def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monkeypatch):
