@@ -46,6 +46,7 @@ import yaml
 from fleetscope import defaults
 from fleetscope.argtypes import positive_float
 from fleetscope.errors import FleetscopeError
+from fleetscope.textformat import escape_label_value
 
 log = logging.getLogger("fleetscope.demo")
 
@@ -395,7 +396,7 @@ class DirectAnalysis:
                 continue
             for family in text_string_to_metric_families(text):
                 for s in family.samples:
-                    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                    labels = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(s.labels.items()))
                     lines.append((s.name, f"{s.name}{{{labels}}} {s.value!r} {now:.3f}"))
         self.scrapes.append((now, lines))
         while self.scrapes and self.scrapes[0][0] < now - self.window:
@@ -425,10 +426,6 @@ class DirectAnalysis:
             if finding_key(d) not in self.seen:
                 self.seen.add(finding_key(d))
                 say(describe_finding(d))
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 # --- main ------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 from fleetscope import __version__
 from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.webconfig import WebConfig
+from fleetscope.textformat import escape_label_value
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def _labelstr(labels: dict[str, str]) -> str:
         if len(_label_cache) >= _LABEL_CACHE_MAX:
             _label_cache.clear()
         inner = ",".join(
-            '{}="{}"'.format(k, str(v).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\""))
+            f'{k}="{escape_label_value(str(v))}"'
             for k, v in sorted(labels.items())
         )
         text = _label_cache[key] = "{" + inner + "}" if inner else ""

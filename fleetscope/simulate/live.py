@@ -21,19 +21,10 @@ from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.model import ClusterModel
 from fleetscope.simulate.spec import ScenarioSpec
+from fleetscope.textformat import escape_label_value, format_number
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _fmt(x: float) -> str:
-    if x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return repr(x)
 
 
 class LiveCluster:
@@ -101,8 +92,8 @@ class LiveCluster:
                 out.append(f"# HELP {name} {meta.help}\n")
             out.append(f"# TYPE {name} {typ}\n")
             for key, v in rows:
-                lab = ",".join(f'{k}="{_escape(x)}"' for k, x in zip(s.labels, key, strict=True) if x != "")
-                out.append(f"{name}{{{lab}}} {_fmt(float(v))}\n")
+                lab = ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(s.labels, key, strict=True) if x != "")
+                out.append(f"{name}{{{lab}}} {format_number(float(v))}\n")
         return "".join(out)
 
     def start(self) -> LiveCluster:

@@ -22,6 +22,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.findings import rfc3339
 from fleetscope.simulate.model import ClusterModel
 from fleetscope.simulate.spec import ScenarioSpec, node_name
+from fleetscope.textformat import escape_label_value, format_number
 
 
 class Recording:
@@ -80,21 +81,11 @@ def simulate(
     return rec
 
 
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _fmt(x: float) -> str:
-    if x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return repr(x)
-
-
 def _fmt_all(x: np.ndarray) -> list[str]:
     """Sample values or timestamps as text: integers without a decimal point, others exactly."""
     if x.size and np.all(np.abs(x) < 1e15) and np.array_equal(x, np.floor(x)):
         return list(map(str, x.astype(np.int64).tolist()))
-    return [_fmt(v) for v in x.tolist()]
+    return [format_number(v) for v in x.tolist()]
 
 
 def _family(name: str) -> tuple[str, str]:
@@ -116,11 +107,11 @@ def iter_openmetrics(rec: Recording) -> Iterator[str]:
         meta = c.METRICS.get(name)
         yield f"# TYPE {family} {typ}\n"
         if meta is not None:
-            yield f"# HELP {family} {_escape(meta.help)}\n"
+            yield f"# HELP {family} {escape_label_value(meta.help)}\n"
         labels = rec.labels[name]
         for key, (t, v) in series.items():
             head = (
-                name + "{" + ",".join(f'{k}="{_escape(x)}"' for k, x in zip(labels, key, strict=True)) + "} "
+                name + "{" + ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(labels, key, strict=True)) + "} "
             )
             ts = _fmt_all(t)
             vs = _fmt_all(v)

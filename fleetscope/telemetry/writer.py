@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from fleetscope import contract
 from fleetscope.telemetry.identity import RankIdentity
+from fleetscope.textformat import escape_label_value
 
 if TYPE_CHECKING:
     from fleetscope.telemetry.monitor import Snapshot
@@ -59,18 +60,14 @@ def process_identity(procfs: str = "/proc") -> dict[str, str]:
     return info
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header: dict[str, str]) -> str:
     """The rank file: a header comment, then the contract's training series for this rank.
 
     ``Hostname`` is left out: the exporter adds its own node label.
     """
     base = (
-        f'job_id="{_escape(identity.job_id)}",rank="{identity.rank}",'
-        f'local_rank="{identity.local_rank}",gpu="{_escape(identity.gpu)}"'
+        f'job_id="{escape_label_value(identity.job_id)}",rank="{identity.rank}",'
+        f'local_rank="{identity.local_rank}",gpu="{escape_label_value(identity.gpu)}"'
     )
     head = " ".join(f"{k}={v}" for k, v in header.items())
     lines = [f"{HEADER_PREFIX} {head}".rstrip()]
@@ -85,7 +82,7 @@ def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header
     family(contract.TRAINING_STEP_SECONDS, [(base, snap.step_seconds)])
     family(
         contract.TRAINING_PHASE_SECONDS,
-        [(f'{base},phase="{_escape(p)}"', v) for p, v in sorted(snap.phase_seconds.items())],
+        [(f'{base},phase="{escape_label_value(p)}"', v) for p, v in sorted(snap.phase_seconds.items())],
     )
     family(contract.TRAINING_TOKENS, [(base, snap.tokens)])
     family(contract.TRAINING_MODEL_FLOPS, [(base, snap.flops)])
@@ -94,7 +91,7 @@ def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header
     family(contract.TRAINING_GLOBAL_STEP, [(base, snap.global_step)])
     if snap.last_step_timestamp is not None:
         family(contract.TRAINING_LAST_STEP_TIMESTAMP, [(base, snap.last_step_timestamp)])
-    family(contract.TRAINING_INFO, [(f'{base},flops_convention="{_escape(flops_convention)}"', 1)])
+    family(contract.TRAINING_INFO, [(f'{base},flops_convention="{escape_label_value(flops_convention)}"', 1)])
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,20 @@
+"""The two pieces of the Prometheus text format that several writers need (standard library only).
+
+The exporter's ``/metrics``, the training library's rank files, the simulator's recordings and live
+endpoints, and the demo's fallback recorder all write the text format by hand for speed; they share
+these so an escaping rule is written once.
+"""
+
+from __future__ import annotations
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value: backslash, newline and double quote, as the text format requires."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_number(x: float) -> str:
+    """A sample value or timestamp: integral values without a fraction, others as ``repr``."""
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(x)
