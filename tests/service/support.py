@@ -7,7 +7,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import threading
 import zlib
 from pathlib import Path
@@ -15,7 +14,8 @@ from pathlib import Path
 from fleetscope.analyzers.api import Analysis, JobSummary, NodeVerdict, StragglerScore
 from fleetscope.analyzers.findings import Finding
 from fleetscope.errors import FleetscopeError
-from tests.support.prom import free_port, http_get, wait_for
+from tests.support.exporter import FleetscopeProcess
+from tests.support.prom import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -114,54 +114,26 @@ def prometheus_down() -> FleetscopeError:
 # --- fleetscope serve as a real process ----------------------------------------------------
 
 
-class ServeProcess:
+class ServeProcess(FleetscopeProcess):
     """``fleetscope serve`` on a free loopback port, as a subprocess, stopped on exit."""
+
+    ready_path = "/healthz"
 
     def __init__(
         self, prometheus: str, *flags: str, workdir: Path, env: dict[str, str] | None = None
     ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [
-            sys.executable,
-            "-m",
-            "fleetscope",
+        port = free_port()
+        argv = [
             "--log.level",
             "info",
             "serve",
             "--prometheus",
             prometheus,
             "--listen",
-            f"127.0.0.1:{self.port}",
+            f"127.0.0.1:{port}",
             *flags,
         ]
-        self.log_file = workdir / f"serve-{self.port}.log"
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> ServeProcess:
-        self.proc = subprocess.Popen(
-            self.argv, stdout=self.log_file.open("wb"), stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
-        )
-        wait_for(self._alive, timeout=30, what="fleetscope serve /healthz")
-        return self
-
-    def _alive(self) -> bool:
-        if self.proc and self.proc.poll() is not None:
-            raise AssertionError(f"fleetscope serve exited: {self.log()}")
-        return http_get(f"{self.url}/healthz", timeout=1)[0] == 200
-
-    def log(self) -> str:
-        return self.log_file.read_text(errors="replace")[-4000:]
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__("serve", argv, port, workdir, env)
 
 
 # --- headless Chromium ----------------------------------------------------------------------
