@@ -75,10 +75,7 @@ def lustre_metadata_latency(window: str = "5m") -> str:
     by = f"{_NODE}, fs, mount"
     seconds = f'rate({contract.LUSTRE_CLIENT_OPERATION_SECONDS}{{operation=~"{ops}"}}[{window}])'
     count = f'rate({contract.LUSTRE_CLIENT_OPERATIONS}{{operation=~"{ops}"}}[{window}])'
-    return (
-        f"sum by ({by}) ({seconds})"
-        f" / (sum by ({by}) ({count} and on ({by}, operation) {seconds}) > 0)"
-    )
+    return f"sum by ({by}) ({seconds}) / (sum by ({by}) ({count} and on ({by}, operation) {seconds}) > 0)"
 
 
 def node_gpu_count() -> str:
@@ -116,8 +113,7 @@ def rank_tokens_per_second(window: str = "5m") -> str:
 def rank_step_seconds(window: str = "5m") -> str:
     """Mean step time of each rank in seconds; absent (not NaN) while the rank completes no step."""
     return (
-        f"rate({contract.TRAINING_STEP_SECONDS}[{window}])"
-        f" / (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
+        f"rate({contract.TRAINING_STEP_SECONDS}[{window}]) / (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
     )
 
 

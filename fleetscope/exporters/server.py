@@ -55,10 +55,7 @@ def _labelstr(labels: dict[str, str]) -> str:
     if text is None:
         if len(_label_cache) >= _LABEL_CACHE_MAX:
             _label_cache.clear()
-        inner = ",".join(
-            f'{k}="{escape_label_value(str(v))}"'
-            for k, v in sorted(labels.items())
-        )
+        inner = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in sorted(labels.items()))
         text = _label_cache[key] = "{" + inner + "}" if inner else ""
     return text
 

@@ -92,7 +92,9 @@ class LiveCluster:
                 out.append(f"# HELP {name} {meta.help}\n")
             out.append(f"# TYPE {name} {typ}\n")
             for key, v in rows:
-                lab = ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(s.labels, key, strict=True) if x != "")
+                lab = ",".join(
+                    f'{k}="{escape_label_value(x)}"' for k, x in zip(s.labels, key, strict=True) if x != ""
+                )
                 out.append(f"{name}{{{lab}}} {format_number(float(v))}\n")
         return "".join(out)
 

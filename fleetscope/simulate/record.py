@@ -111,7 +111,10 @@ def iter_openmetrics(rec: Recording) -> Iterator[str]:
         labels = rec.labels[name]
         for key, (t, v) in series.items():
             head = (
-                name + "{" + ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(labels, key, strict=True)) + "} "
+                name
+                + "{"
+                + ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(labels, key, strict=True))
+                + "} "
             )
             ts = _fmt_all(t)
             vs = _fmt_all(v)

@@ -119,7 +119,9 @@ def _start_tls(proc: ExporterProcess) -> None:
     """ExporterProcess polls over plain HTTP; a TLS exporter is polled by its port instead."""
     import socket
 
-    proc.proc = subprocess.Popen(proc.argv, stdout=proc.log_path.open("wb"), stderr=subprocess.STDOUT, env=proc.env)
+    proc.proc = subprocess.Popen(
+        proc.argv, stdout=proc.log_path.open("wb"), stderr=subprocess.STDOUT, env=proc.env
+    )
 
     def listening() -> bool:
         assert proc.proc is not None and proc.proc.poll() is None, proc.log()
