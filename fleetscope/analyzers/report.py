@@ -1,0 +1,56 @@
+"""What one analysis returns: findings, node verdicts, straggler scores and job summaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleetscope.analyzers.findings import Finding
+
+
+@dataclass
+class NodeVerdict:
+    """One node's state and why. ``state`` is one of contract.NODE_STATES."""
+
+    node: str
+    state: str = "healthy"
+    reasons: list[str] = field(default_factory=list)
+    #: GPU index (string, as the ``gpu`` label) -> state, for every GPU seen on the node.
+    gpus: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StragglerScore:
+    """A rank's compute time divided by its peers' median (1.0 = normal)."""
+
+    job_id: str
+    rank: int
+    node: str
+    gpu: str
+    score: float
+
+
+@dataclass
+class JobSummary:
+    job_id: str
+    ranks: int = 0
+    nodes: list[str] = field(default_factory=list)
+    mfu: float | None = None
+    tokens_per_second: float | None = None
+    step_seconds: float | None = None
+    stragglers: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The result of one analysis over a window [start, end] (Unix seconds).
+
+    Plain data (dataclasses and the standard library), so the live service and the drain planner
+    read it without pandas, and it pickles cheaply from the analysis child process.
+    """
+
+    start: float
+    end: float
+    findings: list[Finding] = field(default_factory=list)
+    nodes: dict[str, NodeVerdict] = field(default_factory=dict)
+    straggler_scores: list[StragglerScore] = field(default_factory=list)
+    jobs: dict[str, JobSummary] = field(default_factory=dict)
