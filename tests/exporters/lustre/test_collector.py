@@ -10,7 +10,7 @@ import pytest
 from fleetscope import contract
 from fleetscope.exporters.lustre import LustreCollector
 from fleetscope.exporters.registry import NodeCollector
-from tests.lustre.helpers import FIXTURES, LUSTRE, NODE, context, samples, series
+from tests.exporters.lustre.helpers import FIXTURES, LUSTRE, NODE, context, samples, series
 
 READ = contract.LUSTRE_CLIENT_READ_BYTES
 WRITE = contract.LUSTRE_CLIENT_WRITE_BYTES

@@ -20,7 +20,7 @@ from fleetscope.exporters.efa import EfaCollector
 from fleetscope.exporters.registry import NodeCollector, build_collectors
 from fleetscope.exporters.server import ExporterServer, render_text
 from fleetscope.exporters.webconfig import WebConfig, load_web_config
-from tests.exporter.conftest import P5
+from tests.exporters.conftest import P5
 from tests.support.prom import http_get
 
 

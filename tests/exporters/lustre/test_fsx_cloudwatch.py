@@ -16,7 +16,7 @@ from fleetscope.exporters.base import Collector
 from fleetscope.exporters.fsx_cloudwatch import DEFAULT_METRICS, CloudWatchFetchError, FsxCloudWatchCollector
 from fleetscope.exporters.lustre import LustreCollector
 from fleetscope.exporters.registry import NodeCollector, build_collectors
-from tests.lustre.helpers import FIXTURES, NODE, context, samples
+from tests.exporters.lustre.helpers import FIXTURES, NODE, context, samples
 from tests.support.prom import promtool
 
 FS1, FS2 = "fs-0123456789abcdef0", "fs-0fedcba9876543210"

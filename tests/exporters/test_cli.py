@@ -11,7 +11,7 @@ import pytest
 
 from fleetscope import contract
 from tests.conftest import ROOT
-from tests.exporter.conftest import P5, tree_flags
+from tests.exporters.conftest import P5, tree_flags
 from tests.support.prom import free_port, promtool
 
 ONLY_EFA_LUSTRE = ["--collector.disable-defaults", "--collector.efa", "--collector.lustre"]

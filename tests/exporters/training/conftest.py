@@ -11,8 +11,7 @@ import pytest
 
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.training import TrainingCollector
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def make_collector(
@@ -49,14 +48,14 @@ def values(collector: TrainingCollector, name: str) -> dict[tuple[str, str], flo
 
 
 class RankProcess:
-    """tests/telemetry/rank_writer.py as a real process (a training rank that can be killed)."""
+    """tests/exporters/training/rank_writer.py as a real process (a training rank that can be killed)."""
 
     def __init__(self, directory: Path, job_id: str, rank: int, rate: float = 100.0) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "tests.telemetry.rank_writer",
+                "tests.exporters.training.rank_writer",
                 str(directory),
                 job_id,
                 str(rank),

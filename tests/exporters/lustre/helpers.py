@@ -9,8 +9,8 @@ from pathlib import Path
 from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope.exporters.base import NodeContext
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LUSTRE = FIXTURES / "lustre"
 NODE = "ip-172-31-7-12"
 

@@ -6,10 +6,11 @@ import filecmp
 import shutil
 from pathlib import Path
 
-from tests.lustre.helpers import FIXTURES, LUSTRE
-from tests.lustre.lctl_dump import write_tree
+from tests.conftest import ROOT
+from tests.exporters.lustre.helpers import FIXTURES, LUSTRE
+from tests.exporters.lustre.lctl_dump import write_tree
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures-real"
+REAL = ROOT.parent / "shared" / "fixtures-real"
 
 
 def test_214_tree_is_exactly_the_converted_real_dump(tmp_path: Path) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fleetscope.exporters.lprocfs import Counter, parse_stats, units_per_second
-from tests.lustre.lctl_dump import parse_dump
+from tests.conftest import FIXTURES
+from tests.exporters.lustre.lctl_dump import parse_dump
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "lustre"
+FIX = FIXTURES / "lustre"
 P210 = FIX / "2.10" / "proc" / "fs" / "lustre"
 
 

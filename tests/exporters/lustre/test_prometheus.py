@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetscope import contract, queries
-from tests.lustre.helpers import FIXTURES
+from tests.exporters.lustre.helpers import FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus
 

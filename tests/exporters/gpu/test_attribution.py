@@ -16,9 +16,9 @@ import pytest
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.attribution import parse_list_response, slurm_job_from_cgroup
 from fleetscope.exporters.gpu.collector import GpuCollector
-from tests.gpu.conftest import NVML_FIXTURES, context, samples, values
+from tests.conftest import ROOT
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, samples, values
 
-ROOT = Path(__file__).resolve().parents[2]
 H100X8 = str(NVML_FIXTURES / "h100x8.json")
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"
 UUID1 = "GPU-00000001-0000-0000-0000-000000000001"

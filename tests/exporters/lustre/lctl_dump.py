@@ -57,7 +57,7 @@ def write_tree(dump: Path, root: Path) -> list[str]:
     return sorted(files)
 
 
-if __name__ == "__main__":  # regenerate the committed tree: python -m tests.lustre.lctl_dump
-    here = Path(__file__).resolve().parents[1] / "fixtures" / "lustre" / "2.14"
+if __name__ == "__main__":  # regenerate the committed tree: python -m tests.exporters.lustre.lctl_dump
+    here = Path(__file__).resolve().parents[2] / "fixtures" / "lustre" / "2.14"
     for rel in write_tree(here / "llite_client.txt", here):
         print(rel)

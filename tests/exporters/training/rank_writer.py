@@ -1,6 +1,6 @@
 """A stand-in training process for the collector tests: steps forever with fleetscope.telemetry.
 
-``python -m tests.telemetry.rank_writer DIR JOB_ID RANK STEPS_PER_SECOND`` prints ``ready`` once its
+``python -m tests.exporters.training.rank_writer DIR JOB_ID RANK STEPS_PER_SECOND`` prints ``ready`` once its
 rank file exists, then keeps stepping (and rewriting the file every 0.2 s) until killed.
 """
 

@@ -10,9 +10,9 @@ import pytest
 
 from fleetscope import contract
 from fleetscope.telemetry import TrainingMonitor
+from tests.exporters.training.conftest import RankProcess, make_collector, samples, values
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import promtool, wait_for
-from tests.telemetry.conftest import RankProcess, make_collector, samples, values
 
 STEPS = contract.TRAINING_STEPS.name
 

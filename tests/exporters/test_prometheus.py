@@ -23,7 +23,7 @@ import bcrypt
 import pytest
 
 from fleetscope import contract
-from tests.exporter.conftest import P5, P5_EFA_DEVICES, copy_tree, tree_flags
+from tests.exporters.conftest import P5, P5_EFA_DEVICES, copy_tree, tree_flags
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus, http_get, promtool, wait_for
 

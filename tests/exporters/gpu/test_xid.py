@@ -11,7 +11,7 @@ from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.xid import XidCollector, XidTally, _Gpu, parse_kmsg_line
 from fleetscope.exporters.gpu.xid_catalog import describe, message
-from tests.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import wait_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GPU_SERIES
-from tests.gpu.conftest import NVML_FIXTURES
+from tests.exporters.gpu.conftest import NVML_FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus
 

@@ -11,8 +11,9 @@ import pytest
 
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.gpu import session as sessions
+from tests.conftest import FIXTURES
 
-NVML_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
+NVML_FIXTURES = FIXTURES / "nvml"
 CAPTURES = NVML_FIXTURES / "captures"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope import contract
-from tests.lustre.helpers import FIXTURES
+from tests.exporters.lustre.helpers import FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import promtool
 

@@ -9,7 +9,7 @@ import pytest
 
 from fleetscope.exporters.gpu.nvml import ReplayNvml
 from fleetscope.exporters.gpu.record_cli import Recorder, plain
-from tests.gpu.conftest import NVML_FIXTURES
+from tests.exporters.gpu.conftest import NVML_FIXTURES
 
 
 @pytest.mark.parametrize("fixture", ["h100.json", "h200-mig.json", "l40s.json"])

@@ -10,7 +10,7 @@ from pathlib import Path
 from fleetscope import contract
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.efa import EfaCollector, is_efa_device
-from tests.exporter.conftest import P5, P5_EFA_DEVICES, P5_OLD_DRIVER
+from tests.exporters.conftest import P5, P5_EFA_DEVICES, P5_OLD_DRIVER
 
 SRD = (
     "retrans_bytes",

@@ -11,7 +11,7 @@ import pytest
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.session import NvmlUnavailable
-from tests.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
 from tests.support.exporter import ExporterProcess
 
 
