@@ -2,6 +2,8 @@
 the verdicts as a JSON API, a web page, Prometheus metrics and drain plans.
 
 Modules: :mod:`.state` (the verdict store), :mod:`.runner` (the background analysis loop),
-:mod:`.app` (the FastAPI app), :mod:`.metrics` (``/metrics``), :mod:`.auth` (bearer token),
-:mod:`.plan` (drain plans), :mod:`.cli` (``fleetscope serve``), :mod:`.plan_cli` (``fleetscope plan``).
+:mod:`.app` (the FastAPI app, wired from :mod:`.settings`, :mod:`.views`, :mod:`.params`,
+:mod:`.middleware` and the handlers in ``routes_*``), :mod:`.metrics` (``/metrics``), :mod:`.auth`
+(bearer token), :mod:`.plan` (drain plans), :mod:`.cli` (``fleetscope serve``), :mod:`.plan_cli`
+(``fleetscope plan``).
 """

@@ -1,0 +1,163 @@
+"""What the handlers serve, derived once per analysis, and the JSON answers built from it.
+
+:class:`View` turns one :class:`~fleetscope.analyzers.report.Report` into the API's plain dicts
+(sorted, with non-finite numbers as null) and caches each answer's serialized body; :class:`Live`
+is an app's link to its verdict store, handing out the current snapshot with its view (rebuilt only
+when the store's version changes) and the ``/metrics`` body (rendered once per state).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from fastapi.responses import Response
+
+from fleetscope.analyzers.findings import Finding, rfc3339
+from fleetscope.analyzers.report import Report
+from fleetscope.service.metrics import render_snapshot
+from fleetscope.service.settings import ServiceSettings
+from fleetscope.service.state import Snapshot, VerdictStore
+
+
+def natural(text: str) -> list:
+    """Sort key putting ``node-2`` before ``node-10``."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    d = f.to_dict()
+    d["score"] = _finite(d["score"])
+    d["rank"] = None if f.rank is None else int(f.rank)
+    d["gpu"] = None if f.gpu is None else str(f.gpu)
+    return d
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+class View:
+    """Everything the handlers serve, derived once per analysis (keyed on the store's version)."""
+
+    def __init__(self, analysis: Report) -> None:
+        self.analysis = analysis
+        self.window = {"start": rfc3339(analysis.start), "end": rfc3339(analysis.end)}
+        self.findings = sorted(analysis.findings, key=lambda f: (f.start, f.kind, f.node or ""))
+        self.finding_dicts = [_finding(f) for f in self.findings]
+        self.nodes = _nodes(analysis, self.findings)
+        self.counts = {s: 0 for s in ("healthy", "degraded", "failing")}
+        for n in self.nodes:
+            self.counts[n["state"]] = self.counts.get(n["state"], 0) + 1
+        self.jobs = {
+            j.job_id: {
+                "job_id": j.job_id,
+                "ranks": int(j.ranks),
+                "nodes": list(j.nodes),
+                "mfu": _finite(j.mfu),
+                "tokens_per_second": _finite(j.tokens_per_second),
+                "step_seconds": _finite(j.step_seconds),
+                "stragglers": [int(r) for r in j.stragglers],
+            }
+            for j in analysis.jobs.values()
+        }
+        self.scores = _scores(analysis)
+        self.open_findings = sum(1 for f in self.findings if f.end is None)
+        self._window_json = dumps(self.window)
+        self._parts: dict[Any, bytes] = {}
+
+    def answer(self, snap: Snapshot, key: Any, members: Callable[[], dict]) -> Response:
+        """``{"status": ..., "window": ..., **members()}``; the members are serialized once per
+        analysis under ``key`` (None: not cached); only the freshness block is built per request."""
+        part = self._parts.get(key) if key is not None else None
+        if part is None:
+            part = dumps(members())[1:-1].encode()
+            if key is not None:
+                self._parts[key] = part
+        body = b'{"status":' + dumps(snap.status()).encode() + b',"window":' + self._window_json.encode()
+        return Response(body + b"," + part + b"}", media_type="application/json")
+
+
+def _nodes(analysis: Report, findings: list[Finding]) -> list[dict[str, Any]]:
+    """Every node in natural order, with its GPUs (natural order too) and its open findings."""
+    open_by_node: dict[str, int] = {}
+    for f in findings:
+        if f.end is None and f.node:
+            open_by_node[f.node] = open_by_node.get(f.node, 0) + 1
+    return [
+        {
+            "node": v.node,
+            "state": v.state,
+            "reasons": list(v.reasons),
+            "gpus": [
+                {"gpu": str(g), "state": s}
+                for g, s in sorted(v.gpus.items(), key=lambda i: natural(str(i[0])))
+            ],
+            "open_findings": open_by_node.get(v.node, 0),
+        }
+        for v in sorted(analysis.nodes.values(), key=lambda v: natural(v.node))
+    ]
+
+
+def _scores(analysis: Report) -> dict[str, list[dict]]:
+    """job -> its ranks' finite straggler scores, by rank."""
+    scores: dict[str, list[dict]] = {}
+    for s in analysis.straggler_scores:
+        score = _finite(s.score)
+        if score is not None:
+            scores.setdefault(s.job_id, []).append(
+                {"rank": int(s.rank), "node": s.node, "gpu": str(s.gpu), "score": score}
+            )
+    for rows in scores.values():
+        rows.sort(key=lambda r: r["rank"])
+    return scores
+
+
+class Live:
+    """One app's reading side of the verdict store (handlers run on one event loop: no lock)."""
+
+    def __init__(self, store: VerdictStore, settings: ServiceSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self._version = -1
+        self._view: View | None = None
+        self._metrics_key: tuple | None = None
+        self._metrics_body = b""
+
+    def read(self) -> tuple[Snapshot, View | None]:
+        """The store's snapshot now, and its view (None before the first analysis)."""
+        snap = self.store.snapshot()
+        if snap.analysis is None:
+            return snap, None
+        if self._version != snap.version:
+            self._view = View(snap.analysis)
+            self._version = snap.version
+        return snap, self._view
+
+    def unavailable(self, snap: Snapshot) -> Response:
+        """503 with a Retry-After of one interval: no analysis has succeeded yet."""
+        return json_response(
+            {"detail": "no analysis yet", "status": snap.status()},
+            status=503,
+            headers={"Retry-After": str(max(1, int(self.settings.interval)))},
+        )
+
+    def metrics(self) -> bytes:
+        """The verdict series in the Prometheus text format, rendered once per store state."""
+        snap = self.store.snapshot()
+        key = (snap.version, snap.stale, snap.error is None, snap.attempted_at, snap.duration)
+        if self._metrics_key != key:
+            self._metrics_body = render_snapshot(snap)
+            self._metrics_key = key
+        return self._metrics_body
