@@ -513,9 +513,34 @@ def fsx_metric_name(cloudwatch_metric: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 TRAINING_LABELS: tuple[str, ...] = ("job_id", "rank", "local_rank", NODE_LABEL, "gpu")
-TRAINING_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint")
+#: ``eval``: evaluation/validation loops; ``checkpoint``: saving a checkpoint.
+TRAINING_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint", "eval")
 #: Phases whose time is "compute time" (straggler comparison, DESIGN.md).
 COMPUTE_PHASES: tuple[str, ...] = ("forward", "backward")
+#: All-rank pauses planned by the job: their time is counted in
+#: ``training_phase_seconds_total{phase}``, never in a step's time, and no step ends during them.
+PAUSE_PHASES: tuple[str, ...] = ("eval", "checkpoint")
+
+# Parallel layout of a rank, on ``training_info`` (empty, hence absent in Prometheus, when unknown).
+#: Pipeline-parallel stage (0 = the first stage, which embeds the tokens).
+PIPELINE_STAGE_LABEL = "pipeline_stage"
+#: Rank within the data-parallel group (replicas of the same model shard).
+DATA_PARALLEL_RANK_LABEL = "data_parallel_rank"
+#: Rank within the tensor-parallel group (shards of the same layers).
+TENSOR_PARALLEL_RANK_LABEL = "tensor_parallel_rank"
+#: Rank within the context-parallel group (slices of the same sequence).
+CONTEXT_PARALLEL_RANK_LABEL = "context_parallel_rank"
+#: Rank within the expert-parallel group (holders of different MoE experts).
+EXPERT_PARALLEL_RANK_LABEL = "expert_parallel_rank"
+#: Every layout label key, in the order ``training_info`` carries them. Ranks that share all but
+#: one of them do the same work; ranks on different pipeline stages or expert groups need not.
+LAYOUT_LABELS: tuple[str, ...] = (
+    PIPELINE_STAGE_LABEL,
+    DATA_PARALLEL_RANK_LABEL,
+    TENSOR_PARALLEL_RANK_LABEL,
+    CONTEXT_PARALLEL_RANK_LABEL,
+    EXPERT_PARALLEL_RANK_LABEL,
+)
 
 
 def _training(name: str, type: MetricType, help: str, unit: str, extra: tuple[str, ...] = ()) -> Metric:
@@ -545,9 +570,10 @@ TRAINING_LAST_STEP_TIMESTAMP = _training(
 TRAINING_INFO = _training(
     "training_info",
     "gauge",
-    "Always 1; flops_convention says how training_model_flops_total is counted (palm, megatron, custom).",
+    "Always 1; flops_convention says how training_model_flops_total is counted (palm, megatron, custom);"
+    " pipeline_stage and the *_parallel_rank labels give the rank's parallel layout (absent when unknown).",
     "",
-    ("flops_convention",),
+    ("flops_convention", *LAYOUT_LABELS),
 )
 
 #: Default directory shared between training processes and the exporter.

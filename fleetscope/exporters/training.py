@@ -21,14 +21,20 @@ without affecting the other files, when it is:
   (``--collector.training.owner-uids``, default: any owner);
 * ``oversize``: larger than ``--collector.training.max-file-bytes`` (default 1 MiB; never read);
 * ``malformed``: no fleetscope header, not UTF-8, not the text format, a name outside the
-  contract's ``training_*`` series, missing or unexpected labels, samples of more than one rank,
-  duplicate series, a negative or non-finite counter; ``too_many_series``: over 512 samples;
+  contract's ``training_*`` series, missing or unexpected labels, a layout label that is not a
+  non-negative integer, samples of more than one rank, duplicate series, a negative or non-finite
+  counter, no ``training_info`` (the writer's last series, so its absence means an incomplete
+  file); ``too_many_series``: over 512 samples;
 * ``duplicate``: a second live file for the same ``(job_id, rank)`` (the newer one is served);
 * ``unreadable``: any other error opening or reading it.
 
 The whole directory is refused (``insecure_directory``) when it is world-writable without the
 sticky bit, since anyone could then replace anyone's rank files. Nothing a file contains is
 written to the log.
+
+The layout labels of ``training_info`` (``contract.LAYOUT_LABELS``: pipeline stage and the data,
+tensor, context and expert parallel ranks) are optional in a file: a writer that does not know
+them leaves them out, and they are served empty, which Prometheus stores as absent.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ DEFAULT_MAX_FILE_BYTES = 1 << 20
 _METRICS: dict[str, contract.Metric] = {m.name: m for m in contract.metrics_by_origin("training")}
 #: Labels of the rank itself, as they appear in a file (the node label is the exporter's).
 _RANK_KEYS: tuple[str, ...] = tuple(k for k in contract.TRAINING_LABELS if k != contract.NODE_LABEL)
+#: Labels a file may leave out (served empty); their values, when given, are non-negative integers.
+_OPTIONAL_KEYS: frozenset[str] = frozenset(contract.LAYOUT_LABELS)
 
 
 class Rejected(Exception):
@@ -116,14 +124,18 @@ def parse_rank_file(
             labels = dict(sample.labels)
             labels.pop(contract.NODE_LABEL, None)  # the exporter owns the node label
             extra_keys = tuple(k for k in metric.labels if k not in contract.TRAINING_LABELS)
-            if set(labels) != set(_RANK_KEYS) | set(extra_keys):
+            required = (set(_RANK_KEYS) | set(extra_keys)) - _OPTIONAL_KEYS
+            if not required <= set(labels) <= set(_RANK_KEYS) | set(extra_keys):
                 raise Rejected("malformed", f"{metric}: labels {sorted(labels)[:10]} are not the contract's")
+            for key in _OPTIONAL_KEYS.intersection(labels):
+                if labels[key] and not (labels[key].isascii() and labels[key].isdigit()):
+                    raise Rejected("malformed", f"{metric}: {key} is not a non-negative integer")
             own = {k: labels[k] for k in _RANK_KEYS}
             if rank_labels is None:
                 rank_labels = own
             elif own != rank_labels:
                 raise Rejected("malformed", "samples of more than one rank in one file")
-            extra = tuple(labels[k] for k in extra_keys)
+            extra = tuple(labels.get(k, "") for k in extra_keys)
             if (metric, extra) in seen:
                 raise Rejected("malformed", f"{metric}: duplicate series")
             seen.add((metric, extra))
@@ -135,6 +147,8 @@ def parse_rank_file(
                 raise Rejected("too_many_series", f"more than {MAX_SAMPLES_PER_FILE} samples")
     if rank_labels is None:
         raise Rejected("malformed", "no training series")
+    if not any(name == contract.TRAINING_INFO for name, _, _ in samples):
+        raise Rejected("malformed", f"no {contract.TRAINING_INFO} (written last: the file is incomplete)")
     if not rank_labels["rank"].isdigit():
         raise Rejected("malformed", "rank is not a number")
     return header, rank_labels, samples

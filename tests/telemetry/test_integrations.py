@@ -106,7 +106,7 @@ def test_hf_trainer_callback_counts_steps_tokens_phases_and_checkpoints(tmp_path
     assert got[("training_steps_total", ())] == 4
     assert got[("training_tokens_total", ())] == tokens
     assert got[("training_model_flops_total", ())] == pytest.approx(tokens * float(fpt))
-    assert got[("training_info", ("palm",))] == 1
+    assert got[("training_info", ("palm", "", "", "", "", ""))] == 1
     assert got[("training_global_step", ())] == 4
     assert 0 < got[("training_loss", ())] < 10
     phases = {extra[0]: v for (name, extra), v in got.items() if name == "training_phase_seconds_total"}

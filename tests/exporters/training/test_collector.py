@@ -11,6 +11,7 @@ import pytest
 from fleetscope import contract
 from fleetscope.telemetry import TrainingMonitor
 from tests.exporters.training.conftest import RankProcess, make_collector, samples, values
+from tests.support import exposition
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import promtool, wait_for
 
@@ -137,6 +138,13 @@ CORRUPTIONS = {
         '"} 3.0', '"} -3.0', 1
     ),
     "timestamp": lambda t: t.replace('"} 3.0\n', '"} 3.0 1700000000000\n', 1),
+    "no_info": lambda t: "".join(line for line in t.splitlines(True) if "training_info" not in line),
+    "bad_layout": lambda t: t.replace(
+        'flops_convention="custom"', 'flops_convention="custom",pipeline_stage="-1"'
+    ),
+    "unknown_layout_key": lambda t: t.replace(
+        'flops_convention="custom"', 'flops_convention="custom",pp="1"'
+    ),
 }
 
 
@@ -228,12 +236,13 @@ def test_exporter_serves_ranks_and_counts_rejections_over_http(tmp_path: Path) -
         log_dir=tmp_path,
     ) as exporter:
         body = exporter.metrics()
-    assert (
-        'training_steps_total{Hostname="node-http",gpu="0",job_id="4711",local_rank="0",rank="0"} 3.0' in body
-    )
-    assert 'rank="1"' in body and 'rank="7"' not in body
-    assert 'fleetscope_collector_errors_total{collector="training",reason="malformed"} 1' in body
-    assert 'fleetscope_collector_success{collector="training"} 1.0' in body
+    found = exposition.series(body)
+    rank0 = (("Hostname", "node-http"), ("gpu", "0"), ("job_id", "4711"), ("local_rank", "0"), ("rank", "0"))
+    assert found[(STEPS, rank0)] == 3
+    ranks = {dict(labels)["rank"] for name, labels in found if name == STEPS}
+    assert "1" in ranks and "7" not in ranks
+    assert exposition.value(body, contract.COLLECTOR_ERRORS, collector="training", reason="malformed") == 1
+    assert exposition.value(body, contract.COLLECTOR_SUCCESS, collector="training") == 1
     training_only = "".join(
         line + "\n" for line in body.splitlines() if "training_" in line and "fleetscope_" not in line
     )
