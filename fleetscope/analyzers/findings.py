@@ -8,22 +8,10 @@ without pandas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-
-def rfc3339(ts: float | datetime | None) -> str | None:
-    """Unix seconds or a datetime -> ``2026-11-30T10:42:15Z`` (UTC, whole seconds)."""
-    if ts is None:
-        return None
-    dt = ts if isinstance(ts, datetime) else datetime.fromtimestamp(float(ts), tz=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str | None) -> float | None:
-    if text is None:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+# The one time module; re-exported here for the callers that still import them from findings.
+from fleetscope.times import parse_rfc3339, rfc3339
 
 
 @dataclass

@@ -24,10 +24,8 @@ from __future__ import annotations
 import io
 import re
 import threading
-import time
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from datetime import datetime
 from urllib.parse import urlencode
 
 import numpy as np
@@ -36,6 +34,7 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope.analyzers.frames import Frames, MetricFrame, lookback_seconds, make_grid
 from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_time, rfc3339  # parse_time: also imported from here by cli, api
 
 #: Points per series per request; Prometheus refuses more than 11,000.
 MAX_POINTS = 10000
@@ -55,30 +54,6 @@ PUSHDOWN: dict[str, tuple[str, tuple[str, ...] | None]] = {
 
 #: One decoded series: labels (without ``__name__``), sample times, sample values.
 Series = tuple[dict[str, str], np.ndarray, np.ndarray]
-
-
-def parse_time(text: str | float, now: float | None = None) -> float:
-    """RFC 3339, Unix seconds, ``now``, or relative like ``-6h`` / ``-30m`` -> Unix seconds."""
-    now = time.time() if now is None else now
-    if isinstance(text, int | float):
-        return float(text)
-    t = str(text).strip()
-    if t == "now":
-        return now
-    m = re.fullmatch(r"-(\d+(?:\.\d+)?)([smhd])", t)
-    if m:
-        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        raise FleetscopeError(f"not a time: {text!r} (use RFC 3339, Unix seconds, or e.g. -6h)") from None
-    if dt.tzinfo is None:
-        raise FleetscopeError(f"time {text!r} needs a time zone (e.g. a trailing Z)")
-    return dt.timestamp()
 
 
 def _duration_ms(seconds: float) -> str:
@@ -416,6 +391,4 @@ def _run_concurrently(run: Callable[[int], int], n: int, concurrency: int,
 
 
 def _iso(ts: float) -> str:
-    from fleetscope.analyzers.findings import rfc3339
-
-    return rfc3339(ts) or ""
+    return rfc3339(ts)

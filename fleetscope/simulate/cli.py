@@ -15,6 +15,7 @@ import sys
 import time
 
 from fleetscope import defaults
+from fleetscope.times import parse_duration
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,19 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--targets-file", help="live: write a Prometheus file_sd JSON of the targets here")
     p.add_argument("--run-for", help="live: stop after this long (default: until interrupted)")
-
-
-def parse_duration(text: str) -> float:
-    from fleetscope.errors import FleetscopeError
-
-    t = str(text).strip()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if t and t[-1] in units:
-            return float(t[:-1]) * units[t[-1]]
-        return float(t)
-    except ValueError:
-        raise FleetscopeError(f"not a duration: {text!r} (use e.g. 90, 15m, 2h)") from None
 
 
 def spec_from_args(args: argparse.Namespace):
