@@ -47,11 +47,11 @@ ENDPOINTS = [
 
 def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
     """The verdicts of a 64-node cluster: one failing node, two degraded, 512 ranks, one straggler."""
-    from fleetscope.analyzers.api import Analysis, JobSummary, NodeVerdict, StragglerScore
     from fleetscope.analyzers.findings import Finding
+    from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
 
     end = time.time()
-    a = Analysis(start=end - 1800, end=end)
+    a = Report(start=end - 1800, end=end)
     for i in range(1, n_nodes + 1):
         name = f"ip-10-1-{i // 256}-{i % 256}"
         state = "failing" if i == 7 else "degraded" if i in (20, 41) else "healthy"
@@ -72,7 +72,7 @@ def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
 
 def fixed_window(url: str, start0: float, end0: float, start: float, end: float):
     """The real analysis of the recorded window, whatever the clock says (module-level: picklable)."""
-    from fleetscope.analyzers.api import analyze_prometheus
+    from fleetscope.analyzers.core import analyze_prometheus
 
     return analyze_prometheus(url, start0, end0, step=15.0)
 
@@ -258,7 +258,7 @@ def recorded_prometheus(nodes: int, minutes: int):
 
 
 def bench_cycle(prom, spec, info: dict, repeats: int) -> dict:
-    from fleetscope.analyzers.api import analyze_prometheus
+    from fleetscope.analyzers.core import analyze_prometheus
 
     start, end = spec.start, spec.start + spec.duration_s
     times = []

@@ -11,8 +11,12 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from fleetscope.errors import FleetscopeError
+
+if TYPE_CHECKING:
+    from fleetscope.analyzers.config import DetectorConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,9 +71,9 @@ class ProgressBar:
         sys.stderr.flush()
 
 
-def load_config(path: str | None):
-    from fleetscope.analyzers.detectors.config import DEFAULT
-    from fleetscope.errors import FleetscopeError
+def load_config(path: str | None) -> DetectorConfig:
+    """The detector thresholds: the defaults, with a YAML/JSON file's overrides."""
+    from fleetscope.analyzers.config import DEFAULT
 
     if not path:
         return DEFAULT
@@ -109,10 +113,9 @@ def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, s
 
 
 def run(args: argparse.Namespace) -> int:
+    from fleetscope.analyzers.core import analyze
     from fleetscope.analyzers.features import METRICS_USED
     from fleetscope.analyzers.findings import findings_document
-    from fleetscope.analyzers.pipeline import run_detectors
-    from fleetscope.errors import FleetscopeError
 
     config = load_config(args.config)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -134,18 +137,18 @@ def run(args: argparse.Namespace) -> int:
                                  progress=ProgressBar("querying", show))  # fmt: skip
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")
-    analysis, feat = run_detectors(frames, config)
+    report = analyze(frames, config)
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
-        text = json.dumps(findings_document(analysis.findings, analysis.start, analysis.end), indent=2) + "\n"
+        text = json.dumps(findings_document(report.findings, report.start, report.end), indent=2) + "\n"
     elif fmt == "html":
         from fleetscope.analyzers.report_html import render_html
 
-        text = render_html(analysis, feat)
+        text = render_html(report)
     else:
         from fleetscope.analyzers.report_text import render_text
 
-        text = render_text(analysis)
+        text = render_text(report)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:

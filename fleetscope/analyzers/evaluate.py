@@ -155,7 +155,7 @@ class Report:
 def evaluate(folder: str | Path, workdir: str | Path | None = None, config: object | None = None,
              progress: Callable[[str], None] | None = None) -> Report:  # fmt: skip
     """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``."""
-    from fleetscope.analyzers.api import analyze_file
+    from fleetscope.analyzers.core import analyze_file
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import ScenarioSpec
 

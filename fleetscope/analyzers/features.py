@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
-from fleetscope.analyzers.detectors.config import DetectorConfig
-from fleetscope.analyzers.frames import Frames, increase_steps, rolling_sum
+from fleetscope.analyzers.config import DetectorConfig
+from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -214,3 +214,14 @@ def fmt_time(ts: float) -> str:
     from fleetscope.analyzers.findings import rfc3339
 
     return rfc3339(ts) or ""
+
+
+def job_stalls(feat: Features) -> list[tuple[int, int]]:
+    """(first, last) grid indices of periods where no rank of the window completed a step."""
+    r = feat.ranks
+    if not r.steps.size:
+        return []
+    any_present = r.present.any(axis=1)
+    stepping = np.nansum(np.where(np.isnan(r.steps), 0, r.steps), axis=1) > 0
+    need = max(1, round(feat.config.stall_s / feat.step))
+    return [(a, b) for a, b in iter_runs(any_present & ~stepping) if b - a + 1 >= need]

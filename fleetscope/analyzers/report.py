@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fleetscope.analyzers.findings import Finding
+
+if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
+    from fleetscope.analyzers.features import Features
 
 
 @dataclass
@@ -54,3 +58,14 @@ class Report:
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)
     straggler_scores: list[StragglerScore] = field(default_factory=list)
     jobs: dict[str, JobSummary] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        #: The signals the detectors read, for reports that plot them (HTML). Not a dataclass field
+        #: (``asdict`` and comparisons ignore it) and not pickled: the live service gets plain data
+        #: from its analysis child.
+        self.features: Features | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["features"] = None
+        return state

@@ -13,9 +13,9 @@ import warnings
 
 import numpy as np
 
-from fleetscope.analyzers.api import Analysis
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import parse_rfc3339, rfc3339
+from fleetscope.analyzers.report import Report
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}th{background:#f3f3f3}
@@ -56,7 +56,7 @@ def _heatmap(feat: Features) -> str | None:
     return _png(fig)
 
 
-def _mfu(feat: Features, analysis: Analysis) -> str | None:
+def _mfu(feat: Features, analysis: Report) -> str | None:
     import matplotlib.pyplot as plt
 
     from fleetscope.analyzers.detectors.mfu_drop import job_mfu
@@ -87,7 +87,7 @@ def _mfu(feat: Features, analysis: Analysis) -> str | None:
     return _png(fig)
 
 
-def _health(feat: Features, analysis: Analysis) -> str | None:
+def _health(feat: Features, analysis: Report) -> str | None:
     import matplotlib.pyplot as plt
 
     nodes = sorted(analysis.nodes)
@@ -110,14 +110,18 @@ def _health(feat: Features, analysis: Analysis) -> str | None:
     return _png(fig)
 
 
-def render_html(analysis: Analysis, feat: Features) -> str:
+def render_html(analysis: Report) -> str:
+    """The report as one HTML page; the plots need the report's features (see :func:`core.analyze`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plots = [("Per-rank compute time", _heatmap(feat)), ("MFU timeline", _mfu(feat, analysis)),
-                 ("Node health", _health(feat, analysis))]  # fmt: skip
+        feat = analysis.features
+        plots = [] if feat is None else [
+            ("Per-rank compute time", _heatmap(feat)), ("MFU timeline", _mfu(feat, analysis)),
+            ("Node health", _health(feat, analysis)),
+        ]  # fmt: skip
     e = html.escape
     rows = []
     for f in analysis.findings:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleetscope.analyzers.api import Analysis
 from fleetscope.analyzers.findings import rfc3339
+from fleetscope.analyzers.report import Report
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -14,7 +14,7 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(out)
 
 
-def render_text(analysis: Analysis) -> str:
+def render_text(analysis: Report) -> str:
     parts = [
         f"window {rfc3339(analysis.start)} .. {rfc3339(analysis.end)}: {len(analysis.findings)} finding(s)"
     ]

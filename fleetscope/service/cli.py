@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     # Heavy imports only once the arguments are known to be good.
     import uvicorn
 
-    from fleetscope.analyzers.api import analyze_prometheus
+    from fleetscope.analyzers.core import analyze_prometheus
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze

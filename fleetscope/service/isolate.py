@@ -21,7 +21,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from fleetscope.analyzers.api import Analysis
+from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
 from fleetscope.service.runner import AnalyzeFn
 
@@ -105,7 +105,7 @@ class ProcessAnalyze:
                 proc.kill()
                 proc.join(5)
 
-    def __call__(self, start: float, end: float) -> Analysis:
+    def __call__(self, start: float, end: float) -> Report:
         with self._call_lock:
             if self._closed.is_set():
                 raise FleetscopeError("the service is stopping")

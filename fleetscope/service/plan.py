@@ -26,8 +26,8 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from fleetscope.analyzers.api import Analysis
 from fleetscope.analyzers.findings import Finding, rfc3339
+from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
 
 SCHEDULERS = ("slurm", "kubernetes")
@@ -187,7 +187,7 @@ def build_plan(
 
 
 def plan_from_analysis(
-    analysis: Analysis, scheduler: str = "slurm", max_fraction: float = DEFAULT_MAX_FRACTION
+    analysis: Report, scheduler: str = "slurm", max_fraction: float = DEFAULT_MAX_FRACTION
 ) -> DrainPlan:
     failing = [(v.node, v.reasons) for v in analysis.nodes.values() if v.state == "failing"]
     return build_plan(

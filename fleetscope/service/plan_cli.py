@@ -77,7 +77,7 @@ def build(args: argparse.Namespace):
 
     max_fraction = args.max_fraction or DEFAULT_MAX_FRACTION
     if args.prometheus:
-        from fleetscope.analyzers.api import analyze_prometheus
+        from fleetscope.analyzers.core import analyze_prometheus
 
         url = check_url(args.prometheus)
         end = time.time()
@@ -96,7 +96,7 @@ def build(args: argparse.Namespace):
             raise FleetscopeError(f"{path}: not valid JSON ({exc})") from None
         candidates, size = _from_findings_json(doc, args.cluster_size, path)
         return build_plan(candidates, size, args.scheduler, max_fraction)
-    from fleetscope.analyzers.api import analyze_file
+    from fleetscope.analyzers.core import analyze_file
     from fleetscope.analyzers.cli import load_config
 
     return plan_from_analysis(analyze_file(path, load_config(args.config)), args.scheduler, max_fraction)

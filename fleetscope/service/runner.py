@@ -12,14 +12,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from fleetscope.analyzers.api import Analysis
+from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
 from fleetscope.service.state import VerdictStore
 
 log = logging.getLogger(__name__)
 
-#: ``analyze(start, end) -> Analysis`` over Unix seconds; the service's only view of the analyzers.
-AnalyzeFn = Callable[[float, float], Analysis]
+#: ``analyze(start, end) -> Report`` over Unix seconds; the service's only view of the analyzers.
+AnalyzeFn = Callable[[float, float], Report]
 
 
 class AnalysisRunner:

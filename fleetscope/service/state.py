@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetscope.analyzers.api import Analysis
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.report import Report
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """What the store held at one instant. ``analysis`` is None before the first success."""
 
-    analysis: Analysis | None
+    analysis: Report | None
     #: Unix time of the last successful analysis (None before the first one).
     analyzed_at: float | None
     #: Unix time of the last attempt, successful or not.
@@ -67,13 +67,13 @@ class Snapshot:
 
 
 class VerdictStore:
-    """Thread-safe holder of the latest :class:`Analysis` and its freshness."""
+    """Thread-safe holder of the latest :class:`Report` and its freshness."""
 
     def __init__(self, stale_after: float, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._stale_after = float(stale_after)
-        self._analysis: Analysis | None = None
+        self._analysis: Report | None = None
         self._analyzed_at: float | None = None
         self._attempted_at: float | None = None
         self._duration: float | None = None
@@ -81,7 +81,7 @@ class VerdictStore:
         self._failing_since: float | None = None
         self._version = 0
 
-    def record_success(self, analysis: Analysis, duration: float = 0.0) -> None:
+    def record_success(self, analysis: Report, duration: float = 0.0) -> None:
         now = self._clock()
         with self._lock:
             previous = self._analysis
@@ -120,7 +120,7 @@ class VerdictStore:
             )
 
 
-def _carry_first_seen(previous: Analysis | None, current: Analysis) -> Analysis:
+def _carry_first_seen(previous: Report | None, current: Report) -> Report:
     """Keep a finding's earliest start across cycles.
 
     The window slides, so a problem that began before the window's start would otherwise appear to

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from fleetscope.analyzers import load_prometheus
-from fleetscope.analyzers.api import analyze_file, analyze_prometheus
+from fleetscope.analyzers.core import analyze_file, analyze_prometheus
 from fleetscope.analyzers.findings import findings_document
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario

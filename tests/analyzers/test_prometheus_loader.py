@@ -20,9 +20,9 @@ import pytest
 
 from fleetscope import contract as c
 from fleetscope.analyzers import load_prometheus as lp
+from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.features import METRICS_USED
 from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, make_grid
-from fleetscope.analyzers.pipeline import run_detectors
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
@@ -98,7 +98,7 @@ def test_pushdown_asks_for_less_and_changes_no_result(prom, monkeypatch):
     assert set(peaks.column("dtype")) == {"bf16"}
     assert len(peaks) < len(everything.get(c.GPU_PEAK_FLOPS))
     assert set(pushed.get(c.TRAINING_PHASE_SECONDS).column("phase")) == set(c.TRAINING_PHASES)
-    a, b = run_detectors(pushed)[0], run_detectors(everything)[0]
+    a, b = analyze(pushed), analyze(everything)
     assert a.findings and a.jobs and next(iter(a.jobs.values())).mfu  # MFU needs the bf16 peak
     assert dataclasses.asdict(a) == dataclasses.asdict(b)
 

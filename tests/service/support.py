@@ -1,4 +1,4 @@
-"""Helpers for the service tests: real Analysis objects, a scripted analysis function, the
+"""Helpers for the service tests: real Report objects, a scripted analysis function, the
 ``fleetscope serve`` process, headless Chromium, and a PNG pixel reader (standard library only)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import threading
 import zlib
 from pathlib import Path
 
-from fleetscope.analyzers.api import Analysis, JobSummary, NodeVerdict, StragglerScore
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.errors import FleetscopeError
 from tests.support.exporter import FleetscopeProcess
 from tests.support.prom import free_port
@@ -31,9 +31,9 @@ def make_analysis(
     degraded: tuple[str, ...] = (),
     job_id: str = "4711",
     gpus: int = 8,
-) -> Analysis:
+) -> Report:
     """A small cluster: ``n_nodes`` nodes of ``gpus`` GPUs, one job on all of them, rank 5 a straggler."""
-    a = Analysis(start=start, end=end)
+    a = Report(start=start, end=end)
     for i in range(1, n_nodes + 1):
         name = f"node-{i}"
         state = "failing" if name in failing else "degraded" if name in degraded else "healthy"
@@ -92,13 +92,13 @@ def make_analysis(
 class ScriptedAnalyze:
     """An ``analyze(start, end)`` that returns ``result`` or raises ``error``; counts its calls."""
 
-    def __init__(self, result: Analysis | None = None) -> None:
+    def __init__(self, result: Report | None = None) -> None:
         self.result = result or make_analysis()
         self.error: Exception | None = None
         self.calls: list[tuple[float, float]] = []
         self.gate: threading.Event | None = None
 
-    def __call__(self, start: float, end: float) -> Analysis:
+    def __call__(self, start: float, end: float) -> Report:
         self.calls.append((start, end))
         if self.gate is not None:
             self.gate.wait(10)
@@ -231,19 +231,19 @@ def close(rgb: tuple[int, int, int], want: tuple[int, int, int], tol: int = 12) 
 # --- functions a child process can run (module-level, so picklable) ---------------------------
 
 
-def analyze_small(start: float, end: float) -> Analysis:
+def analyze_small(start: float, end: float) -> Report:
     return make_analysis(start=start, end=end)
 
 
-def analyze_dies(start: float, end: float) -> Analysis:
+def analyze_dies(start: float, end: float) -> Report:
     os._exit(9)  # as if the kernel's OOM killer took the analysis process
 
 
-def analyze_refuses(start: float, end: float) -> Analysis:
+def analyze_refuses(start: float, end: float) -> Report:
     raise FleetscopeError("Prometheus at http://127.0.0.1:9 answered 503: overloaded")
 
 
-def analyze_hangs(start: float, end: float) -> Analysis:
+def analyze_hangs(start: float, end: float) -> Report:
     import time
 
     time.sleep(3600)  # a Prometheus that never answers, without a timeout

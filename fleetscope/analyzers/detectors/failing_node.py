@@ -16,10 +16,13 @@ open (``end`` null): none of these signals clears without a reset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.features import Features, fmt_time, job_stalls
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
 
@@ -46,6 +49,7 @@ def _first_event(mask: np.ndarray) -> int | None:
 
 
 def detect(feat: Features) -> list[Finding]:
+    """Every failing-node finding of the window, one per GPU (or node) with its strongest cause."""
     frames = feat.frames
     times = feat.times
     events: dict[tuple[str, str], dict[str, tuple[int, str, str]]] = {}
@@ -188,19 +192,6 @@ def detect(feat: Features) -> list[Finding]:
     return findings
 
 
-def job_stalls(feat: Features) -> list[tuple[int, int]]:
-    """(first, last) grid indices of periods where no rank of the window completed a step."""
-    from fleetscope.analyzers.frames import iter_runs
-
-    r = feat.ranks
-    if not r.steps.size:
-        return []
-    any_present = r.present.any(axis=1)
-    stepping = np.nansum(np.where(np.isnan(r.steps), 0, r.steps), axis=1) > 0
-    need = max(1, round(feat.config.stall_s / feat.step))
-    return [(a, b) for a, b in iter_runs(any_present & ~stepping) if b - a + 1 >= need]
-
-
 def _ranks_stopped(feat: Features, add) -> None:
     """During a stall, ranks whose series vanished first mark the node (and GPU) that broke."""
     r = feat.ranks
@@ -214,3 +205,13 @@ def _ranks_stopped(feat: Features, add) -> None:
             node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
             add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped reporting "
                 f"when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip
+
+
+class FailingNodeDetector(Detector):
+    """Hardware that must leave the job: see the module docstring."""
+
+    name = "failing_node"
+    kinds = ("failing_node",)
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        return detect(feat)

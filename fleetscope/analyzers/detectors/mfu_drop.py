@@ -18,11 +18,13 @@ one); else the phase shares of the step against the baseline segment: the data p
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.features import Features, fmt_time, job_stalls
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import rolling_sum
 
@@ -133,11 +135,9 @@ def _noise(x: np.ndarray) -> float:
     return float(1.4826 * mad / np.sqrt(2)) if mad > 0 else float(np.std(d) / np.sqrt(2) + 1e-12)
 
 
-def detect(feat: Features, prior: list[Finding]) -> list[Finding]:
+def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     cfg = feat.config
     out: list[Finding] = []
-    from fleetscope.analyzers.detectors.failing_node import job_stalls
-
     stalls = job_stalls(feat)
     for job in feat.jobs:
         series, unit, ck_mask = job_mfu(feat, job)
@@ -180,7 +180,7 @@ def detect(feat: Features, prior: list[Finding]) -> list[Finding]:
 
 
 def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl: float, segs, idx, base_i: int,
-          stalls: list[tuple[int, int]], prior: list[Finding]) -> Finding:  # fmt: skip
+          stalls: list[tuple[int, int]], prior: Sequence[Finding]) -> Finding:  # fmt: skip
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -263,3 +263,13 @@ def _lustre_evidence(feat: Features, a: int, b: int, ba: int, bb: int) -> dict[s
     total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.w)), axis=1)
     return {c.LUSTRE_CLIENT_READ_BYTES: f"{_mean_range(total, ba, bb) / 1e6:,.0f} -> "
             f"{_mean_range(total, a, b) / 1e6:,.0f} MB/s (all nodes)"}  # fmt: skip
+
+
+class MfuDropDetector(Detector):
+    """A job's MFU below its own baseline, attributed to what co-occurs: see the module docstring."""
+
+    name = "mfu_drop"
+    kinds = ("mfu_drop",)
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        return detect(feat, prior)

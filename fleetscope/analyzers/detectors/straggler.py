@@ -25,10 +25,12 @@ slowdown alone -> ``hw_slowdown``; a narrowed PCIe link -> ``pcie``; EFA trouble
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, robust_z
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
@@ -284,3 +286,13 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net) -> list[F
                 )
             out.append(_finding(feat, node, gpu, None, None, a, b, score, cause, ev))
     return out
+
+
+class StragglerDetector(Detector):
+    """Ranks, GPUs and nodes slower than their peers: see the module docstring."""
+
+    name = "straggler"
+    kinds = ("straggler",)
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        return detect(feat)

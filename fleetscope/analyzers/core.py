@@ -1,0 +1,164 @@
+"""The analyzer core: one window of frames in, one :class:`~fleetscope.analyzers.report.Report` out.
+
+Everything that analyzes goes through :func:`analyze`: ``fleetscope analyze`` (text, JSON and HTML),
+the live service's cycles, ``fleetscope plan`` and ``fleetscope evaluate``. :func:`analyze_file` and
+:func:`analyze_prometheus` are the two loaders followed by :func:`analyze`.
+
+Flow: the loaders put every series of :data:`~fleetscope.analyzers.features.METRICS_USED` on one time
+grid (:class:`~fleetscope.analyzers.frames.Frames`); :func:`~fleetscope.analyzers.features.build_features`
+derives the per-GPU, per-rank and per-job signals once; each detector of
+:data:`~fleetscope.analyzers.detectors.DETECTORS` turns them into findings, seeing the findings of
+the detectors before it; then node verdicts, straggler scores and job summaries are read off the
+findings and the signals.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.config import DEFAULT, DetectorConfig
+from fleetscope.analyzers.detectors import DETECTORS
+from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+from fleetscope.analyzers.detectors.straggler import rank_scores
+from fleetscope.analyzers.features import METRICS_USED, Features, build_features
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import Frames
+from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
+
+Progress = Callable[[float], None]
+
+
+def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
+    """Run every detector over ``frames`` and read the verdicts off their findings (``None``: defaults)."""
+    feat = build_features(frames, config or DEFAULT)
+    findings: list[Finding] = []
+    for detector in DETECTORS:
+        findings += detector.detect(feat, findings)
+    findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
+    report = Report(
+        start=frames.start,
+        end=frames.end,
+        findings=findings,
+        nodes=_verdicts(feat, findings),
+        straggler_scores=_scores(feat),
+        jobs=_jobs(feat, findings),
+    )
+    report.features = feat
+    return report
+
+
+def analyze_file(
+    path: str | Path,
+    config: DetectorConfig | None = None,
+    *,
+    step: float | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Load a recorded OpenMetrics file (gzip allowed) and :func:`analyze` it."""
+    from fleetscope.analyzers.load_file import load_file
+
+    return analyze(load_file(path, METRICS_USED, step=step, start=start, end=end, progress=progress), config)
+
+
+def analyze_prometheus(
+    url: str,
+    start: float | str,
+    end: float | str,
+    step: float = 15.0,
+    config: DetectorConfig | None = None,
+    timeout: float = 30.0,
+    *,
+    sigv4_region: str | None = None,
+    headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Load the window from a Prometheus-compatible API and :func:`analyze` it.
+
+    Raises :class:`fleetscope.errors.FleetscopeError` when Prometheus is down, answers 5xx, or the
+    window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus.
+    """
+    from fleetscope.analyzers.load_prometheus import load_prometheus
+
+    frames = load_prometheus(
+        url, start, end, step, METRICS_USED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
+        progress=progress,
+    )  # fmt: skip
+    return analyze(frames, config)
+
+
+def _verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, NodeVerdict]:
+    nodes: dict[str, NodeVerdict] = {}
+    gs = feat.gpus
+    for node, gpu in zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True):
+        nodes.setdefault(node, NodeVerdict(node=node)).gpus[str(gpu)] = "healthy"
+    for node in feat.ranks.keys[c.NODE_LABEL] if len(feat.ranks.keys) else []:
+        nodes.setdefault(node, NodeVerdict(node=node))
+    rank = {"healthy": 0, "degraded": 1, "failing": 2}
+    for f in findings:
+        if f.node is None or f.kind == "mfu_drop" or f.end is not None:
+            continue
+        state = "failing" if f.kind == "failing_node" and f.severity == "critical" else "degraded"
+        v = nodes.setdefault(f.node, NodeVerdict(node=f.node))
+        if rank[state] > rank[v.state]:
+            v.state = state
+        where = f" gpu {f.gpu}" if f.gpu is not None else ""
+        v.reasons.append(f"{f.kind}: {f.cause}{where}")
+        if f.gpu is not None and rank[state] > rank.get(v.gpus.get(f.gpu, "healthy"), 0):
+            v.gpus[f.gpu] = state
+    for v in nodes.values():
+        v.gpus = dict(sorted(v.gpus.items(), key=lambda kv: (len(kv[0]), kv[0])))
+    return dict(sorted(nodes.items()))
+
+
+def _scores(feat: Features) -> list[StragglerScore]:
+    _per_step, ratio, _ = rank_scores(feat)
+    out = []
+    r = feat.ranks
+    for k in range(ratio.shape[1]):
+        col = ratio[:, k]
+        ok = np.nonzero(np.isfinite(col))[0]
+        if not ok.size or not r.present[-1, k]:
+            continue
+        row = r.keys.iloc[k]
+        out.append(StragglerScore(job_id=str(row["job_id"]), rank=int(float(row["rank"])), node=str(row[c.NODE_LABEL]),
+                                  gpu=str(row["gpu"]), score=round(float(col[ok[-1]]), 4)))  # fmt: skip
+    out.sort(key=lambda s: (s.job_id, s.rank))
+    return out
+
+
+def _jobs(feat: Features, findings: Sequence[Finding]) -> dict[str, JobSummary]:
+    jobs: dict[str, JobSummary] = {}
+    r = feat.ranks
+    for job in feat.jobs:
+        cols = (r.keys["job_id"].to_numpy() == job) & r.present[-1]
+        series, unit, _ = job_mfu(feat, job)
+        last = series[np.isfinite(series)]
+        summary = JobSummary(job_id=job, ranks=int(cols.sum()),
+                             nodes=sorted(set(r.keys[cols][c.NODE_LABEL])))  # fmt: skip
+        if last.size:
+            if unit == "MFU":
+                summary.mfu = round(float(last[-1]), 4)
+            else:
+                summary.tokens_per_second = round(float(last[-1]), 1)
+        jcols = r.keys["job_id"].to_numpy() == job
+        w = feat.w
+        tok = np.nansum(np.nan_to_num(r.tokens[-w:, jcols]))
+        if tok > 0:
+            summary.tokens_per_second = round(float(tok / (w * feat.step)), 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            steps = np.nanmax(np.nansum(np.nan_to_num(r.steps[-w:, jcols]), axis=0)) if jcols.any() else 0
+        if steps > 0:
+            summary.step_seconds = round(float(w * feat.step / steps), 3)
+        summary.stragglers = sorted({f.rank for f in findings
+                                     if f.kind == "straggler" and f.job_id == job and f.rank is not None
+                                     and f.end is None})  # fmt: skip
+        jobs[job] = summary
+    return jobs
