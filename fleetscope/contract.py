@@ -323,72 +323,8 @@ GPU_PEAK_FLOPS = _m(
     "gpu",
 )
 
-#: Clock-event (throttle) reason bits, as NVML defines them.
-CLOCK_EVENT_GPU_IDLE = 0x1
-CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING = 0x2
-CLOCK_EVENT_SW_POWER_CAP = 0x4
-CLOCK_EVENT_HW_SLOWDOWN = 0x8
-CLOCK_EVENT_SYNC_BOOST = 0x10
-CLOCK_EVENT_SW_THERMAL = 0x20
-CLOCK_EVENT_HW_THERMAL = 0x40
-CLOCK_EVENT_HW_POWER_BRAKE = 0x80
-CLOCK_EVENT_DISPLAY_CLOCK = 0x100
-
-#: ``DCGM_FI_DEV_GPU_RECOVERY_ACTION`` values.
-RECOVERY_ACTIONS: dict[int, str] = {
-    0: "none",
-    1: "gpu_reset",
-    2: "node_reboot",
-    3: "drain_p2p",
-    4: "drain_and_reset",
-}
-
-# Peak dense FLOP/s per GPU (SXM/HGX parts). A model that matches no pattern gets no series.
-_H100_H200 = {"bf16": 0.9895e15, "fp8": 1.979e15}
-PEAK_FLOPS_TABLE: tuple[tuple[str, dict[str, float]], ...] = (
-    # NVML names: "NVIDIA H100 80GB HBM3" (SXM5), "NVIDIA H100 SXM5 ...", "NVIDIA H200" (SXM).
-    (r"^NVIDIA H100 80GB HBM3$|^NVIDIA H100 SXM", _H100_H200),
-    (r"^NVIDIA H200$|^NVIDIA H200 SXM", _H100_H200),
-    (r"^NVIDIA B200", {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 9e15}),
-    (r"^NVIDIA B300", {"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 13.5e15}),
-    (r"^NVIDIA A100[- ]SXM", {"bf16": 0.312e15}),
-)
-
-
-def peak_flops(model_name: str) -> dict[str, float] | None:
-    """Dense peak FLOP/s per dtype for an NVML model name, or None when the model is unknown."""
-    for pattern, table in PEAK_FLOPS_TABLE:
-        if re.search(pattern, model_name.strip()):
-            return dict(table)
-    return None
-
-
-# XID classes (NVIDIA's XID catalog; see shared/research/gpu-metrics.md section 4).
-XID_DRAIN: frozenset[int] = frozenset(
-    [46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143]
-    + list(range(144, 151))
-    + [151, 155, 156, 158]
-)
-XID_WATCH: frozenset[int] = frozenset([63, 92, 94, 121, 154, 157])
-XID_APPLICATION: frozenset[int] = frozenset([8, 11, 13, 25, 31, 32, 43, 45, 69, 80, 137])
-
-XidClass = Literal["drain", "watch", "application", "other"]
-
-
-def xid_class(xid: int) -> XidClass:
-    """The operational class of an XID: drain the node, watch it, blame the application, or other."""
-    if xid in XID_DRAIN:
-        return "drain"
-    if xid in XID_WATCH:
-        return "watch"
-    if xid in XID_APPLICATION:
-        return "application"
-    return "other"
-
-
-def promql_regex(values: frozenset[int]) -> str:
-    """A PromQL regex alternation matching the given integers exactly, e.g. ``"46|48|79"``."""
-    return "|".join(str(v) for v in sorted(values))
+# Hardware facts (clock-event reason bits, recovery actions, peak FLOP/s) live in
+# fleetscope.hardware, the XID catalog and classes in fleetscope.xids: they are not metric names.
 
 
 # --------------------------------------------------------------------------------------------
@@ -658,3 +594,31 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 def re_label_name(name: str) -> bool:
     """True for a valid Prometheus label name."""
     return bool(_LABEL_NAME.match(name)) and not name.startswith("__")
+
+
+# --------------------------------------------------------------------------------------------
+# Transitional re-exports: remove once analyzers/, simulate/ and demo import fleetscope.hardware / fleetscope.xids.
+# --------------------------------------------------------------------------------------------
+
+from fleetscope.hardware import (  # noqa: E402, F401
+    CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING,
+    CLOCK_EVENT_DISPLAY_CLOCK,
+    CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_HW_POWER_BRAKE,
+    CLOCK_EVENT_HW_SLOWDOWN,
+    CLOCK_EVENT_HW_THERMAL,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    CLOCK_EVENT_SYNC_BOOST,
+    PEAK_FLOPS_TABLE,
+    RECOVERY_ACTIONS,
+    peak_flops,
+)
+from fleetscope.xids import (  # noqa: E402, F401
+    XID_APPLICATION,
+    XID_DRAIN,
+    XID_WATCH,
+    XidClass,
+    promql_regex,
+    xid_class,
+)

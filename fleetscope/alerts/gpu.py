@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from fleetscope import contract as c
+from fleetscope import hardware as hw
 from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
 from fleetscope.alerts.testdata import HOST, gpu, gpu_labels, num
+from fleetscope.xids import XID_APPLICATION, XID_DRAIN, XID_WATCH, promql_regex
 
 _GPU_DESC = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on {{ $labels.Hostname }}"
 _GPU_ID = (c.NODE_LABEL, "gpu", "UUID")
@@ -19,7 +21,7 @@ def xid_event(xids: frozenset[int], window: str) -> str:
     The exporter creates a per-XID series when the XID first happens (value 1), so ``increase``
     alone would miss the first one: it needs two samples.
     """
-    sel = f'{c.GPU_XID_ERRORS_TOTAL}{{xid=~"{c.promql_regex(xids)}"}}'
+    sel = f'{c.GPU_XID_ERRORS_TOTAL}{{xid=~"{promql_regex(xids)}"}}'
     return f"increase({sel}[{window}]) > 0 or ({sel} unless {sel} offset {window})"
 
 
@@ -27,7 +29,7 @@ def _xid_alert(
     name: str, cls: str, xids: frozenset[int], severity: str, summary: str, what: str, cfg: Thresholds
 ) -> Alert:
     one = min(xids)
-    other = min(c.XID_APPLICATION if cls != "application" else c.XID_WATCH)
+    other = min(XID_APPLICATION if cls != "application" else XID_WATCH)
     labels = {**gpu_labels(), "xid": str(one)}
     return Alert(
         name=name,
@@ -76,10 +78,10 @@ def group(cfg: Thresholds) -> Group:
     w = cfg.event_window
     ew = cfg.rate_window
     hist = cfg.gpu_history_window
-    recovery = ", ".join(f"{k} {v.replace('_', ' ')}" for k, v in c.RECOVERY_ACTIONS.items() if k)
+    recovery = ", ".join(f"{k} {v.replace('_', ' ')}" for k, v in hw.RECOVERY_ACTIONS.items() if k)
     width, gen = c.DCGM_FI_DEV_PCIE_LINK_WIDTH, c.DCGM_FI_DEV_PCIE_LINK_GEN
     reasons = c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS
-    thermal_bits = (c.CLOCK_EVENT_HW_SLOWDOWN, c.CLOCK_EVENT_SW_THERMAL, c.CLOCK_EVENT_HW_THERMAL)
+    thermal_bits = (hw.CLOCK_EVENT_HW_SLOWDOWN, hw.CLOCK_EVENT_SW_THERMAL, hw.CLOCK_EVENT_HW_THERMAL)
     nvlink = (
         c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
         c.DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
@@ -99,7 +101,7 @@ def group(cfg: Thresholds) -> Group:
         _xid_alert(
             "FleetscopeGpuXidDrain",
             "drain",
-            c.XID_DRAIN,
+            XID_DRAIN,
             "critical",
             "A GPU logged a hardware XID: drain its node.",
             "hardware or driver fault, drain the node, then reset, reboot or replace",
@@ -108,7 +110,7 @@ def group(cfg: Thresholds) -> Group:
         _xid_alert(
             "FleetscopeGpuXidWatch",
             "watch",
-            c.XID_WATCH,
+            XID_WATCH,
             "warning",
             "A GPU logged an XID that predicts failure: plan maintenance.",
             "memory remap, contained error or rising SBE rate, reset or service at the next window",
@@ -117,7 +119,7 @@ def group(cfg: Thresholds) -> Group:
         _xid_alert(
             "FleetscopeGpuXidApplication",
             "application",
-            c.XID_APPLICATION,
+            XID_APPLICATION,
             "info",
             "A job hit an application XID on a GPU.",
             "the application faulted, restart the job, the GPU stays in service",
@@ -126,12 +128,12 @@ def group(cfg: Thresholds) -> Group:
         Alert(
             name="FleetscopeGpuXidApplicationRepeated",
             expr=(
-                f'{c.GPU_XID_ERRORS_TOTAL}{{xid=~"{c.promql_regex(c.XID_APPLICATION)}"}}'
-                f' - {c.GPU_XID_ERRORS_TOTAL}{{xid=~"{c.promql_regex(c.XID_APPLICATION)}"}}'
+                f'{c.GPU_XID_ERRORS_TOTAL}{{xid=~"{promql_regex(XID_APPLICATION)}"}}'
+                f' - {c.GPU_XID_ERRORS_TOTAL}{{xid=~"{promql_regex(XID_APPLICATION)}"}}'
                 f" offset {cfg.xid_application_repeat_window} >= {cfg.xid_application_repeat_count}"
-                f' or ({c.GPU_XID_ERRORS_TOTAL}{{xid=~"{c.promql_regex(c.XID_APPLICATION)}"}}'
+                f' or ({c.GPU_XID_ERRORS_TOTAL}{{xid=~"{promql_regex(XID_APPLICATION)}"}}'
                 f" >= {cfg.xid_application_repeat_count}"
-                f' unless {c.GPU_XID_ERRORS_TOTAL}{{xid=~"{c.promql_regex(c.XID_APPLICATION)}"}}'
+                f' unless {c.GPU_XID_ERRORS_TOTAL}{{xid=~"{promql_regex(XID_APPLICATION)}"}}'
                 f" offset {cfg.xid_application_repeat_window})"
             ),
             severity="warning",
@@ -306,7 +308,7 @@ def group(cfg: Thresholds) -> Group:
         ),
         Alert(
             name="FleetscopeGpuPowerBrake",
-            expr=_bit_set(reasons, (c.CLOCK_EVENT_HW_POWER_BRAKE,)),
+            expr=_bit_set(reasons, (hw.CLOCK_EVENT_HW_POWER_BRAKE,)),
             for_=cfg.power_brake_for,
             severity="warning",
             summary="A GPU's clocks are held down by the hardware power brake.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grafanalib.core as g
 
 from fleetscope import contract as c
-from fleetscope import queries
+from fleetscope import hardware, queries
 from fleetscope.alerts.config import Thresholds
 from fleetscope.dashboards.common import HOST, dashboard, hostname_var, sel, state_timeline, table, timeseries
 
@@ -29,7 +29,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
         ("Health", [
             state_timeline("GPU answering", s(c.GPU_UP), gpu_legend, {1: ("up", "green"), 0: ("lost", "red")}),
             state_timeline("Recovery action", s(c.DCGM_FI_DEV_GPU_RECOVERY_ACTION), gpu_legend,
-                           {k: (v, "green" if k == 0 else "red") for k, v in c.RECOVERY_ACTIONS.items()},
+                           {k: (v, "green" if k == 0 else "red") for k, v in hardware.RECOVERY_ACTIONS.items()},
                            "What the driver asks for (NVML recovery action)."),
             table("XIDs since exporter start", f"sum by (gpu, xid) ({s(c.GPU_XID_ERRORS_TOTAL)})", "short",
                   "XID codes per GPU; the class decides the action (docs/runbooks.md).", no_value="no XIDs"),

@@ -28,6 +28,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 from prometheus_client.samples import Sample
 
 from fleetscope import contract as c
+from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.base import Collector, NodeContext
 from fleetscope.exporters.gpu import session as sessions
@@ -103,7 +104,7 @@ GPU_SERIES: tuple[c.Metric, ...] = (
 
 
 #: The model table is a list of regexes; a node has one or two models, so remember the answers.
-_peak_flops = functools.lru_cache(maxsize=64)(c.peak_flops)
+_peak_flops = functools.lru_cache(maxsize=64)(hardware.peak_flops)
 
 
 def family_type(metric: c.Metric) -> str:

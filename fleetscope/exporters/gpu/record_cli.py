@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetscope.errors import FleetscopeError
+from fleetscope.times import rfc3339
 
 log = logging.getLogger("fleetscope.record_gpu")
 
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
             devices.append(rec.device(i, args.gpm_interval))
         data = {
             "format": REPLAY_FORMAT,
-            "source": f"fleetscope record-gpu on {_hostname()} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+            "source": f"fleetscope record-gpu on {_hostname()} at {rfc3339(time.time())}"
             + (f": {args.note}" if args.note else ""),
             "synthetic": [],
             "system": {

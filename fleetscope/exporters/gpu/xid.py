@@ -42,7 +42,7 @@ from fleetscope import contract as c
 from fleetscope.exporters.base import Collector, NodeContext
 from fleetscope.exporters.gpu import session as sessions
 from fleetscope.exporters.gpu.session import NvmlUnavailable
-from fleetscope.exporters.gpu.xid_catalog import message
+from fleetscope.xids import message
 
 KMSG_DEFAULT = "/dev/kmsg"
 DEDUPE_SECONDS = 5.0
