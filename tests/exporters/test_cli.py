@@ -12,6 +12,7 @@ import pytest
 from fleetscope import contract
 from tests.conftest import ROOT
 from tests.exporters.conftest import P5, tree_flags
+from tests.support.exposition import matching, value
 from tests.support.prom import free_port, promtool
 
 ONLY_EFA_LUSTRE = ["--collector.disable-defaults", "--collector.efa", "--collector.lustre"]
@@ -41,11 +42,10 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *fragments: str) -> 
 def test_once_prints_one_scrape_that_promtool_accepts() -> None:
     res = exporter("--once", "--node.name=p5-node", *tree_flags(P5), *ONLY_EFA_LUSTRE)
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    tx = [line for line in lines if line.startswith(f"{contract.EFA_TX_BYTES}{{")]
+    tx = matching(res.stdout, contract.EFA_TX_BYTES)
     assert len(tx) == 32
-    assert all('Hostname="p5-node"' in line for line in tx)
-    assert f'{contract.COLLECTOR_SUCCESS}{{collector="efa"}} 1' in res.stdout
+    assert all(labels["Hostname"] == "p5-node" for _name, labels, _v in tx)
+    assert value(res.stdout, contract.COLLECTOR_SUCCESS, collector="efa") == 1
     check = promtool("check", "metrics", input=res.stdout.encode())
     assert check.returncode == 0, check.stdout + check.stderr
 

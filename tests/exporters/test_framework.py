@@ -11,7 +11,6 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope import __version__, contract
 from fleetscope.errors import FleetscopeError
@@ -21,6 +20,7 @@ from fleetscope.exporters.registry import NodeCollector, build_collectors
 from fleetscope.exporters.server import ExporterServer, render_text
 from fleetscope.exporters.webconfig import WebConfig, load_web_config
 from tests.exporters.conftest import P5
+from tests.support.exposition import series
 from tests.support.prom import http_get
 
 
@@ -40,21 +40,13 @@ class Skipping(Collector):
         yield CounterMetricFamily("skipping_things", "things", value=3)
 
 
-def parsed(text: str) -> dict[tuple[str, tuple], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
-
-
 def ctx() -> NodeContext:
     return NodeContext(sysfs=P5 / "sys", node_name="node-a")
 
 
 def test_failing_collector_reports_success_0_and_others_are_served() -> None:
     node = NodeCollector([Exploding(ctx()), EfaCollector(ctx()), Skipping(ctx())])
-    got = parsed(render_text(node).decode())
+    got = series(render_text(node))
     assert got[(contract.COLLECTOR_SUCCESS, (("collector", "exploding"),))] == 0
     assert got[(contract.COLLECTOR_SUCCESS, (("collector", "efa"),))] == 1
     assert got[(contract.COLLECTOR_SUCCESS, (("collector", "skipping"),))] == 1
@@ -74,7 +66,7 @@ def test_collector_that_cannot_load_becomes_a_failing_stub(monkeypatch) -> None:
     monkeypatch.setitem(registry.KNOWN_COLLECTORS, "nosuch", ("fleetscope.exporters.nosuch:X", False))
     (stub,) = build_collectors(["nosuch"], ctx())
     assert stub.name == "nosuch"
-    got = parsed(render_text(NodeCollector([stub])).decode())
+    got = series(render_text(NodeCollector([stub])))
     assert got[(contract.COLLECTOR_SUCCESS, (("collector", "nosuch"),))] == 0
 
 
@@ -96,7 +88,7 @@ def test_render_text_matches_generate_latest() -> None:
             yield g
 
     ours, theirs = render_text(Mixed()).decode(), generate_latest(Mixed()).decode()  # type: ignore[arg-type]
-    a, b = parsed(ours), parsed(theirs)
+    a, b = series(ours), series(theirs)
     assert a.keys() == b.keys()
     for key, value in b.items():
         assert a[key] == value or (value != value and a[key] != a[key]), key

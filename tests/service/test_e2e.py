@@ -17,6 +17,7 @@ from fleetscope import contract
 from fleetscope.simulate.live import LiveCluster
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from tests.service.support import COLOURS, ROOT, ServeProcess, chromium, close, pixel, read_png
+from tests.support.exposition import value
 from tests.support.prom import Prometheus, http_get, wait_for
 
 FAULT_NODE = 1
@@ -87,8 +88,7 @@ def test_injected_fault_reaches_api_metrics_and_page(tmp_path: Path, cluster: Li
 
             # 2. the verdict metrics, in the service's /metrics and scraped back by Prometheus
             text = http_get(f"{serve.url}/metrics")[1].decode()
-            line = f'{contract.NODE_HEALTH}{{{contract.NODE_LABEL}="{failing}",state="failing"}} 1.0'
-            assert line in text, text[:2000]
+            assert value(text, contract.NODE_HEALTH, state="failing", **{contract.NODE_LABEL: failing}) == 1
             prom.wait_until(
                 f'{contract.NODE_HEALTH}{{{contract.NODE_LABEL}="{failing}",state="failing"}} == 1',
                 timeout=30,

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetscope import contract
 from fleetscope.errors import FleetscopeError
+from tests.support.exposition import series
 from tests.support.prom import promtool
-
-
-def samples(text: str) -> dict[tuple, float]:
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def test_verdict_metrics_follow_the_contract(make_client, scripted):
@@ -23,7 +14,7 @@ def test_verdict_metrics_follow_the_contract(make_client, scripted):
     client = make_client()
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    got = samples(r.text)
+    got = series(r.text)
     node = contract.NODE_LABEL
     health = contract.NODE_HEALTH.name
     assert got[(health, ((node, "node-2"), ("state", "failing")))] == 1
@@ -48,20 +39,20 @@ def test_verdict_metrics_follow_the_contract(make_client, scripted):
 
 def test_closed_findings_are_not_counted(make_client, scripted):
     scripted.result.findings[0].end = scripted.result.start + 900
-    got = samples(make_client().get("/metrics").text)
+    got = series(make_client().get("/metrics").text)
     assert got[(contract.FINDINGS.name, (("kind", "failing_node"), ("severity", "critical")))] == 0
 
 
 def test_before_the_first_analysis_and_during_an_outage(make_client, scripted):
     client = make_client(analyzed=False)
-    got = samples(client.get("/metrics").text)
+    got = series(client.get("/metrics").text)
     assert not any(n == contract.NODE_HEALTH.name for n, _ in got)
     assert got[(contract.SERVICE_VERDICTS_STALE.name, ())] == 1
     assert (contract.SERVICE_ANALYSIS_SUCCESS.name, ()) not in got  # nothing attempted yet
     client.app.state.runner.run_once()
     scripted.error = FleetscopeError("Prometheus is down")
     client.app.state.runner.run_once()
-    got = samples(client.get("/metrics").text)
+    got = series(client.get("/metrics").text)
     assert got[(contract.SERVICE_ANALYSIS_SUCCESS.name, ())] == 0
     assert got[(contract.SERVICE_VERDICTS_STALE.name, ())] == 1
     # The last verdicts stay exported while stale.

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetscope import contract
 from fleetscope.simulate.live import LiveCluster
 from fleetscope.simulate.spec import ScenarioSpec
 from tests.service.support import ServeProcess
+from tests.support.exposition import value
 from tests.support.prom import Prometheus, http_get, wait_for
 
 
@@ -54,8 +56,8 @@ def test_prometheus_stops_and_comes_back(tmp_path: Path, cluster: LiveCluster):
             assert status == 200 and during["status"]["stale"] is True
             assert during["status"]["age_seconds"] >= 0 and during["nodes"] == before["nodes"]
             metrics = http_get(f"{serve.url}/metrics")[1].decode()
-            assert "fleetscope_service_verdicts_stale 1.0" in metrics
-            assert "fleetscope_service_analysis_success 0.0" in metrics
+            assert value(metrics, contract.SERVICE_VERDICTS_STALE) == 1
+            assert value(metrics, contract.SERVICE_ANALYSIS_SUCCESS) == 0
 
             prom.start()  # same port, same data
             wait_for(lambda: _get(f"{serve.url}/readyz")[0] == 200, timeout=60, what="analysis to resume")

@@ -17,6 +17,7 @@ import pytest
 
 from fleetscope import contract, queries
 from tests.support.exporter import ExporterProcess
+from tests.support.exposition import matching
 from tests.support.prom import Prometheus, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +106,11 @@ def test_two_ranks_step_time_tokens_and_mfu_through_promql(tmp_path: Path) -> No
         assert all(p.returncode == 0 for p in ranks), outputs
         truth = {str(r): json.loads((summaries / f"rank{r}.json").read_text()) for r in (0, 1)}
         # After a clean exit the ranks' files are gone and the exporter serves no training series.
-        wait_for(lambda: "training_steps_total{" not in exporter.metrics(), timeout=10, what="ranks dropped")
+        wait_for(
+            lambda: not matching(exporter.metrics(), contract.TRAINING_STEPS),
+            timeout=10,
+            what="ranks dropped",
+        )
     finally:
         stop.touch()
         for p in ranks:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleetscope import contract as c
+from tests.support.exposition import Key, series, value
 
 SOURCE = Path(__file__).resolve().parent / "fake_nvml" / "fake_nvml.c"
 
@@ -50,15 +51,17 @@ def _fleetscope(*args: str, lib: Path | None = None, **env: str) -> subprocess.C
     )
 
 
-def _series(text: str) -> dict[str, float]:
-    """{'name{labels}': value} without the exporter's self-metrics."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and not line.startswith("fleetscope_collector_") \
-                and not line.startswith("fleetscope_exporter_"):  # fmt: skip
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+def _series(text: str) -> dict[Key, float]:
+    """The series of a scrape without the exporter's self-metrics (their timings differ per run)."""
+    return {
+        key: v
+        for key, v in series(text).items()
+        if not key[0].startswith(("fleetscope_collector_", "fleetscope_exporter_"))
+    }
+
+
+def _names(s: dict[Key, float]) -> set[str]:
+    return {name for name, _labels in s}
 
 
 ONCE = ["exporter", "--once", "--collector.disable-defaults", "--collector.gpu", "--node.name=fake-node"]
@@ -68,36 +71,39 @@ def test_exporter_reads_the_fake_library_through_pynvml(fake_lib: Path) -> None:
     res = _fleetscope(*ONCE, lib=fake_lib)
     assert res.returncode == 0, res.stderr
     s = _series(res.stdout)
-    gpu0 = ('{DCGM_FI_DRIVER_VERSION="590.48.01",Hostname="fake-node",UUID="GPU-fa6e0000-0000-0000-0000-000000000000",'
-            'device="nvidia0",gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}')  # fmt: skip
-    assert s[c.DCGM_FI_DEV_GPU_UTIL + gpu0] == 100
-    assert s[c.DCGM_FI_DEV_MEM_COPY_UTIL + gpu0] == 11
-    assert s[c.DCGM_FI_DEV_SM_CLOCK + gpu0] == 1980
-    assert s[c.DCGM_FI_DEV_MEM_CLOCK + gpu0] == 2619
-    assert s[c.DCGM_FI_DEV_GPU_TEMP + gpu0] == 59
-    assert s[c.DCGM_FI_DEV_POWER_USAGE + gpu0] == pytest.approx(629.45)
-    assert s[c.DCGM_FI_DEV_FB_USED + gpu0] == 19818
-    assert s[c.DCGM_FI_DEV_FB_RESERVED + gpu0] == 479
-    assert s[c.GPU_UP + gpu0] == 1
+    gpu0 = (
+        ("DCGM_FI_DRIVER_VERSION", "590.48.01"), ("Hostname", "fake-node"),
+        ("UUID", "GPU-fa6e0000-0000-0000-0000-000000000000"), ("device", "nvidia0"), ("gpu", "0"),
+        ("modelName", "NVIDIA H100 80GB HBM3"), ("pci_bus_id", "00000000:18:00.0"),
+    )  # fmt: skip
+    assert s[(c.DCGM_FI_DEV_GPU_UTIL, gpu0)] == 100
+    assert s[(c.DCGM_FI_DEV_MEM_COPY_UTIL, gpu0)] == 11
+    assert s[(c.DCGM_FI_DEV_SM_CLOCK, gpu0)] == 1980
+    assert s[(c.DCGM_FI_DEV_MEM_CLOCK, gpu0)] == 2619
+    assert s[(c.DCGM_FI_DEV_GPU_TEMP, gpu0)] == 59
+    assert s[(c.DCGM_FI_DEV_POWER_USAGE, gpu0)] == pytest.approx(629.45)
+    assert s[(c.DCGM_FI_DEV_FB_USED, gpu0)] == 19818
+    assert s[(c.DCGM_FI_DEV_FB_RESERVED, gpu0)] == 479
+    assert s[(c.GPU_UP, gpu0)] == 1
     # nvmlDeviceGetFieldValues: two fields answered, decoded from the value union by type.
-    assert s[c.DCGM_FI_DEV_MEMORY_TEMP + gpu0] == 55
-    assert s[c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER + gpu0] == 9
-    assert sum(1 for k in s if k.startswith(c.GPU_UP + "{")) == 2
-    assert 'fleetscope_collector_success{collector="gpu"} 1.0' in res.stdout
+    assert s[(c.DCGM_FI_DEV_MEMORY_TEMP, gpu0)] == 55
+    assert s[(c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, gpu0)] == 9
+    assert sum(1 for name, _labels in s if name == c.GPU_UP) == 2
+    assert value(res.stdout, c.COLLECTOR_SUCCESS, collector="gpu") == 1
     # Functions the fake library lacks (FunctionNotFound) are absent, never 0.
     for missing in (c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
                     c.DCGM_FI_DEV_PCIE_LINK_GEN, c.DCGM_FI_PROF_SM_ACTIVE, c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
                     c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS):  # fmt: skip
-        assert not any(k.startswith(missing + "{") for k in s), missing
+        assert missing not in _names(s), missing
 
 
 def test_gpu_is_lost_from_the_driver(fake_lib: Path) -> None:
     res = _fleetscope(*ONCE, lib=fake_lib, FAKE_NVML_LOST="1")
     assert res.returncode == 0, res.stderr
     s = _series(res.stdout)
-    up = {k.split('gpu="')[1][0]: v for k, v in s.items() if k.startswith(c.GPU_UP + "{")}
+    up = {dict(labels)["gpu"]: v for (name, labels), v in s.items() if name == c.GPU_UP}
     assert up == {"0": 1.0, "1": 0.0}
-    assert not any('gpu="1"' in k for k in s if not k.startswith(c.GPU_UP))
+    assert not [name for name, labels in s if name != c.GPU_UP and ("gpu", "1") in labels]
     assert "GPU 1 (00000000:2A:00.0) reported lost" in res.stderr
 
 

@@ -12,11 +12,8 @@ from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.session import NvmlUnavailable
 from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
+from tests.support import exposition
 from tests.support.exporter import ExporterProcess
-
-
-def _series_of_gpu(text: str, gpu: str) -> list[str]:
-    return [line for line in text.splitlines() if not line.startswith("#") and f'gpu="{gpu}"' in line]
 
 
 def test_gpu_lost_mid_run_through_the_exporter(tmp_path: Path) -> None:
@@ -25,16 +22,15 @@ def test_gpu_lost_mid_run_through_the_exporter(tmp_path: Path) -> None:
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         for _ in range(2):
             body = exporter.metrics()
-            assert "fleetscope_gpu_up{" in body
-            assert any("DCGM_FI_DEV_SM_CLOCK" in line for line in _series_of_gpu(body, "2"))
+            assert exposition.value(body, c.GPU_UP, gpu="2") == 1
+            assert exposition.matching(body, c.DCGM_FI_DEV_SM_CLOCK, gpu="2")
         body = exporter.metrics()  # scrape 3: GPU 2 answers GpuIsLost
-        lost = _series_of_gpu(body, "2")
-        assert len(lost) == 1 and lost[0].startswith("fleetscope_gpu_up{") and lost[0].endswith(" 0.0"), lost
+        lost = [(name, v) for name, labels, v in exposition.samples(body) if labels.get("gpu") == "2"]
+        assert lost == [(c.GPU_UP, 0.0)], lost
         for gpu in "0134567":
-            gpu_lines = _series_of_gpu(body, gpu)
-            assert any(line.startswith("fleetscope_gpu_up{") and line.endswith(" 1.0") for line in gpu_lines)
-            assert any(line.startswith("DCGM_FI_DEV_POWER_USAGE{") for line in gpu_lines)
-        assert 'fleetscope_collector_success{collector="gpu"} 1.0' in body
+            assert exposition.value(body, c.GPU_UP, gpu=gpu) == 1
+            assert exposition.matching(body, c.DCGM_FI_DEV_POWER_USAGE, gpu=gpu)
+        assert exposition.value(body, c.COLLECTOR_SUCCESS, collector="gpu") == 1
         assert "GPU 2 (00000000:3A:00.0) reported lost" in exporter.log()
 
 
@@ -65,7 +61,7 @@ def test_nvml_missing_gives_success_0_and_one_clear_line(tmp_path: Path) -> None
     with ExporterProcess(*flags, env=env, log_dir=tmp_path) as exporter:
         for _ in range(3):
             body = exporter.metrics()
-        assert 'fleetscope_collector_success{collector="gpu"} 0.0' in body
+        assert exposition.value(body, c.COLLECTOR_SUCCESS, collector="gpu") == 0
         assert 'fleetscope_collector_success{collector="lustre"}' in body  # the others keep working
         assert "DCGM_FI_DEV" not in body and "fleetscope_gpu_up" not in body
         log = exporter.log()

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 import threading
 from pathlib import Path
 
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.xid import XidCollector, XidTally, _Gpu, parse_kmsg_line
-from fleetscope.exporters.gpu.xid_catalog import describe, message
+from fleetscope.xids import describe, message
 from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
 from tests.support.exporter import ExporterProcess
+from tests.support.exposition import matching, value
 from tests.support.prom import wait_for
 
 KMSG = NVML_FIXTURES / "kmsg-xid79.txt"
@@ -36,10 +36,6 @@ def test_catalog_classes() -> None:
     assert message(999).startswith("XID 999")
 
 
-def _lines(body: str, name: str) -> list[str]:
-    return [line for line in body.splitlines() if line.startswith(name + "{")]
-
-
 def test_xid79_in_kmsg_fixture_through_the_exporter(tmp_path: Path) -> None:
     flags = [
         "--collector.disable-defaults", "--collector.gpu", "--collector.xid",
@@ -48,30 +44,26 @@ def test_xid79_in_kmsg_fixture_through_the_exporter(tmp_path: Path) -> None:
     ]  # fmt: skip
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         body = wait_for(
-            lambda: (b := exporter.metrics()) and len(_lines(b, c.GPU_XID_ERRORS_TOTAL)) == 3 and b,
+            lambda: (b := exporter.metrics()) and len(matching(b, c.GPU_XID_ERRORS_TOTAL)) == 3 and b,
             timeout=15,
             what="three XIDs counted",
         )
-        xid79 = [line for line in _lines(body, c.GPU_XID_ERRORS_TOTAL) if 'xid="79"' in line]
-        assert len(xid79) == 1 and 'gpu="1"' in xid79[0] and xid79[0].endswith(" 1.0")
-        assert 'pci_bus_id="00000000:2A:00.0"' in xid79[0]
-        last = _lines(body, c.DCGM_FI_DEV_XID_ERRORS)
-        gpu1 = next(line for line in last if 'gpu="1"' in line)
+        assert value(body, c.GPU_XID_ERRORS_TOTAL, xid="79", gpu="1", pci_bus_id="00000000:2A:00.0") == 1
+        assert len(matching(body, c.GPU_XID_ERRORS_TOTAL, xid="79")) == 1
         assert (
-            'err_code="79"' in gpu1
-            and 'err_msg="GPU has fallen off the bus"' in gpu1
-            and gpu1.endswith(" 79.0")
+            value(
+                body, c.DCGM_FI_DEV_XID_ERRORS, gpu="1", err_code="79", err_msg="GPU has fallen off the bus"
+            )
+            == 79
         )
-        assert any('gpu="4"' in line and 'err_code="13"' in line for line in last)
+        assert matching(body, c.DCGM_FI_DEV_XID_ERRORS, gpu="4", err_code="13")
         # An XID on a PCI address no GPU of this node has: kept, with empty GPU labels.
-        assert any('gpu=""' in line and 'pci_bus_id="0000:c1:00"' in line for line in last)
+        assert matching(body, c.DCGM_FI_DEV_XID_ERRORS, gpu="", pci_bus_id="0000:c1:00")
         # XID 79 takes the GPU out: gpu_up 0 and no other series for it; the other seven report.
         body = exporter.metrics()
-        up = {
-            re.search(r'gpu="(\d)"', line).group(1): line.endswith(" 1.0") for line in _lines(body, c.GPU_UP)
-        }
+        up = {labels["gpu"]: v == 1 for _name, labels, v in matching(body, c.GPU_UP)}
         assert up == {str(i): i != 1 for i in range(8)}
-        assert not [line for line in _lines(body, c.DCGM_FI_DEV_SM_CLOCK) if 'gpu="1"' in line]
+        assert not matching(body, c.DCGM_FI_DEV_SM_CLOCK, gpu="1")
         assert "GPU 1 has fallen off the bus (XID 79)" in exporter.log()
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetscope import contract
 from tests.exporters.lustre.helpers import FIXTURES
 from tests.support.exporter import ExporterProcess
+from tests.support.exposition import series
 from tests.support.prom import promtool
 
 P5 = FIXTURES / "p5"
@@ -22,11 +21,7 @@ def test_exporter_serves_lustre_series_of_the_p5_tree(tmp_path: Path) -> None:
     )  # fmt: skip
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         text = exporter.metrics()
-    found = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    found = series(text)
     labels = (("Hostname", "p5-node-7"), ("fs", "s4xbwbmv"), ("mount", "/fsx"))
     assert found[(contract.LUSTRE_CLIENT_READ_BYTES, labels)] == 4398046511104
     assert found[(contract.LUSTRE_CLIENT_WRITE_BYTES, labels)] == 549755813888
