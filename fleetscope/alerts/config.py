@@ -3,6 +3,10 @@
 Change a value here, run ``fleetscope generate``, and commit the regenerated rule files; the
 promtool unit tests are generated from the same object, so they follow. Numbers marked "judgment"
 are starting points chosen for this project, not published limits; tune them on your fleet.
+
+docs/design.md#thresholds puts every number here beside the detector's number for the same thing
+(``DetectorConfig``) with the reason they differ; ``tests/alerts/test_thresholds.py`` fails when
+that table and this object disagree, so change both together.
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ class Thresholds:
     power_brake_for: str = "5m"
 
     # ---- network (EFA) -------------------------------------------------------------------------
-    #: SRD sprays packets over many paths and retransmits a few as a matter of course; a sustained
-    #: retransmit ratio above 1% of transmitted packets means a lossy or congested path (judgment).
-    efa_retrans_ratio: float = 0.01
+    #: SRD sprays packets over many paths and retransmits a few as a matter of course (parts per
+    #: million on a healthy device); a sustained retransmit ratio above 0.5% of transmitted packets
+    #: means a lossy or congested path (judgment). The same number as the detector's
+    #: ``retrans_ratio``: one physical quantity, one line (docs/design.md#thresholds).
+    efa_retrans_ratio: float = 0.005
     #: Below this many transmitted packets per second the ratio is noise (an idle device).
     efa_min_tx_pkts_per_second: float = 100.0
     #: Each retrans_timeout_event is an SRD path change after a timeout; a few per window happen on
@@ -85,19 +91,24 @@ class Thresholds:
     # ---- training ------------------------------------------------------------------------------
     #: A job is stalled when its last step is older than this many of its usual step times ...
     stall_step_multiple: float = 10.0
-    #: ... but never sooner than this (a checkpoint or evaluation pause is not a stall).
+    #: ... but never sooner than this: a checkpoint or evaluation pause is not a stall, and 10
+    #: minutes is PyTorch's default NCCL watchdog timeout, after which a hung job is surely dead.
+    #: The detector's ``stall_s`` (60 s) is lower on purpose: it only localises after the fact
+    #: (docs/design.md#thresholds).
     stall_min_seconds: float = 600.0
     #: "Usual" means the median over this window.
     baseline_window: str = "6h"
     #: MFU below its own median by more than this fraction. Greyhound verifies a slow-down at a 10%
     #: change and the OSDI'25 what-if study calls S > 1.1 a straggling job; Llama 3 saw only 1-2%
-    #: diurnal swing (shared/research/analytics.md sections 3.5 and 7).
+    #: diurnal swing (sources: docs/design.md#mfu-drops). Higher than the detector's ``mfu_drop``
+    #: because PromQL cannot mask checkpoint dips (docs/design.md#thresholds).
     mfu_drop_ratio: float = 0.10
     #: Tokens/s drop. Tokens/s moves with MFU, but also when a job changes sequence length or batch
     #: size; a bigger step avoids paging on such a deliberate change (judgment).
     tokens_drop_ratio: float = 0.20
     #: A rank whose compute time is this many times its peers' median. Greyhound's clique test
-    #: uses 1.2x the peer median.
+    #: uses 1.2x the peer median; the detector cuts at 1.07 because it also requires a robust
+    #: z-score, which PromQL cannot compute (docs/design.md#stragglers).
     rank_compute_ratio: float = 1.2
     #: The live service's straggler score above which the rank counts as a straggler (same 1.2x).
     straggler_score: float = 1.2

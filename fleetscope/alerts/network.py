@@ -54,7 +54,13 @@ def group(cfg: Thresholds) -> Group:
                     "20m",
                     (Fire(efa_labels(), 2),),
                 ),
-                Case("0.5%", (efa(c.EFA_TX_PKTS, "0+60000x20"), efa(c.EFA_RETRANS_PKTS, "0+300x20")), "20m"),
+                Case(
+                    "1% of 1000 pkt/s",
+                    (efa(c.EFA_TX_PKTS, "0+60000x20"), efa(c.EFA_RETRANS_PKTS, "0+600x20")),
+                    "20m",
+                    (Fire(efa_labels(), 1),),
+                ),
+                Case("0.2%", (efa(c.EFA_TX_PKTS, "0+60000x20"), efa(c.EFA_RETRANS_PKTS, "0+120x20")), "20m"),
                 Case(
                     "noise on an idle device",
                     (efa(c.EFA_TX_PKTS, "0+600x20"), efa(c.EFA_RETRANS_PKTS, "0+60x20")),
