@@ -26,9 +26,10 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from fleetscope.analyzers.findings import Finding, rfc3339
+from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
+from fleetscope.times import rfc3339
 
 SCHEDULERS = ("slurm", "kubernetes")
 DEFAULT_MAX_FRACTION = 0.1

@@ -16,11 +16,12 @@ from typing import Any
 
 from fastapi.responses import Response
 
-from fleetscope.analyzers.findings import Finding, rfc3339
+from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import Report
 from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.settings import ServiceSettings
 from fleetscope.service.state import Snapshot, VerdictStore
+from fleetscope.times import rfc3339
 
 
 def natural(text: str) -> list:
