@@ -1,8 +1,9 @@
 """The metric contract: every series name, label key and class that ties fleetscope together.
 
-This module is the single source of truth for the names in ``../shared/DESIGN.md``. The exporters,
-the telemetry library, the simulator, the analyzers, the alert rules and the dashboards import their
-names from here; a name spelled out anywhere else is a bug.
+This module is the single source of truth for the names (listed in docs/metrics.md; the decisions
+behind them and their sources are in docs/design.md). The exporters, the telemetry library, the
+simulator, the analyzers, the alert rules and the dashboards import their names from here; a name
+spelled out anywhere else is a bug.
 
 It imports nothing but the standard library so that the node agent and the training library can use
 it without pulling anything heavy.

@@ -51,7 +51,7 @@ def job_tokens_rate(window: str = "5m") -> str:
 
 
 def rank_compute_rate(window: str = "5m") -> str:
-    """Compute (forward + backward) seconds per second of each rank (DESIGN.md: compute time)."""
+    """Compute (forward + backward) seconds per second of each rank (docs/design.md#peers: compute time)."""
     phases = _phase_regex(contract.COMPUTE_PHASES)
     return f'sum without (phase) (rate({contract.TRAINING_PHASE_SECONDS}{{phase=~"{phases}"}}[{window}]))'
 
