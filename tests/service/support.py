@@ -1,14 +1,12 @@
 """Helpers for the service tests: real Report objects, a scripted analysis function, the
-``fleetscope serve`` process, headless Chromium, and a PNG pixel reader (standard library only)."""
+``fleetscope serve`` process, headless Chromium, and a colour comparison for its screenshots."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import struct
 import subprocess
 import threading
-import zlib
 from pathlib import Path
 
 from fleetscope.analyzers.findings import Finding
@@ -168,60 +166,6 @@ def chromium(url: str, tmp: Path, *mode: str, budget_ms: int = 8000) -> subproce
             f"chromium failed ({res.returncode}): {res.stderr.decode(errors='replace')[-2000:]}"
         )
     return res
-
-
-def read_png(path: Path, max_row: int | None = None) -> tuple[int, int, int, list[bytes]]:
-    """Decode an 8-bit RGB/RGBA PNG: (width, height, bytes per pixel, rows of raw pixel bytes).
-
-    Only rows up to ``max_row`` are unfiltered (pure Python is slow; the samples are near the top)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    pos, idat = 8, b""
-    width = height = bpp = 0
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        ctype = data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if ctype == b"IHDR":
-            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
-            bpp = 3 if colour == 2 else 4
-        elif ctype == b"IDAT":
-            idat += body
-        elif ctype == b"IEND":
-            break
-    raw = zlib.decompress(idat)
-    stride = width * bpp
-    rows: list[bytes] = []
-    prev = bytearray(stride)
-    for y in range(height if max_row is None else min(height, max_row + 1)):
-        f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - bpp] if i >= bpp else 0
-            b = prev[i]
-            c = prev[i - bpp] if i >= bpp else 0
-            if f == 1:
-                line[i] = (line[i] + a) & 0xFF
-            elif f == 2:
-                line[i] = (line[i] + b) & 0xFF
-            elif f == 3:
-                line[i] = (line[i] + (a + b) // 2) & 0xFF
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
-                line[i] = (line[i] + pred) & 0xFF
-        rows.append(bytes(line))
-        prev = line
-    return width, height, bpp, rows
-
-
-def pixel(png: tuple[int, int, int, list[bytes]], x: int, y: int) -> tuple[int, int, int]:
-    _, _, bpp, rows = png
-    row = rows[y]
-    return row[x * bpp], row[x * bpp + 1], row[x * bpp + 2]
 
 
 def close(rgb: tuple[int, int, int], want: tuple[int, int, int], tol: int = 12) -> bool:

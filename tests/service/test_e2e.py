@@ -12,11 +12,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from fleetscope import contract
 from fleetscope.simulate.live import LiveCluster
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
-from tests.service.support import COLOURS, ROOT, ServeProcess, chromium, close, pixel, read_png
+from tests.service.support import COLOURS, ROOT, ServeProcess, chromium, close
 from tests.support.exposition import value
 from tests.support.prom import Prometheus, http_get, wait_for
 
@@ -126,10 +127,11 @@ def test_injected_fault_reaches_api_metrics_and_page(tmp_path: Path, cluster: Li
             chromium(serve.url + "/", tmp_path, f"--screenshot={shot}")
             x, y, _, _ = (int(v) for v in cell["data-rect"].split(","))
             hx, hy, _, _ = (int(v) for v in cells.cells[healthy]["data-rect"].split(","))
-            png = read_png(shot, max_row=max(y, hy) + 4)
-            assert png[0] == 1200, "unexpected screenshot width"
+            with Image.open(shot) as img:
+                assert img.format == "PNG" and img.width == 1200, (img.format, img.size)
+                rgb = img.convert("RGB")
             # A corner of the cell's padding: only the cell's background colour is painted there.
-            got = pixel(png, x + 3, y + 3)
+            got = rgb.getpixel((x + 3, y + 3))
             assert close(got, COLOURS["failing"]), f"failing node cell is {got}"
-            got_healthy = pixel(png, hx + 3, hy + 3)
+            got_healthy = rgb.getpixel((hx + 3, hy + 3))
             assert close(got_healthy, COLOURS["healthy"]), f"healthy node cell is {got_healthy}"
