@@ -11,12 +11,14 @@ from fleetscope.telemetry.flops import (
     non_embedding_params,
 )
 from fleetscope.telemetry.identity import RankIdentity, detect
+from fleetscope.telemetry.layout import Layout
 from fleetscope.telemetry.monitor import Snapshot, TrainingMonitor
 
 Monitor = TrainingMonitor
 
 __all__ = [
     "FlopsPerToken",
+    "Layout",
     "Monitor",
     "RankIdentity",
     "Snapshot",

@@ -1,5 +1,9 @@
 """The training-thread side: cheap accumulators behind ``with monitor.step()`` and ``monitor.phase()``.
 
+Evaluation and checkpointing (``contract.PAUSE_PHASES``) are pauses, not work: their time goes to
+``training_phase_seconds_total{phase="eval"|"checkpoint"}`` and is taken out of any step it
+happens inside, so a job that validates every 1000 steps shows no slow step and no stall.
+
 The hot path does arithmetic on plain floats under one uncontended ``threading.Lock`` and calls
 ``time.perf_counter``; it never touches a file, a socket or a prometheus_client object. A
 background thread (:mod:`fleetscope.telemetry.writer`) snapshots the totals every few seconds and
@@ -22,12 +26,14 @@ from typing import Any
 from fleetscope import contract
 from fleetscope.telemetry import identity as _identity
 from fleetscope.telemetry.flops import CUSTOM
+from fleetscope.telemetry.layout import Layout, LayoutResolver
 from fleetscope.telemetry.writer import RankFileWriter
 
 log = logging.getLogger("fleetscope.telemetry")
 
 #: More distinct phase names than this are ignored (logged once): each is a series.
 MAX_PHASES = 32
+_PAUSES: frozenset[str] = frozenset(contract.PAUSE_PHASES)
 
 
 @dataclass
@@ -42,6 +48,8 @@ class Snapshot:
     loss: Any = None
     global_step: int = 0
     last_step_timestamp: float | None = None
+    #: ``training_info`` layout label values (only the known ones).
+    layout: dict[str, str] = field(default_factory=dict)
 
 
 class _Phase:
@@ -68,10 +76,54 @@ class _Phase:
         m.add_phase_time(self._name, perf_counter() - self._t0)
 
 
+class _Pause:
+    """``with monitor.evaluation()`` / ``monitor.checkpoint()``: time that is no step's time.
+
+    Never raises into the training loop (an exception of the block itself goes on unchanged).
+    """
+
+    __slots__ = ("_monitor", "_name", "_t0")
+
+    def __init__(self, monitor: TrainingMonitor, name: str) -> None:
+        self._monitor = monitor
+        self._name = name
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Pause:
+        m = self._monitor
+        try:
+            if m._sync is not None:
+                m._sync()
+        except Exception as exc:  # noqa: BLE001 - telemetry must not break an evaluation
+            m._warn_once(
+                "pause-sync", "fleetscope telemetry: synchronize before %s failed: %s", self._name, exc
+            )
+        with m._lock:
+            m._pause_depth += 1
+        self._t0 = perf_counter()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        m = self._monitor
+        try:
+            if m._sync is not None:
+                m._sync()
+        except Exception as exc:  # noqa: BLE001
+            m._warn_once(
+                "pause-sync", "fleetscope telemetry: synchronize after %s failed: %s", self._name, exc
+            )
+        seconds = perf_counter() - self._t0
+        with m._lock:
+            m._pause_depth -= 1
+        m.add_phase_time(self._name, seconds)
+
+
 class _Step:
     """What ``with monitor.step(...) as s`` yields; set ``s.loss``, ``s.tokens``... inside the block."""
 
-    __slots__ = ("_monitor", "_t0", "flops", "global_step", "loss", "tokens")
+    __slots__ = ("_monitor", "_p0", "_t0", "flops", "global_step", "loss", "tokens")
 
     def __init__(
         self,
@@ -87,11 +139,13 @@ class _Step:
         self.loss = loss
         self.global_step = global_step
         self._t0 = 0.0
+        self._p0 = 0.0
 
     def __enter__(self) -> _Step:
-        sync = self._monitor._sync
-        if sync is not None:
-            sync()
+        m = self._monitor
+        if m._sync is not None:
+            m._sync()
+        self._p0 = m._pause_seconds
         self._t0 = perf_counter()
         return self
 
@@ -103,7 +157,8 @@ class _Step:
         m = self._monitor
         if m._sync is not None:
             m._sync()
-        m.record_step(perf_counter() - self._t0, self.tokens, self.flops, self.loss, self.global_step)
+        seconds = perf_counter() - self._t0 - (m._pause_seconds - self._p0)  # pauses are no step time
+        m.record_step(max(seconds, 0.0), self.tokens, self.flops, self.loss, self.global_step)
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -145,6 +200,13 @@ class TrainingMonitor:
         Model FLOPs added per token and per step (see :mod:`.flops`); a step may pass ``flops=``
         directly instead. A :class:`~.flops.FlopsPerToken` carries its convention into
         ``training_info{flops_convention}``.
+    ``layout``
+        The rank's place in the parallel layout (``training_info{pipeline_stage,
+        data_parallel_rank, ...}``): a :class:`~.layout.Layout`, a mapping of those label keys to
+        ranks, or an object to read it from (a ``torch.distributed.DeviceMesh``, a DeepSpeed
+        engine, ``PipelineModule`` or grid, Megatron's ``parallel_state``). Unknown fields come
+        from Megatron-LM/NeMo or DeepSpeed when they are in use, else from
+        ``FLEETSCOPE_PIPELINE_STAGE`` and friends (:mod:`.layout`); see also :meth:`set_layout`.
     ``cuda_sync``
         Call ``torch.cuda.synchronize()`` at each phase and step boundary so times cover the GPU
         work, not only the kernel launches. Off by default: every sync drains the GPU queue and
@@ -165,6 +227,7 @@ class TrainingMonitor:
         flops_per_token: float = 0.0,
         flops_per_step: float = 0.0,
         flops_convention: str | None = None,
+        layout: Any = None,
         cuda_sync: bool = False,
         remove_on_close: bool = True,
         start: bool = True,
@@ -197,6 +260,11 @@ class TrainingMonitor:
         self._global_step = 0
         self._last_step: float | None = None
         self._step_t0: float | None = None
+        self._step_p0 = 0.0
+        #: Wall time of outermost pauses so far; steps subtract what passed while they ran.
+        self._pause_seconds = 0.0
+        self._pause_depth = 0
+        self._layout = LayoutResolver(layout, env)
         self._warned: set[str] = set()
         self._sync: Callable[[], None] | None = _cuda_synchronizer() if cuda_sync else None
         self._pid = os.getpid()
@@ -230,13 +298,31 @@ class TrainingMonitor:
         """Time one optimizer step; counts it when the block exits without an exception."""
         return _Step(self, tokens, flops, loss, global_step)
 
-    def phase(self, name: str) -> _Phase:
-        """Time a part of the step (``data``, ``forward``, ``backward``, ``optimizer``, ``checkpoint``...)."""
+    def phase(self, name: str) -> _Phase | _Pause:
+        """Time a part of the step (``data``, ``forward``, ``backward``, ``optimizer``...).
+
+        ``eval`` and ``checkpoint`` are pauses (as :meth:`evaluation` and :meth:`checkpoint`).
+        """
+        if name in _PAUSES:
+            return _Pause(self, name)
         return _Phase(self, name)
 
+    def evaluation(self) -> _Pause:
+        """Time an evaluation/validation loop: ``phase="eval"``, taken out of any open step."""
+        return _Pause(self, "eval")
+
+    def checkpoint(self) -> _Pause:
+        """Time a checkpoint save: ``phase="checkpoint"``, taken out of any open step."""
+        return _Pause(self, "checkpoint")
+
     def add_phase_time(self, name: str, seconds: float) -> None:
-        """Add measured seconds to a phase (for callbacks that time spans themselves)."""
+        """Add measured seconds to a phase (for callbacks that time spans themselves).
+
+        Seconds of a pause phase (``eval``, ``checkpoint``) are also taken out of an open step.
+        """
         with self._lock:
+            if name in _PAUSES and self._pause_depth == 0:
+                self._pause_seconds += seconds
             phases = self._phase_seconds
             total = phases.get(name)
             if total is not None:
@@ -277,6 +363,7 @@ class TrainingMonitor:
         """Mark the start of a step (for loops that cannot wrap the step in ``with``)."""
         if self._sync is not None:
             self._sync()
+        self._step_p0 = self._pause_seconds
         self._step_t0 = perf_counter()
 
     def end_step(
@@ -293,13 +380,29 @@ class TrainingMonitor:
         if self._sync is not None:
             self._sync()
         self._step_t0 = None
-        self.record_step(perf_counter() - t0, tokens, flops, loss, global_step)
+        seconds = perf_counter() - t0 - (self._pause_seconds - self._step_p0)
+        self.record_step(max(seconds, 0.0), tokens, flops, loss, global_step)
 
     def set_loss(self, loss: Any) -> None:
         """Set the loss gauge outside a step (a tensor is read later by the writer thread)."""
         detach = getattr(loss, "detach", None)
         with self._lock:
             self._loss = detach() if detach is not None else loss
+
+    def set_layout(self, source: Any = None, **ranks: Any) -> None:
+        """Set the rank's parallel layout: ``set_layout(pipeline_stage=1, data_parallel_rank=3,
+        tensor_parallel_rank=0)`` (also ``context_parallel_rank``, ``expert_parallel_rank``), or an
+        object to read it from (``set_layout(device_mesh)``, a DeepSpeed engine...). Values given
+        here win over discovered ones; bad values are logged and ignored, never raised."""
+        try:
+            self._layout.set(source, **ranks)
+        except Exception as exc:  # noqa: BLE001 - telemetry must not break training
+            self._warn_once("layout", "fleetscope telemetry: cannot use layout %r: %s", source, exc)
+
+    @property
+    def layout(self) -> Layout:
+        """The layout as known now (may ask the frameworks)."""
+        return self._layout.resolve()
 
     def set_global_step(self, global_step: int) -> None:
         """Set the global step (e.g. after resuming from a checkpoint); steps then count on from it."""
@@ -321,6 +424,10 @@ class TrainingMonitor:
                 last_step_timestamp=self._last_step,
             )
         snap.loss = _to_float(snap.loss)
+        try:
+            snap.layout = self._layout.resolve().labels()
+        except Exception as exc:  # noqa: BLE001 - the layout is optional; the file is not
+            self._warn_once("layout-resolve", "fleetscope telemetry: parallel layout unknown: %s", exc)
         return snap
 
     def flush(self) -> bool:

@@ -63,7 +63,8 @@ def process_identity(procfs: str = "/proc") -> dict[str, str]:
 def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header: dict[str, str]) -> str:
     """The rank file: a header comment, then the contract's training series for this rank.
 
-    ``Hostname`` is left out: the exporter adds its own node label.
+    ``Hostname`` is left out: the exporter adds its own node label. ``training_info`` carries the
+    known layout labels only and comes last, so the exporter can tell a cut-off file.
     """
     base = (
         f'job_id="{escape_label_value(identity.job_id)}",rank="{identity.rank}",'
@@ -91,7 +92,13 @@ def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header
     family(contract.TRAINING_GLOBAL_STEP, [(base, snap.global_step)])
     if snap.last_step_timestamp is not None:
         family(contract.TRAINING_LAST_STEP_TIMESTAMP, [(base, snap.last_step_timestamp)])
-    family(contract.TRAINING_INFO, [(f'{base},flops_convention="{escape_label_value(flops_convention)}"', 1)])
+    info = f'{base},flops_convention="{escape_label_value(flops_convention)}"'
+    info += "".join(
+        f',{key}="{escape_label_value(snap.layout[key])}"'
+        for key in contract.LAYOUT_LABELS
+        if key in snap.layout
+    )
+    family(contract.TRAINING_INFO, [(info, 1)])  # last: a file without it is incomplete
     return "\n".join(lines) + "\n"
 
 
