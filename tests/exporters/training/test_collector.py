@@ -18,10 +18,19 @@ from tests.support.prom import promtool, wait_for
 STEPS = contract.TRAINING_STEPS.name
 
 
-def write_rank(directory: Path, job_id: str, rank: int, steps: int = 3, tokens: int = 100) -> Path:
+def write_rank(
+    directory: Path, job_id: str, rank: int, steps: int = 3, tokens: int = 100, layout: object = None
+) -> Path:
     """A valid rank file whose writer (this test process) is alive."""
     m = TrainingMonitor(
-        job_id=job_id, rank=rank, local_rank=rank, directory=directory, start=False, remove_on_close=False
+        job_id=job_id,
+        rank=rank,
+        local_rank=rank,
+        directory=directory,
+        start=False,
+        remove_on_close=False,
+        env={},
+        layout=layout,
     )
     for _ in range(steps):
         with m.step(tokens=tokens), m.phase("forward"):
@@ -45,6 +54,30 @@ def test_serves_rank_files_with_the_exporters_node_label(tmp_path: Path) -> None
     assert {p["phase"] for p in phase} == {"forward"}
     keys = next(lbl for (n, lbl) in got if n == STEPS)
     assert sorted(k for k, _ in keys) == sorted(contract.TRAINING_LABELS)
+    assert c.error_counts() == {}
+
+
+def test_layout_labels_are_served_and_empty_when_a_file_has_none(tmp_path: Path) -> None:
+    write_rank(
+        tmp_path, "j", 0, layout={"pipeline_stage": 1, "data_parallel_rank": 0, "tensor_parallel_rank": 3}
+    )
+    write_rank(tmp_path, "j", 1)  # no layout known, as from a writer that predates the labels
+    c = make_collector(tmp_path)
+    info = {
+        dict(lbl)["rank"]: {k: dict(lbl)[k] for k in contract.LAYOUT_LABELS}
+        for (n, lbl) in samples(c)
+        if n == contract.TRAINING_INFO
+    }
+    assert info == {
+        "0": {
+            "pipeline_stage": "1",
+            "data_parallel_rank": "0",
+            "tensor_parallel_rank": "3",
+            "context_parallel_rank": "",
+            "expert_parallel_rank": "",
+        },
+        "1": dict.fromkeys(contract.LAYOUT_LABELS, ""),
+    }
     assert c.error_counts() == {}
 
 
@@ -226,7 +259,7 @@ def test_second_live_file_for_the_same_rank_keeps_the_newer(tmp_path: Path) -> N
 
 def test_exporter_serves_ranks_and_counts_rejections_over_http(tmp_path: Path) -> None:
     write_rank(tmp_path, "4711", 0)
-    write_rank(tmp_path, "4711", 1)
+    write_rank(tmp_path, "4711", 1, layout={"pipeline_stage": 2, "expert_parallel_rank": 5})
     (tmp_path / "broken-rank7.prom").write_text("# fleetscope-training v1 pid=1\nnot a metric line at all\n")
     with ExporterProcess(
         "--collector.disable-defaults",
@@ -241,6 +274,9 @@ def test_exporter_serves_ranks_and_counts_rejections_over_http(tmp_path: Path) -
     assert found[(STEPS, rank0)] == 3
     ranks = {dict(labels)["rank"] for name, labels in found if name == STEPS}
     assert "1" in ranks and "7" not in ranks
+    info = {dict(labels)["rank"]: dict(labels) for name, labels in found if name == contract.TRAINING_INFO}
+    assert info["1"]["pipeline_stage"] == "2" and info["1"]["expert_parallel_rank"] == "5"
+    assert info["1"]["tensor_parallel_rank"] == "" and info["0"]["pipeline_stage"] == ""
     assert exposition.value(body, contract.COLLECTOR_ERRORS, collector="training", reason="malformed") == 1
     assert exposition.value(body, contract.COLLECTOR_SUCCESS, collector="training") == 1
     training_only = "".join(
