@@ -16,8 +16,9 @@ cluster does:
 * ``other``: every code not listed here; look it up in NVIDIA's catalog.
 
 The ``message`` is the ``err_msg`` label of ``DCGM_FI_DEV_XID_ERRORS`` (dcgm-exporter's label). The
-exporter, the alert rules, the analyzers and the simulator all read this module. Standard library
-only: the node agent imports it.
+exporter and the alert rules read this module; the analyzers and the simulator move to it
+(``fleetscope.contract`` re-exports the classes until then). Standard library only: the node agent
+imports it.
 """
 
 from __future__ import annotations
