@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,38 +98,68 @@ def _family(name: str) -> tuple[str, str]:
     return name, "gauge"
 
 
+def _family_header(name: str) -> str:
+    """The ``# TYPE`` (and, for a contract metric, ``# HELP``) lines opening the family of ``name``."""
+    family, typ = _family(name)
+    meta = c.METRICS.get(name)
+    head = f"# TYPE {family} {typ}\n"
+    if meta is not None:
+        head += f"# HELP {family} {escape_label_value(meta.help)}\n"
+    return head
+
+
+def _series_text(name: str, labels: Iterable[tuple[str, str]], t: np.ndarray, v: np.ndarray) -> str:
+    """Every sample of one series, one line each, with its timestamp."""
+    head = name + "{" + ",".join(f'{k}="{escape_label_value(x)}"' for k, x in labels) + "} "
+    return "".join(f"{head}{a} {b}\n" for a, b in zip(_fmt_all(v), _fmt_all(t), strict=True))
+
+
 def iter_openmetrics(rec: Recording) -> Iterator[str]:
     for name in rec.metric_names():
         series = rec.series_of(name)
         if not series:
             continue
-        family, typ = _family(name)
-        meta = c.METRICS.get(name)
-        yield f"# TYPE {family} {typ}\n"
-        if meta is not None:
-            yield f"# HELP {family} {escape_label_value(meta.help)}\n"
+        yield _family_header(name)
         labels = rec.labels[name]
         for key, (t, v) in series.items():
-            head = (
-                name
-                + "{"
-                + ",".join(f'{k}="{escape_label_value(x)}"' for k, x in zip(labels, key, strict=True))
-                + "} "
-            )
-            ts = _fmt_all(t)
-            vs = _fmt_all(v)
-            yield "".join(f"{head}{a} {b}\n" for a, b in zip(vs, ts, strict=True))
+            yield _series_text(name, zip(labels, key, strict=True), t, v)
     yield "# EOF\n"
 
 
-def write_openmetrics(rec: Recording, path: str | Path) -> None:
-    """Write the recording; gzip when the name ends in ``.gz``."""
+#: Samples gathered elsewhere (the demo scrapes them): series name -> the series' label pairs ->
+#: (timestamps, values), the timestamps in increasing order.
+Samples = Mapping[str, Mapping[tuple[tuple[str, str], ...], tuple[Sequence[float], Sequence[float]]]]
+
+
+def _iter_samples(samples: Samples) -> Iterator[str]:
+    """``samples`` in the recording's layout (the same types, help texts and number formats)."""
+    for name, series in samples.items():
+        if not series:
+            continue
+        yield _family_header(name)
+        for labels, (t, v) in series.items():
+            yield _series_text(name, labels, np.asarray(t, dtype=float), np.asarray(v, dtype=float))
+    yield "# EOF\n"
+
+
+def _write(chunks: Iterable[str], path: str | Path) -> None:
+    """Write text chunks; gzip when the name ends in ``.gz``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = gzip.open(path, "wb", compresslevel=3) if path.suffix == ".gz" else path.open("wb")  # noqa: SIM115
     with raw, io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
-        for chunk in iter_openmetrics(rec):
+        for chunk in chunks:
             out.write(chunk)
+
+
+def write_openmetrics(rec: Recording, path: str | Path) -> None:
+    """Write the recording; gzip when the name ends in ``.gz``."""
+    _write(iter_openmetrics(rec), path)
+
+
+def write_samples(samples: Samples, path: str | Path) -> None:
+    """Write samples gathered outside the model as a recording; gzip when the name ends in ``.gz``."""
+    _write(_iter_samples(samples), path)
 
 
 #: Which findings each fault must produce (kind, cause) for the evaluation.
