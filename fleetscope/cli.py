@@ -28,7 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("fleetscope.analyzers.evaluate_cli", "score the detectors against simulated scenarios"),
     "serve": ("fleetscope.service.cli", "run the live analysis service (API, web page, verdict metrics)"),
     "plan": ("fleetscope.service.plan_cli", "turn failing-node findings into drain commands"),
-    "demo": ("fleetscope.demo", "run a simulated cluster with Prometheus and the live service"),
+    "demo": ("fleetscope.demo.cli", "run a simulated cluster with Prometheus and the live service"),
 }  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -15,9 +16,9 @@ from pathlib import Path
 import psutil
 
 from fleetscope.simulate.spec import node_name
-from tests.deploy.conftest import VENV_BIN
 from tests.support.prom import free_port, wait_for
 
+VENV_BIN = Path(sys.executable).parent
 FAULT_NODE = 1
 DURATION = 105  # s: start (~10 s) + fault at 5 s + FleetscopeGpuLost's `for: 1m` + margin
 

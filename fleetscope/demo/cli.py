@@ -1,0 +1,206 @@
+"""``fleetscope demo``'s arguments and its run: check the arguments, start the parts in order, watch.
+
+What the demo does is described in :mod:`fleetscope.demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from fleetscope import defaults
+from fleetscope.demo.direct import DirectAnalysis
+from fleetscope.demo.net import local_address, pick_port, port_free
+from fleetscope.demo.processes import Processes, Stopped, find_binary, stop_on_signals
+from fleetscope.demo.stack import (
+    DEFAULT_ALERTMANAGER_PORT,
+    DEFAULT_PROMETHEUS_PORT,
+    INSTALL_HINT,
+    start_alertmanager,
+    start_prometheus,
+    start_service,
+    start_simulator,
+)
+from fleetscope.demo.watcher import Watcher, say, watch
+from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_duration
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS_NAMES = ("prometheus",)
+ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's name
+
+
+def positive_duration(text: str) -> float:
+    """A duration > 0 in seconds: Prometheus style (``90s``, ``5m``, ``1h30m``) or plain seconds."""
+    try:
+        value = parse_duration(text)
+    except FleetscopeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--duration",
+        type=positive_duration,
+        default=None,
+        metavar="S",
+        help="stop after this long, e.g. 300 or 5m (default: Ctrl-C)",
+    )
+    p.add_argument("--nodes", type=int, default=4, help="virtual nodes (default 4)")
+    from fleetscope.simulate.spec import FAULT_KINDS
+
+    p.add_argument(
+        "--fault", choices=FAULT_KINDS, default="gpu_lost", help="fault to inject (default gpu_lost)"
+    )
+    p.add_argument(
+        "--fault-at",
+        type=positive_duration,
+        default=90.0,
+        metavar="S",
+        help="this long after the start, e.g. 90 or 2m (default 90)",
+    )
+    p.add_argument("--fault-node", type=int, default=1, metavar="N", help="node index (default 1)")
+    p.add_argument("--fault-gpu", type=int, default=3, metavar="N", help="GPU index on that node (default 3)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="scrape, evaluate and analyze every 1-2 s instead of 5 s (tests, impatient people)",
+    )
+    p.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"address of the web page and API (default 127.0.0.1:{defaults.SERVICE_PORT}, or a free port)",
+    )
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=defaults.SIMULATOR_BASE_PORT,
+        help=f"first port of the virtual nodes (default {defaults.SIMULATOR_BASE_PORT})",
+    )
+    p.add_argument(
+        "--prometheus-port", type=int, default=None, help=f"default {DEFAULT_PROMETHEUS_PORT}, or a free one"
+    )
+    p.add_argument(
+        "--alertmanager-port",
+        type=int,
+        default=None,
+        help=f"default {DEFAULT_ALERTMANAGER_PORT}, or a free one",
+    )
+    p.add_argument(
+        "--no-prometheus",
+        action="store_true",
+        help="do not start Prometheus/Alertmanager even when installed (analyze the nodes directly)",
+    )
+    p.add_argument(
+        "--workdir", default=None, help="keep configs, logs and data here (default: a temporary directory)"
+    )
+
+
+def _service_address(args: argparse.Namespace) -> tuple[str, int]:
+    """Host and port of the web page: ``--listen`` (its port must be free), else the default or any."""
+    from fleetscope.service.cli import parse_listen
+
+    host, port = parse_listen(args.listen or f"127.0.0.1:{defaults.SERVICE_PORT}")
+    if port_free(host, port):
+        return host, port
+    if args.listen:
+        raise FleetscopeError(f"cannot serve the web page on {host}:{port}: the port is in use")
+    return host, pick_port(host, None, port)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.nodes < 2:
+        raise FleetscopeError("--nodes must be at least 2 (the analyzers compare a node with its peers)")
+    if not 0 <= args.fault_node < args.nodes:
+        raise FleetscopeError(f"--fault-node must be in 0..{args.nodes - 1}")
+    host, service_port = _service_address(args)
+
+    keep = args.workdir is not None
+    workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fleetscope-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with stop_on_signals() as stop:
+            procs = Processes(workdir, stop)
+            try:
+                return _run(args, host, service_port, procs, stop)
+            except Stopped:
+                say("stopping")
+                return 0
+            finally:
+                procs.stop_all()
+    finally:
+        if keep:
+            say(f"stopped; configs, logs and data are in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+            say("stopped")
+
+
+def _run(
+    args: argparse.Namespace, host: str, service_port: int, procs: Processes, stop: threading.Event
+) -> int:
+    started = time.monotonic()
+    interval = 1.0 if args.fast else 5.0
+    prometheus_bin = None if args.no_prometheus else find_binary(PROMETHEUS_NAMES)
+    alertmanager_bin = None if args.no_prometheus else find_binary(ALERTMANAGER_NAMES)
+
+    targets_file = start_simulator(args, procs)
+    if prometheus_bin is None:
+        return _run_direct(args, targets_file, procs, stop, started)
+
+    alertmanager_url = None
+    if alertmanager_bin:
+        alertmanager_url = start_alertmanager(alertmanager_bin, args, procs)
+    else:
+        say(f"Alertmanager not found; alerts are visible in Prometheus only ({INSTALL_HINT})")
+    service = f"{local_address(host)}:{service_port}"
+    prometheus_url = start_prometheus(
+        prometheus_bin, args, procs, targets_file, service, alertmanager_url, interval
+    )
+    service_url = start_service(procs, prometheus_url, host, service_port, interval)
+
+    say(f"web page:      {service_url}/")
+    say(f"findings API:  {service_url}/api/v1/findings")
+    say(f"Prometheus:    {prometheus_url}/alerts")
+    if alertmanager_url:
+        say(f"Alertmanager:  {alertmanager_url}/#/alerts")
+    say("watching; findings and firing alerts appear below. Ctrl-C stops everything.")
+
+    watcher = Watcher(service_url, alertmanager_url)
+    return watch(procs, stop, watcher.poll, interval, args.duration, started)
+
+
+def _run_direct(
+    args: argparse.Namespace, targets_file: Path, procs: Processes, stop: threading.Event, started: float
+) -> int:
+    if args.no_prometheus:
+        say("not starting Prometheus (--no-prometheus)")
+    else:
+        say(f"Prometheus not found: {INSTALL_HINT}")
+    say("meanwhile: scraping the virtual nodes directly and analyzing them (no web page, no alerts)")
+    direct = DirectAnalysis(targets_file, procs.workdir / "recording.om")
+    interval = 2.0 if args.fast else 5.0
+    last_analysis = 0.0
+
+    def poll() -> None:
+        nonlocal last_analysis
+        direct.scrape()
+        if time.monotonic() - last_analysis >= 3 * interval:
+            last_analysis = time.monotonic()
+            try:
+                direct.analyze()
+            except FleetscopeError as exc:
+                log.debug("analysis not possible yet: %s", exc)
+
+    return watch(procs, stop, poll, interval, args.duration, started)

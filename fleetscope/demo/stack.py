@@ -1,0 +1,107 @@
+"""Starting the four parts of the demo, each as a child process, and waiting until each is ready."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fleetscope.demo.configs import alertmanager_config, prometheus_config, rule_files, write_yaml
+from fleetscope.demo.net import http_ok, local_address, pick_port, pick_port_range
+from fleetscope.demo.processes import Processes, fleetscope_argv
+from fleetscope.demo.watcher import say
+from fleetscope.textformat import format_number
+
+INSTALL_HINT = (
+    "install them with: sudo apt-get install prometheus prometheus-alertmanager "
+    "(or put the upstream binaries on PATH)"
+)
+DEFAULT_PROMETHEUS_PORT = 9090
+DEFAULT_ALERTMANAGER_PORT = 9093
+READY_TIMEOUT = 60.0
+
+
+def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
+    """The virtual nodes on consecutive free ports; returns their file_sd targets file."""
+    base_port = pick_port_range("127.0.0.1", args.base_port, args.nodes)
+    targets_file = procs.workdir / "targets.json"
+    targets_file.unlink(missing_ok=True)  # a kept --workdir may hold the last run's
+    procs.start(
+        "simulator",
+        fleetscope_argv(
+            "simulate", "--live", "--nodes", str(args.nodes), "--listen", "127.0.0.1",
+            "--base-port", str(base_port), "--fault", args.fault, "--fault-at", format_number(args.fault_at),
+            "--fault-node", str(args.fault_node), "--fault-gpu", str(args.fault_gpu), "--seed", str(args.seed), "--targets-file", str(targets_file),
+        ),
+    )  # fmt: skip
+    procs.wait_until(
+        lambda: targets_file.is_file() and http_ok(f"http://127.0.0.1:{base_port}/metrics"),
+        READY_TIMEOUT,
+        "the virtual nodes",
+    )
+    say(
+        f"simulated cluster: {args.nodes} virtual nodes on 127.0.0.1:{base_port}-{base_port + args.nodes - 1}, "
+        f"fault {args.fault} on node {args.fault_node} {args.fault_at:g}s after start"
+    )
+    return targets_file
+
+
+def start_alertmanager(binary: str, args: argparse.Namespace, procs: Processes) -> str:
+    """Alertmanager with the demo's route; returns its URL."""
+    port = pick_port("127.0.0.1", args.alertmanager_port, DEFAULT_ALERTMANAGER_PORT)
+    config = write_yaml(procs.workdir / "alertmanager.yml", alertmanager_config(args.fast))
+    procs.start(
+        "alertmanager",
+        [
+            binary, f"--config.file={config}", f"--storage.path={procs.workdir / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+        ],
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    procs.wait_until(lambda: http_ok(f"{url}/-/ready"), READY_TIMEOUT, "Alertmanager")
+    return url
+
+
+def start_prometheus(
+    binary: str,
+    args: argparse.Namespace,
+    procs: Processes,
+    targets_file: Path,
+    service: str,
+    alertmanager_url: str | None,
+    interval: float,
+) -> str:
+    """Prometheus scraping the nodes and the service (``host:port``) with the generated rules;
+    returns its URL."""
+    rules = rule_files(procs.workdir)
+    if not rules:
+        say("no generated rule files found (run `fleetscope generate` in a checkout); no alerts")
+    port = pick_port("127.0.0.1", args.prometheus_port, DEFAULT_PROMETHEUS_PORT)
+    alertmanager = alertmanager_url.split("://", 1)[1] if alertmanager_url else None
+    config = write_yaml(
+        procs.workdir / "prometheus.yml",
+        prometheus_config(targets_file, service, rules, alertmanager, interval),
+    )
+    procs.start(
+        "prometheus",
+        [
+            binary, f"--config.file={config}", f"--storage.tsdb.path={procs.workdir / 'prometheus'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+        ],
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    procs.wait_until(lambda: http_ok(f"{url}/-/ready"), READY_TIMEOUT, "Prometheus")
+    return url
+
+
+def start_service(procs: Processes, prometheus_url: str, host: str, port: int, interval: float) -> str:
+    """``fleetscope serve`` reading Prometheus, analyzing every two scrapes; returns its local URL."""
+    procs.start(
+        "service",
+        fleetscope_argv(
+            "serve", "--prometheus", prometheus_url, "--listen", f"{host}:{port}",
+            "--interval", f"{2 * interval:g}", "--window", "900", "--step", f"{interval:g}",
+        ),
+    )  # fmt: skip
+    url = f"http://{local_address(host)}:{port}"
+    procs.wait_until(lambda: http_ok(f"{url}/healthz"), READY_TIMEOUT, "the fleetscope service")
+    return url
