@@ -28,6 +28,17 @@ class DetectorConfig:
     #: A rank that is ``straggler_ratio`` slower than its own best level in the window needs only
     #: this much over the peer median (NVRx computes both a relative and an individual score).
     straggler_ratio_with_self: float = 1.03
+    #: With the GPU's own hardware evidence at the same time (a throttle reason bit, violation time),
+    #: a rank this much slower than its peers is a straggler: the hardware explains it, so jitter
+    #: cannot (a 5% throttle costs a synchronous job its full 5%; Minder, NSDI'25).
+    straggler_ratio_with_hw: float = 1.03
+    #: A phase (data loading, host-side optimizer work) longer than the peers' by this share of the
+    #: step, or a wait this much shorter (the rank everybody waits for waits least), is a straggler.
+    phase_share: float = 0.04
+    #: The same share when the GPU's hardware evidence agrees.
+    phase_share_with_hw: float = 0.015
+    #: Slow periods of one GPU closer than this are one on/off episode series, reported once.
+    episode_gap_s: float = 600.0
     #: Modified z-score 0.6745 (x - median) / MAD above which a rank is an outlier
     #: (Iglewicz-Hoaglin, |M| > 3.5; analytics.md section 5).
     straggler_z: float = 3.5

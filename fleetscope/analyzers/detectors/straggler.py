@@ -31,9 +31,13 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, robust_z
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
+from fleetscope.analyzers.slowness import Slowness, slowness
+
+#: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
+NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
 
 THERMAL_BITS = c.CLOCK_EVENT_SW_THERMAL | c.CLOCK_EVENT_HW_THERMAL
 
@@ -183,74 +187,202 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
 
 
 def rank_scores(feat: Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute seconds per step, ratio to the job's peer median, modified z) per rank and time."""
+    """(compute seconds per step, slowness score against the peer group, modified z) per rank and time.
+
+    The score is :meth:`Slowness.score`: 1 + the largest view of slowness (1.0 = like its peers).
+    """
     r = feat.ranks
     T = len(feat.times)
     if not r.steps.size:
         z = np.zeros((T, 0))
         return z, z, z
+    sl = slowness(feat)
     steps = rolling_sum(r.steps, feat.w)
     comp = rolling_sum(r.compute, feat.w)
     with np.errstate(all="ignore"):
         per_step = np.where(steps >= 2, comp / steps, np.nan)
-    ratio = np.full(per_step.shape, np.nan)
-    z = np.full(per_step.shape, np.nan)
-    jobs = r.keys["job_id"].to_numpy()
-    for job in feat.jobs:
-        cols = jobs == job
-        if cols.sum() < 3:
-            continue
-        ratio[:, cols], z[:, cols] = robust_z(per_step[:, cols], mad_floor=feat.config.mad_floor)
-    return per_step, ratio, z
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        zmax = np.nanmax(np.stack(list(sl.z.values())), axis=0) if sl.z else per_step * np.nan
+    return per_step, sl.score(), zmax
+
+
+def gpu_throttle_evidence(feat: Features) -> np.ndarray:
+    """Per GPU column and time: the hardware says this GPU runs slower than it could.
+
+    A HW/SW thermal, HW power-brake or HW-slowdown clock-event bit, a violation counter counting at
+    least ``violation_share`` of the time, or an SM clock ``clock_deficit`` below its busy peers'
+    median while a reason bit is set. A SW power cap alone is normal under load and never counts.
+    """
+    cfg = feat.config
+    gs = feat.gpus
+    if not gs.clock.size:
+        return np.zeros((len(feat.times), len(gs.keys)), dtype=bool)
+    bits = np.nan_to_num(gs.reasons).astype(np.int64)
+    return (
+        ((bits & (THERMAL_BITS | c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN)) != 0)
+        | (np.nan_to_num(gs.thermal_viol) >= cfg.violation_share)
+        | (np.nan_to_num(gs.power_viol) >= cfg.violation_share)
+    )
+
+
+def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(slow without hardware evidence, slow with it) per grid time for rank column ``k``."""
+    cfg = feat.config
+    zc = cfg.straggler_z
+
+    def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
+        return (np.nan_to_num(x[:, k]) >= bar) & (np.nan_to_num(sl.z[name][:, k]) >= zc)
+
+    share = cfg.phase_share
+    soft = (
+        view("compute", sl.compute, cfg.straggler_ratio)
+        | view("forward", sl.forward, cfg.straggler_ratio)
+        | view("data", sl.data, share)
+        | view("host", sl.host, share)
+        | view("less_wait", sl.less_wait, share)
+    )
+    if hw is None:
+        return soft, np.zeros_like(soft)
+    mild = cfg.straggler_ratio_with_hw
+    mild_share = cfg.phase_share_with_hw
+    hard = hw & (
+        (np.nan_to_num(sl.compute[:, k]) >= mild)
+        | (np.nan_to_num(sl.forward[:, k]) >= mild)
+        | (np.nan_to_num(sl.less_wait[:, k]) >= mild_share)
+    )
+    return soft, hard
+
+
+def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[int, int, float]]:
+    """(first, last, duty cycle) of each slow period of one rank or GPU.
+
+    Without hardware evidence a period must last ``persistence_s``. Confirmed by the hardware, a
+    period needs only a third of that, and periods closer than ``episode_gap_s`` are one episode
+    series (a GPU throttling on and off with its fan), reported once with its duty cycle.
+    """
+    p = feat.p
+    runs = _runs_with_persistence(soft, p, bridge=feat.w)
+    hard_runs = _runs_with_persistence(hard, max(1, p // 3), bridge=feat.w)
+    flagged = np.zeros(len(soft), dtype=bool)
+    for a, b in runs + hard_runs:
+        flagged[a : b + 1] = True
+    gap = max(1, round(feat.config.episode_gap_s / feat.step))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(runs + hard_runs):
+        if merged and a - merged[-1][1] <= (gap if hard_runs else feat.w):
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    # Sustained or repeated: one short blip, even a confirmed one, is not a straggler.
+    return [(a, b, float(flagged[a : b + 1].mean())) for a, b in merged if flagged[a : b + 1].sum() >= p]
+
+
+def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:
+    """The phase where a rank's slowness shows, when the hardware names no cause."""
+    views = {
+        "forward": _mean(sl.forward[a : b + 1, k]) - 1,
+        "compute": _mean(sl.compute[a : b + 1, k]) - 1,
+        "data": _mean(sl.data[a : b + 1, k]),
+        "host": _mean(sl.host[a : b + 1, k]),
+        "less_wait": _mean(sl.less_wait[a : b + 1, k]),
+    }
+    views = {n: v for n, v in views.items() if np.isfinite(v)}
+    ev = {"slowness_views": ", ".join(f"{n} {v:+.1%}" for n, v in views.items())}
+    if not views:
+        return "unknown", ev
+    top = max(views, key=lambda n: views[n])
+    if top == "data":
+        return "data_loading", ev
+    if top == "host" or (top == "less_wait" and views.get("host", 0) >= 0.5 * views["less_wait"]):
+        return "cpu", ev
+    return "unknown", ev
 
 
 def detect(feat: Features) -> list[Finding]:
-    cfg = feat.config
+    """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module docstring)."""
     findings: list[Finding] = []
     net = node_network_trouble(feat)
     r = feat.ranks
     covered: set[tuple[str, str]] = set()
-    per_step, ratio, z = rank_scores(feat)
-    for k in range(ratio.shape[1]):
+    sl = slowness(feat)
+    hw_all = gpu_throttle_evidence(feat)
+    score = sl.score()
+    for k in range(score.shape[1]):
         node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
         if r.present[:, k].any():
             covered.add((node, gpu))
-        # Against the peers (NVRx's relative score, with a median), or against its own best level
-        # in this window (NVRx's individual score) while still the job's outlier: a fast GPU that
-        # throttles by 10% may only reach 1.07 of the median, but it is 10% slower than itself.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            finite = np.isfinite(per_step[:, k])
-            own_best = float(np.nanpercentile(per_step[:, k], 10)) if finite.any() else float("nan")
-            own = np.nan_to_num(per_step[:, k] / own_best)
-        peer, zk = np.nan_to_num(ratio[:, k]), np.nan_to_num(z[:, k])
-        flag = (zk >= cfg.straggler_z) & (
-            (peer >= cfg.straggler_ratio)
-            | ((own >= cfg.straggler_ratio) & (peer >= cfg.straggler_ratio_with_self))
-        )
-        for a, b in _runs_with_persistence(flag, feat.p, bridge=feat.w):
+        gcol = feat.gpus.col(node, gpu)
+        hw = hw_all[:, gcol] if gcol is not None else None
+        soft, hard = _rank_flags(feat, sl, k, hw)
+        for a, b, duty in _episodes(soft, hard, feat):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                score = float(np.nanmedian(ratio[a : b + 1, k]))
-                peers = np.nanmedian(per_step[a : b + 1])
-            cause, ev = _cause(feat, feat.gpus.col(node, gpu), node, a, b, net)
-            ev = {"compute_seconds_per_step": f"{_mean(per_step[a : b + 1, k]):.2f} s (peer median {peers:.2f} s, "
-                  f"own best {own_best:.2f} s)", **ev}  # fmt: skip
+                sc = float(np.nanmedian(score[a : b + 1, k]))
+            cause, ev = _cause(feat, gcol, node, a, b, net)
+            if cause == "unknown":
+                cause, pev = _phase_cause(sl, k, a, b)
+                ev.update(pev)
+            ev = {"slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
+                  **ev}  # fmt: skip
+            if duty < 0.9:
+                ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
             rank = int(float(r.keys.iloc[k]["rank"]))
             findings.append(
-                _finding(feat, node, gpu, rank, str(r.keys.iloc[k]["job_id"]), a, b, score, cause, ev)
+                _finding(feat, node, gpu, rank, str(r.keys.iloc[k]["job_id"]), a, b, sc, cause, ev)
             )
-    findings.extend(_hardware_only(feat, covered, net))
-    # Network: node-level, only when no rank/GPU finding on that node explains it already.
-    for node, (flag, ev) in net.items():
+    findings.extend(_hardware_only(feat, covered, net, hw_all))
+    findings = _one_per_node(feat, findings)
+    # Network: node-level; it replaces the node's own rank findings that it explains.
+    for node, (flag, nev) in net.items():
         for a, b in _runs_with_persistence(flag, feat.p, bridge=feat.w):
+            t0, t1 = float(feat.times[a]), float(feat.times[b])
+            findings = [f for f in findings if not (f.node == node and f.cause in ("network", "unknown", "cpu")
+                                                    and f.start <= t1 and (f.end or t1) >= t0)]  # fmt: skip
             findings.append(_finding(feat, node, None, None, feat.jobs[0] if len(feat.jobs) == 1 else None,
-                                     a, b, None, "network", dict(ev)))  # type: ignore[arg-type]  # fmt: skip
+                                     a, b, None, "network", dict(nev)))  # fmt: skip
     findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
     return findings
 
 
-def _hardware_only(feat: Features, covered: set[tuple[str, str]], net) -> list[Finding]:
+def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
+    """Half or more of a node's GPUs slow at once: one node-level finding listing them."""
+    gpus_on: dict[str, int] = {}
+    for node in feat.gpus.keys[c.NODE_LABEL] if len(feat.gpus.keys) else []:
+        gpus_on[str(node)] = gpus_on.get(str(node), 0) + 1
+    for node in {str(n) for n in feat.ranks.keys[c.NODE_LABEL]} if len(feat.ranks.keys) else set():
+        ranks = int((feat.ranks.keys[c.NODE_LABEL].to_numpy() == node).sum())
+        gpus_on[node] = max(gpus_on.get(node, 0), ranks)
+    out: list[Finding] = []
+    by_node: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_node.setdefault(f.node or "", []).append(f)
+    for node, fs in by_node.items():
+        n = gpus_on.get(node, 0)
+        if len(fs) < 2 or len({f.gpu for f in fs}) < max(2, n / 2):
+            out += fs
+            continue
+        causes = [f.cause for f in fs]
+        cause = max(set(causes), key=causes.count)
+        first = min(fs, key=lambda f: f.start)
+        ends = [f.end for f in fs]
+        ev = {
+            "gpus": ", ".join(sorted({f.gpu or "" for f in fs}, key=lambda g: (len(g), g))),
+            "ranks": ", ".join(str(x) for x in sorted({f.rank for f in fs if f.rank is not None})),
+            **{k: v for k, v in first.evidence.items() if k not in ("confirmed_at",)},
+            "confirmed_at": min(f.evidence.get("confirmed_at", "") for f in fs),
+        }
+        scores = [f.score for f in fs if f.score is not None]
+        out.append(Finding(
+            kind="straggler", severity="warning", node=node, gpu=None, rank=None, job_id=first.job_id,
+            start=first.start, end=None if None in ends else max(e for e in ends if e is not None),
+            score=max(scores) if scores else None, cause=cause, evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
+        ))  # fmt: skip
+    return out
+
+
+def _hardware_only(feat: Features, covered: set[tuple[str, str]], net: NetTrouble,
+                   throttled: np.ndarray) -> list[Finding]:  # fmt: skip
     """GPUs without training telemetry: clock deficit plus a throttle reason or violation time."""
     cfg = feat.config
     gs = feat.gpus
@@ -263,17 +395,11 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net) -> list[F
         peer = np.nanmedian(np.where(busy, gs.clock, np.nan), axis=1, keepdims=True)
     with np.errstate(all="ignore"):
         deficit = 1 - gs.clock / peer
-    bits = np.nan_to_num(gs.reasons).astype(np.int64)
-    throttled = (
-        ((bits & (THERMAL_BITS | c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN)) != 0)
-        | (np.nan_to_num(gs.thermal_viol) >= cfg.violation_share)
-        | (np.nan_to_num(gs.power_viol) >= cfg.violation_share)
-    )
     flag = busy & (np.nan_to_num(deficit) >= cfg.clock_deficit) & throttled
     for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
         if (node, gpu) in covered:
             continue
-        for a, b in _runs_with_persistence(flag[:, j], feat.p, bridge=feat.w):
+        for a, b, duty in _episodes(np.zeros(len(flag), dtype=bool), flag[:, j], feat):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 score = float(np.nanmedian(peer[a : b + 1, 0] / gs.clock[a : b + 1, j]))
@@ -284,6 +410,8 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net) -> list[F
                 ev[c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE] = (
                     f"{tens:.2f} (peers {tens_peer:.2f}, busy while they wait)"
                 )
+            if duty < 0.9:
+                ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
             out.append(_finding(feat, node, gpu, None, None, a, b, score, cause, ev))
     return out
 

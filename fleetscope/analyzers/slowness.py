@@ -1,0 +1,221 @@
+"""How much slower each rank is than its peers, wherever in the step its slowness shows.
+
+Why not just compute time. In synchronous training every rank waits for the slowest at each
+collective, and host-side phase timers put that wait wherever the host first blocks
+(docs/design.md#where-the-wait-shows): in backward when gradient hooks overlap the all-reduce, at the
+optimizer step when the collective sits there, or nowhere when the job syncs CUDA around its phases.
+So a slow rank may show *more* forward+backward time than its peers (synced timers), or *less*
+backward time (its peers wait in backward while it computes). Four views of a rank against the
+median of its peer group cover the cases; a rank is as slow as the largest of them:
+
+* ``compute``: forward+backward seconds per step / peer median (synced timers);
+* ``forward``: forward seconds per step / peer median -- forward never holds a gradient collective
+  in data-parallel training, so a slow GPU shows here whatever the timers do;
+* ``data``: data-loading seconds per step above the peers', as a share of the step (input pipeline);
+* ``host``: optimizer-phase seconds above the peers' (host-side work, CPU contention), as a share;
+* ``less_wait``: backward or optimizer seconds *below* the peers', as a share of the step -- the
+  rank everybody waits for is the one that waits least.
+
+Peers. Ranks are compared within their peer group: the job, split by pipeline stage. Stages come
+from ``training_info``'s ``pipeline_stage`` label when the job reports its layout; otherwise they are
+inferred: ranks whose compute level differs as a block from the window's start (the last stage
+computes the loss, the first the embedding; docs/design.md#pipeline-structure) form their own
+group. A block must hold at least :data:`MIN_GROUP` ranks, so one GPU that is slow from the start is
+still an outlier of the group it joins.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.frames import rolling_sum
+
+#: Fewest ranks an inferred structural block may have (a lone odd rank is an outlier, not structure).
+MIN_GROUP = 4
+#: Relative gap in the ranks' early compute level that separates two inferred structural blocks.
+#: Healthy GPUs of one model spread by a few percent (Sinha et al., SC'22); stages differ by 10%+.
+STRUCTURE_GAP = 0.06
+
+
+@dataclass
+class Slowness:
+    """Per rank (column) and grid time (row): each view of slowness, and its robust z-score."""
+
+    groups: np.ndarray  # peer-group id per rank
+    step_s: np.ndarray  # wall seconds per step
+    compute: np.ndarray  # ratio to the group median
+    forward: np.ndarray  # ratio
+    data: np.ndarray  # share of the step above the median
+    host: np.ndarray  # share
+    less_wait: np.ndarray  # share
+    z: dict[str, np.ndarray]
+    structure_inferred: bool
+
+    def score(self) -> np.ndarray:
+        """One number per rank and time: 1 + the largest view of slowness (1.0 = like its peers)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            stack = np.stack(
+                [self.compute - 1, self.forward - 1, self.data, self.host, self.less_wait], axis=0
+            )
+            allnan = np.isnan(stack).all(axis=0)
+            best = np.nanmax(np.where(np.isnan(stack), -np.inf, stack), axis=0)
+        return np.where(allnan, np.nan, 1.0 + best)
+
+
+def _per_step(x: np.ndarray, steps: np.ndarray, w: int) -> np.ndarray:
+    s = rolling_sum(steps, w)
+    v = rolling_sum(x, w)
+    with np.errstate(all="ignore"):
+        return np.where(s >= 2, v / s, np.nan)
+
+
+def _nanmedian(x: np.ndarray, axis: int) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(x, axis=axis, keepdims=True)
+
+
+def _robust(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x - row median, modified z-score) within one group, the MAD floored at ``floor``."""
+    med = _nanmedian(x, 1)
+    with np.errstate(all="ignore"):
+        mad = _nanmedian(np.abs(x - med), 1)
+        mad = np.maximum(mad, floor)
+        return x - med, 0.6745 * (x - med) / mad
+
+
+def layout_stage(feat: Features) -> dict[tuple[str, str], str]:
+    """(job_id, rank) -> pipeline stage, from ``training_info`` where the job reports its layout."""
+    f = feat.frames.get(c.TRAINING_INFO)
+    if not len(f) or "pipeline_stage" not in f.labels.columns:
+        return {}
+    out: dict[tuple[str, str], str] = {}
+    for job, rank, stage in zip(
+        f.column("job_id"), f.column("rank"), f.column("pipeline_stage"), strict=True
+    ):
+        if str(stage) != "":
+            out[(str(job), str(rank))] = str(stage)
+    return out
+
+
+def infer_blocks(level: np.ndarray) -> np.ndarray:
+    """Structural blocks of ranks by their early compute level (one id per rank, -1 = no level)."""
+    ids = np.full(level.shape, -1)
+    ok = np.nonzero(np.isfinite(level) & (level > 0))[0]
+    if ok.size < 2 * MIN_GROUP:
+        ids[ok] = 0
+        return ids
+    order = ok[np.argsort(level[ok])]
+    vals = level[order]
+    cuts = [0]
+    for i in range(1, len(vals)):
+        if vals[i] / vals[i - 1] - 1 >= STRUCTURE_GAP:
+            cuts.append(i)
+    cuts.append(len(vals))
+    # Merge blocks that are too small into their nearest neighbour.
+    blocks = [list(order[cuts[i] : cuts[i + 1]]) for i in range(len(cuts) - 1)]
+    merged = True
+    while merged and len(blocks) > 1:
+        merged = False
+        for i, b in enumerate(blocks):
+            if len(b) < MIN_GROUP:
+                j = i - 1 if i == len(blocks) - 1 else i + 1
+                if 0 < i < len(blocks) - 1:
+                    left = level[blocks[i - 1][-1]]
+                    right = level[blocks[i + 1][0]]
+                    j = i - 1 if level[b[0]] / left < right / level[b[-1]] else i + 1
+                lo, hi = min(i, j), max(i, j)
+                blocks[lo : hi + 1] = [sorted(blocks[lo] + blocks[hi], key=lambda k: level[k])]
+                merged = True
+                break
+    for g, b in enumerate(blocks):
+        ids[b] = g
+    return ids
+
+
+def _groups(feat: Features, compute: np.ndarray) -> tuple[np.ndarray, bool]:
+    r = feat.ranks
+    n = compute.shape[1]
+    groups = np.full(n, -1)
+    if not n:
+        return groups, False
+    jobs = r.keys["job_id"].to_numpy().astype(str)
+    ranks = r.keys["rank"].to_numpy().astype(str)
+    stages = layout_stage(feat)
+    inferred = False
+    next_id = 0
+    for job in feat.jobs:
+        cols = np.nonzero(jobs == job)[0]
+        have = {stages.get((job, ranks[k])) for k in cols}
+        if stages and None not in have:
+            keys = {s: i for i, s in enumerate(sorted(have, key=str))}
+            for k in cols:
+                groups[k] = next_id + keys[stages[(job, ranks[k])]]
+            next_id += len(keys)
+            continue
+        # Early level: the median over the first third of each rank's valid history.
+        level = np.full(len(cols), np.nan)
+        for i, k in enumerate(cols):
+            v = compute[:, k]
+            idx = np.nonzero(np.isfinite(v))[0]
+            if idx.size:
+                head = v[idx[: max(1, idx.size // 3)]]
+                level[i] = float(np.median(head))
+        blocks = infer_blocks(level)
+        inferred |= len(set(blocks.tolist()) - {-1}) > 1
+        blocks = np.where(blocks < 0, 0, blocks)
+        groups[cols] = next_id + blocks
+        next_id += int(blocks.max()) + 1
+    return groups, inferred
+
+
+def slowness(feat: Features) -> Slowness:
+    """Every view of every rank's slowness against its peer group, on the window's grid."""
+    r = feat.ranks
+    T = len(feat.times)
+    n = r.steps.shape[1] if r.steps.size else 0
+    nan = np.full((T, n), np.nan)
+    if not n:
+        empty = np.zeros((T, 0))
+        return Slowness(np.zeros(0, dtype=int), empty, empty, empty, empty, empty, empty, {}, False)
+    w = feat.w
+    ph = {p: _per_step(v, r.steps, w) for p, v in r.phases.items()}
+    zero = np.zeros((T, n))
+    fwd = ph.get("forward", nan)
+    bwd = ph.get("backward", nan)
+    data = ph.get("data", zero)
+    opt = ph.get("optimizer", zero)
+    compute = fwd + bwd
+    step_s = _per_step(r.step_seconds, r.steps, w)
+    groups, inferred = _groups(feat, compute)
+    out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait")}
+    z = {k: np.full((T, n), np.nan) for k in out}
+    floor_ratio = feat.config.mad_floor
+    for g in np.unique(groups):
+        cols = groups == g
+        if cols.sum() < 3:
+            continue
+        step_med = _nanmedian(np.where(np.isnan(step_s[:, cols]), compute[:, cols], step_s[:, cols]), 1)
+        with np.errstate(all="ignore"):
+            for key, x in (("compute", compute), ("forward", fwd)):
+                med = _nanmedian(x[:, cols], 1)
+                dev, zz = _robust(x[:, cols], floor_ratio * np.abs(med))
+                out[key][:, cols] = 1 + dev / med
+                z[key][:, cols] = zz
+            floor = floor_ratio * np.abs(step_med)
+            dd, zd = _robust(data[:, cols], floor)
+            out["data"][:, cols], z["data"][:, cols] = dd / step_med, zd
+            do, zo = _robust(opt[:, cols], floor)
+            out["host"][:, cols], z["host"][:, cols] = do / step_med, zo
+            db, zb = _robust(bwd[:, cols], floor)
+            lw = np.fmax(-db, -do) / step_med
+            out["less_wait"][:, cols] = lw
+            z["less_wait"][:, cols] = np.fmax(-zb, -zo)
+    return Slowness(groups, step_s, out["compute"], out["forward"], out["data"], out["host"], out["less_wait"],
+                    z, inferred)  # fmt: skip
