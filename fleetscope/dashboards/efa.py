@@ -38,7 +38,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
         ]),
         ("Trouble", [
             timeseries("Retransmit ratio", [(s(names.EFA_RETRANS_RATIO), dev)], "percentunit",
-                       f"SRD packets retransmitted per packet sent; alert above {cfg.efa_retrans_ratio:.0%}.",
+                       f"SRD packets retransmitted per packet sent; alert above {cfg.efa_retrans_ratio:.1%}.",
                        min_value=0),
             timeseries("Retransmit timeouts (path changes)", [(per_device(c.EFA_RETRANS_TIMEOUT_EVENTS, "increase"),
                                                                 dev)], "short", min_value=0),
