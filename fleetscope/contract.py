@@ -452,7 +452,7 @@ def fsx_metric_name(cloudwatch_metric: str) -> str:
 TRAINING_LABELS: tuple[str, ...] = ("job_id", "rank", "local_rank", NODE_LABEL, "gpu")
 #: ``eval``: evaluation/validation loops; ``checkpoint``: saving a checkpoint.
 TRAINING_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint", "eval")
-#: Phases whose time is "compute time" (straggler comparison, DESIGN.md).
+#: Phases whose time is "compute time" (straggler comparison, docs/design.md#peers).
 COMPUTE_PHASES: tuple[str, ...] = ("forward", "backward")
 #: All-rank pauses planned by the job: their time is counted in
 #: ``training_phase_seconds_total{phase}``, never in a step's time, and no step ends during them.

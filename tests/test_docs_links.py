@@ -34,8 +34,6 @@ PENDING_OUTSIDE_REFERENCES: dict[str, str] = {
     # simulator engineer (fleetscope/simulate/**)
     "fleetscope/simulate/model.py": "simulator engineer",
     "fleetscope/simulate/record.py": "simulator engineer",
-    # owner of the contract's training section (COMPUTE_PHASES comment)
-    "fleetscope/contract.py": "training-section owner (telemetry / vocabulary engineer)",
 }
 
 #: What sends a reader outside the repository.

@@ -11,7 +11,6 @@ and every field and every alert must appear, so neither side can drift from the 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import re
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from fleetscope.alerts import render
 from fleetscope.alerts.config import THRESHOLDS, Thresholds
+from fleetscope.analyzers.config import DetectorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
@@ -29,21 +29,6 @@ NOT_THRESHOLDS = {"runbook_url_base", "job_selector"}
 
 _FIELD = re.compile(r"`([a-z][a-z0-9_]*)` = ([0-9][0-9.e+-]*[a-z]*)")
 _ALERT = re.compile(r"`(Fleetscope[A-Za-z]+)` \((?:for ([0-9]+[smhd])|(at once))\)")
-
-
-def _detector_config() -> object:
-    """``DetectorConfig``'s defaults, wherever the analyzers keep the class.
-
-    The lead engineer is moving it from ``fleetscope/analyzers/detectors/config.py`` to
-    ``fleetscope/analyzers/config.py``; the first module that exists wins. Drop the fallback once the
-    move has landed.
-    """
-    for module in ("fleetscope.analyzers.config", "fleetscope.analyzers.detectors.config"):
-        try:
-            return importlib.import_module(module).DetectorConfig()
-        except ModuleNotFoundError:
-            continue
-    raise AssertionError("no DetectorConfig in fleetscope.analyzers")
 
 
 def _section(text: str, heading: str) -> str:
@@ -67,7 +52,7 @@ def _rows(section: str) -> list[list[str]]:
 
 
 ROWS = _rows(_section(DESIGN.read_text(), "Thresholds"))
-DETECTOR = _detector_config()
+DETECTOR = DetectorConfig()
 
 
 def _same(code: object, written: str) -> bool:
@@ -108,7 +93,7 @@ def test_every_alert_threshold_is_in_the_table() -> None:
 
 def test_every_detector_threshold_is_in_the_table() -> None:
     cited = {name for name, _, _ in _cited(3)}
-    fields = {f.name for f in dataclasses.fields(DETECTOR)}  # type: ignore[arg-type]
+    fields = {f.name for f in dataclasses.fields(DETECTOR)}
     assert sorted(fields - cited) == []
 
 
