@@ -10,7 +10,12 @@ the findings are matched to the expected ones:
 * recall per kind = expectations matched / expectations; precision per kind = findings that match
   an expectation / findings (an expectation marked optional, a borderline effect, neither counts as
   missed nor makes its finding a false positive);
-* detection delay = ``confirmed_at`` of the first matching finding - onset, per fault.
+* detection delay = ``confirmed_at`` of the first matching finding - onset, per fault;
+* a finding of severity ``info`` is never a false positive (an expected one counts for recall);
+* an expectation marked ``single`` (one incident, one finding) is matched by its earliest finding
+  only: further findings matching it alone are false positives; ``node_level`` expectations match
+  only findings without a GPU; ``job_id`` expectations only findings of that job (or of none);
+* everything is also reported per scenario ``family`` (the spec's, ``classic`` for old truths).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from fleetscope.analyzers.findings import Finding, parse_rfc3339
 from fleetscope.errors import FleetscopeError
 
 MATCH_BEFORE_S = 120.0
-KINDS = ("failing_node", "straggler", "mfu_drop")
+KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change")
 
 
 @dataclass
@@ -40,6 +45,7 @@ class ScenarioResult:
     false_positives: list[Finding] = field(default_factory=list)
     delays: dict[str, float | None] = field(default_factory=dict)  # fault kind -> seconds
     seconds: float = 0.0
+    family: str = "classic"
 
 
 def _matches(exp: dict, fault: dict, f: Finding, window_end: float) -> bool:
@@ -50,6 +56,10 @@ def _matches(exp: dict, fault: dict, f: Finding, window_end: float) -> bool:
             return False
         if exp.get("gpu") is not None and f.gpu is not None and f.gpu != exp["gpu"]:
             return False
+        if exp.get("node_level") and f.gpu is not None:
+            return False
+    if exp.get("job_id") is not None and f.job_id is not None and f.job_id != exp["job_id"]:
+        return False
     onset = parse_rfc3339(fault["onset"]) or 0.0
     end = parse_rfc3339(fault.get("end")) or window_end
     return onset - MATCH_BEFORE_S <= f.start <= end
@@ -57,24 +67,25 @@ def _matches(exp: dict, fault: dict, f: Finding, window_end: float) -> bool:
 
 def score_scenario(truth: dict, findings: list[Finding]) -> ScenarioResult:
     window_end = parse_rfc3339(truth["window"]["end"]) or 0.0
-    res = ScenarioResult(truth["scenario"], truth["spec"]["nodes"], truth["faults"], findings)
+    family = truth.get("family") or truth["spec"].get("family") or "classic"
+    res = ScenarioResult(truth["scenario"], truth["spec"]["nodes"], truth["faults"], findings, family=family)
     used: set[int] = set()
     for fault in truth["faults"]:
         first: float | None = None
         for exp in fault["expected"]:
             hits = [f for f in findings if _matches(exp, fault, f, window_end)]
-            for f in hits:
+            best = min(hits, key=lambda f: f.start) if hits else None
+            for f in [best] if exp.get("single") and best is not None else hits:
                 used.add(id(f))
             if exp.get("optional"):
                 continue
-            best = min(hits, key=lambda f: f.start) if hits else None
             res.matched.append((exp, best))
             if best is not None:
                 conf = parse_rfc3339(best.evidence.get("confirmed_at")) or best.start
                 d = conf - (parse_rfc3339(fault["onset"]) or 0.0)
                 first = d if first is None else min(first, d)
         res.delays[fault["kind"]] = first
-    res.false_positives = [f for f in findings if id(f) not in used]
+    res.false_positives = [f for f in findings if id(f) not in used and f.severity != "info"]
     return res
 
 
@@ -83,22 +94,17 @@ class Report:
     results: list[ScenarioResult]
 
     def per_kind(self) -> dict[str, dict[str, Any]]:
+        return {kind: _score(self.results, kind) for kind in KINDS}
+
+    def families(self) -> list[str]:
+        return sorted({r.family for r in self.results}, key=lambda f: (f != "classic", f))
+
+    def per_family(self) -> dict[str, dict[str, Any]]:
+        """Every kind together, per scenario family (plus the number of scenarios)."""
         out = {}
-        for kind in KINDS:
-            exps = [(e, f) for r in self.results for e, f in r.matched if e["kind"] == kind]
-            found = [(e, f) for e, f in exps if f is not None]
-            fps = [f for r in self.results for f in r.false_positives if f.kind == kind]
-            n_find = sum(1 for r in self.results for f in r.findings if f.kind == kind)
-            cause_ok = sum(1 for e, f in found if f.cause == e["cause"])
-            out[kind] = {
-                "expected": len(exps),
-                "found": len(found),
-                "findings": n_find,
-                "false_positives": len(fps),
-                "recall": len(found) / len(exps) if exps else 1.0,
-                "precision": (n_find - len(fps)) / n_find if n_find else 1.0,
-                "cause_accuracy": cause_ok / len(found) if found else 1.0,
-            }
+        for fam in self.families():
+            rs = [r for r in self.results if r.family == fam]
+            out[fam] = {"scenarios": len(rs), **_score(rs, None)}
         return out
 
     def delays(self) -> dict[str, dict[str, Any]]:
@@ -118,9 +124,10 @@ class Report:
         return {
             "scenarios": len(self.results),
             "per_kind": self.per_kind(),
+            "per_family": self.per_family(),
             "delays": self.delays(),
             "details": [{
-                "scenario": r.name, "nodes": r.nodes, "seconds": round(r.seconds, 2),
+                "scenario": r.name, "family": r.family, "nodes": r.nodes, "seconds": round(r.seconds, 2),
                 "faults": [f["kind"] for f in r.faults],
                 "missed": [e for e, f in r.matched if f is None],
                 "false_positives": [f.to_dict() for f in r.false_positives],
@@ -134,6 +141,11 @@ class Report:
         for kind, k in self.per_kind().items():
             lines.append(f"{kind:<14}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
                          f"{k['precision']:>11.3f}{k['recall']:>8.3f}{k['cause_accuracy']:>10.3f}")  # fmt: skip
+        lines += ["", f"{'FAMILY':<16}{'SCENARIOS':>10}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}"
+                  f"{'PRECISION':>11}{'RECALL':>8}"]  # fmt: skip
+        for fam, k in self.per_family().items():
+            lines.append(f"{fam:<16}{k['scenarios']:>10}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}"
+                         f"{k['false_positives']:>5}{k['precision']:>11.3f}{k['recall']:>8.3f}")  # fmt: skip
         lines += ["", f"{'FAULT':<20}{'FAULTS':>7}{'FOUND':>7}{'MAX DELAY':>11}{'MEAN DELAY':>12}"]
         for kind, d in self.delays().items():
             mx = "-" if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
@@ -150,6 +162,30 @@ class Report:
                     lines.append(f"  {name}: false {f.kind} {f.cause} on {f.node or 'job'} gpu {f.gpu} at "
                                  f"{f.to_dict()['start']}")  # fmt: skip
         return "\n".join(lines) + "\n"
+
+
+def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
+    """Expected, found, findings, false positives, recall, precision and cause accuracy of one
+    finding kind (``None``: all kinds) over ``results``; info findings count in neither."""
+
+    def mine(k: str) -> bool:
+        return kind is None or k == kind
+
+    exps = [(e, f) for r in results for e, f in r.matched if mine(e["kind"])]
+    found = [(e, f) for e, f in exps if f is not None]
+    fps = [f for r in results for f in r.false_positives if mine(f.kind)]
+    n_find = sum(1 for r in results for f in r.findings if mine(f.kind) and (f.severity != "info" or
+                 any(f is g for _, g in r.matched)))  # fmt: skip
+    cause_ok = sum(1 for e, f in found if f.cause == e["cause"])
+    return {
+        "expected": len(exps),
+        "found": len(found),
+        "findings": n_find,
+        "false_positives": len(fps),
+        "recall": len(found) / len(exps) if exps else 1.0,
+        "precision": (n_find - len(fps)) / n_find if n_find else 1.0,
+        "cause_accuracy": cause_ok / len(found) if found else 1.0,
+    }
 
 
 def evaluate(folder: str | Path, workdir: str | Path | None = None, config: object | None = None,

@@ -66,8 +66,26 @@ class Series:
     values: np.ndarray
 
 
+#: The phases the classic model reports (fixed, so its recordings never change with the contract).
+CLASSIC_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint")
+
+
 class ClusterModel:
-    """The state of every GPU, EFA device, Lustre mount and rank of one job."""
+    """The state of every GPU, EFA device, Lustre mount and rank of one job.
+
+    ``ClusterModel(spec)`` of a realistic spec (any family but ``classic``) builds the realistic
+    model, :class:`fleetscope.simulate.jobs.RealisticModel`, which shares this class's hardware state
+    and series but runs its own jobs; a classic spec runs this class unchanged, seed for seed.
+    """
+
+    PHASES: tuple[str, ...] = CLASSIC_PHASES
+
+    def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
+        if cls is ClusterModel and spec.realistic:
+            from fleetscope.simulate.jobs import RealisticModel
+
+            return super().__new__(RealisticModel)
+        return super().__new__(cls)
 
     def __init__(self, spec: ScenarioSpec, scrape_labels: bool = True) -> None:
         self.spec = spec
@@ -136,14 +154,18 @@ class ClusterModel:
         self.g: dict[str, np.ndarray] = {}
         self._fired: set[int] = set()
         self._key_cache: dict[str, tuple[object, list]] = {}
+        self._init_jobs()
         self.tick(0.0)
+
+    def _init_jobs(self) -> None:
+        """Set up the jobs before the first tick (the classic model's one job is set up above)."""
 
     # ------------------------------------------------------------------ rank bookkeeping
     def _reset_rank_counters(self) -> None:
         G = self.G
         self.r_steps = np.zeros(G)
         self.r_step_s = np.zeros(G)
-        self.r_phase = {p: np.zeros(G) for p in c.TRAINING_PHASES}
+        self.r_phase = {p: np.zeros(G) for p in self.PHASES}
         self.r_tokens = np.zeros(G)
         self.r_flops = np.zeros(G)
         self.r_last_ts = np.full(G, self.t)
@@ -508,8 +530,8 @@ class ClusterModel:
         out[c.TRAINING_GLOBAL_STEP] = Series(tl, keys, np.full(len(slots), self.global_step))
         out[c.TRAINING_LAST_STEP_TIMESTAMP] = Series(tl, keys, np.round(self.r_last_ts[slots], 3))
         phl = tl + ("phase",)
-        phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in c.TRAINING_PHASES for k in keys])
-        phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in c.TRAINING_PHASES])
+        phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in self.PHASES for k in keys])
+        phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in self.PHASES])
         out[c.TRAINING_PHASE_SECONDS] = Series(phl, phkeys, phv)
 
     def _node_series(self, out: dict[str, Series]) -> None:
@@ -546,7 +568,8 @@ class ClusterModel:
 
 
 def _stops_job(kind: str) -> bool:
-    return kind in ("gpu_lost", "ecc_uncorrectable", "row_remap_failure")
+    """Faults after which a ``replace`` restart brings a spare node (hang and node_drain: realistic)."""
+    return kind in ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "hang", "node_drain")
 
 
 def _overlap_periodic(a: float, b: float, every: float, length: float) -> float:

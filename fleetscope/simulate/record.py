@@ -177,6 +177,10 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
 
 def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
     """The faults injected, where and when, and the findings they should produce."""
+    if spec.realistic:
+        from fleetscope.simulate.truth import realistic_truth
+
+        return realistic_truth(spec)
     end_window = spec.start + (spec.duration_s // spec.step_s) * spec.step_s
     faults = []
     for f in spec.faults:
@@ -211,6 +215,7 @@ def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
         })  # fmt: skip
     return {
         "scenario": spec.name,
+        "family": spec.family,
         "window": {"start": rfc3339(spec.start), "end": rfc3339(end_window)},
         "spec": spec.to_dict(),
         "faults": faults,

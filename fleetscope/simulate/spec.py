@@ -25,6 +25,32 @@ FAULT_KINDS: tuple[str, ...] = (
     "data_stall",
     "healthy",
 )
+#: Fault kinds only the realistic model (every family but ``classic``) injects.
+REALISTIC_FAULT_KINDS: tuple[str, ...] = (
+    "hang",  # every rank blocked in a collective until the NCCL watchdog aborts (``cause``)
+    "fsx_saturation",  # the shared file system is saturated: checkpoints take ``slowdown`` x longer
+    "data_slow",  # one node's data loader is slow (its data phase grows)
+    "cpu_contention",  # one node's host CPU is contended (host-side optimizer work, data, launches)
+    "psu_brake",  # a node's power supply brakes all its GPUs (HW power brake)
+    "silent_slowdown",  # one GPU slower with no hardware evidence at all
+    "node_drain",  # the scheduler drains the node: clean stop, restart without it or with a spare
+    "scrape_gap",  # the node's exporter is not scraped: all its series absent, the job runs on
+)
+#: Root causes of a ``hang``.
+HANG_CAUSES: tuple[str, ...] = ("efa", "xid79", "gpu_vanish", "host")
+#: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``).
+FAMILIES: tuple[str, ...] = (
+    "classic",
+    "realistic",
+    "pipeline",
+    "pauses",
+    "hang",
+    "phase_straggler",
+    "intermittent",
+    "node_level",
+    "membership",
+    "multi_job",
+)
 #: Fault kinds that stop the job (fail-stop); the others slow it or only warn (fail-slow).
 FAIL_STOP: frozenset[str] = frozenset(
     {"gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop"}
@@ -51,12 +77,46 @@ class FaultSpec:
     stall_s: float = 240.0
     #: efa_degraded: which EFA device of the node.
     device: int = 0
+    #: Realistic model: an on/off fault is on for ``on_s`` at the start of every ``period_s``.
+    period_s: float | None = None
+    on_s: float | None = None
+    #: hang: its root cause (:data:`HANG_CAUSES`); the hang starts ``lead_s`` after ``at_s`` (the
+    #: hardware precursor, e.g. EFA retransmit timeouts, starts at ``at_s``).
+    cause: str = "host"
+    lead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise FleetscopeError(f"unknown fault kind {self.kind!r}; one of: {', '.join(FAULT_KINDS)}")
-        if self.restart not in ("shrink", "replace"):
-            raise FleetscopeError(f"restart must be shrink or replace, not {self.restart!r}")
+        if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS:
+            kinds = ", ".join(FAULT_KINDS + REALISTIC_FAULT_KINDS)
+            raise FleetscopeError(f"unknown fault kind {self.kind!r}; one of: {kinds}")
+        if self.restart not in ("shrink", "replace", "same", "end"):
+            raise FleetscopeError(f"restart must be shrink, replace, same or end, not {self.restart!r}")
+        if self.cause not in HANG_CAUSES:
+            raise FleetscopeError(f"hang cause must be one of {', '.join(HANG_CAUSES)}, not {self.cause!r}")
+        if (self.period_s is None) != (self.on_s is None) or (self.period_s or 1) <= (self.on_s or 0):
+            raise FleetscopeError("period_s and on_s go together, with on_s shorter than period_s")
+
+
+@dataclass
+class JobSpec:
+    """One training job of a realistic scenario, on ``nodes`` consecutive nodes from ``first_node``.
+
+    ``step_scale`` scales the step's phase times (a smaller model steps faster); ``mfu`` is the
+    healthy MFU the job's FLOP counters imply; ``pipeline_stages`` x ``tensor_parallel`` x
+    data-parallel = the job's ranks (one per GPU).
+    """
+
+    job_id: str = "4711"
+    nodes: int = 0  # 0: every node of the scenario
+    first_node: int = 0
+    step_scale: float = 1.0
+    mfu: float = 0.40
+    pipeline_stages: int = 1
+    tensor_parallel: int = 8
+    microbatches: int = 8
+    #: Extra compute of the last stage (output layer and loss) and of the first (embedding).
+    last_stage_extra: float = 0.25
+    first_stage_extra: float = -0.05
 
 
 @dataclass
@@ -78,14 +138,61 @@ class ScenarioSpec:
     #: False: the job runs without fleetscope.telemetry (no training_* series, hardware only).
     training_telemetry: bool = True
     faults: list[FaultSpec] = field(default_factory=list)
+    #: The scenario family scored together (None: from the file name's prefix, else ``classic``).
+    #: ``classic`` specs run the original model unchanged; every other family runs the realistic
+    #: model (``fleetscope/simulate/jobs.py``) with the fields below.
+    family: str | None = None
+    #: Where host-side timers put the fast ranks' wait for the slowest (no CUDA sync): in
+    #: ``backward`` (gradient hooks overlap the all-reduce) or at the ``optimizer`` step.
+    wait_phase: str = "backward"
+    #: Per-step compute jitter (fraction, 1-3% is normal) and the GPUs' spread in speed.
+    jitter: float = 0.02
+    gpu_spread: float = 0.015
+    #: Evaluation every ``eval_every_s`` (0: none) for ``eval_s``; ``eval_phase`` False: the
+    #: telemetry reports eval time in no phase at all.
+    eval_every_s: float = 0.0
+    eval_s: float = 120.0
+    eval_phase: bool = True
+    #: A GC pause of ``gc_s`` on a random rank, on average every ``gc_every_s`` (0: none).
+    gc_every_s: float = 300.0
+    gc_s: float = 3.0
+    #: Probability that a node's scrape is missing at a sample (all its series absent then).
+    scrape_miss: float = 0.003
+    #: Emit the parallel layout on ``training_info`` (detectors must infer it when False).
+    emit_layout: bool = False
+    #: The jobs on the cluster (empty: one job on every node, shaped by the fields below).
+    jobs: list[JobSpec] = field(default_factory=list)
+    pipeline_stages: int = 1
+    tensor_parallel: int = 8
+    mfu: float = 0.40
+
+    @property
+    def realistic(self) -> bool:
+        """True when the spec runs the realistic model (every family but ``classic``)."""
+        return self.family != "classic"
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise FleetscopeError("a cluster needs at least one node with one GPU")
         if self.step_s <= 0 or self.duration_s < self.step_s:
             raise FleetscopeError("duration must be at least one step, and the step positive")
+        self.family = self.family or family_of(self.name)
+        if self.family not in FAMILIES:
+            raise FleetscopeError(f"unknown family {self.family!r}; one of: {', '.join(FAMILIES)}")
+        if self.wait_phase not in ("backward", "optimizer"):
+            raise FleetscopeError(f"wait_phase must be backward or optimizer, not {self.wait_phase!r}")
         self.faults = [f if isinstance(f, FaultSpec) else FaultSpec(**f) for f in self.faults]
         self.faults = [f for f in self.faults if f.kind != "healthy"]
+        self.jobs = [j if isinstance(j, JobSpec) else JobSpec(**j) for j in self.jobs]
+        if not self.realistic:
+            extra = sorted({f.kind for f in self.faults if f.kind in REALISTIC_FAULT_KINDS})
+            if extra or self.jobs:
+                raise FleetscopeError(
+                    f"{', '.join(extra) or 'jobs'}: only for a realistic family, not classic"
+                )
+        for j in self.jobs:
+            if j.first_node + max(j.nodes, 1) > self.nodes:
+                raise FleetscopeError(f"job {j.job_id} runs on nodes outside 0..{self.nodes - 1}")
         for f in self.faults:
             if not 0 <= f.node < self.nodes:
                 raise FleetscopeError(f"fault node {f.node} outside 0..{self.nodes - 1}")
@@ -123,6 +230,14 @@ class ScenarioSpec:
             raise FleetscopeError(f"scenario {path} must be a mapping")
         data.setdefault("name", path.stem)
         return cls.from_dict(data)
+
+
+def family_of(name: str) -> str:
+    """The family a spec's name (its file name) starts with, e.g. ``hang_8n_s3`` -> ``hang``."""
+    for fam in sorted(FAMILIES, key=len, reverse=True):
+        if name == fam or name.startswith(fam + "_"):
+            return fam
+    return "classic"
 
 
 def node_name(index: int) -> str:

@@ -1,0 +1,618 @@
+"""The realistic model: training jobs as production clusters run them, healthy look-alikes and faults.
+
+It shares :class:`~fleetscope.simulate.model.ClusterModel`'s hardware (GPUs, EFA devices, Lustre
+mounts, their counters and series) and replaces the one idealised job with jobs simulated step by
+step:
+
+* **host-side timers** (no CUDA sync): every rank's step time is the same; the fast ranks' wait for
+  the slowest shows in their ``backward`` time (gradient hooks overlap the all-reduce) or at the
+  ``optimizer`` step (``wait_phase``), so a slow rank shows *less* wait than its peers;
+* **per-step jitter** (``jitter``), a few % spread between GPUs (``gpu_spread``), GC pauses on a
+  random rank, missing scrapes;
+* **pipeline parallelism**: stages differ in compute from the first step (the last computes the
+  output layer and the loss, the first the embedding), all ranks in lock-step, bubbles;
+* **pauses**: blocking checkpoints (longer when the shared file system is saturated), periodic
+  evaluation (GPU util 30-60%, low tensor activity, little EFA traffic), reported in phase ``eval``
+  or in no phase at all;
+* **hangs**: every rank blocked in a collective, GPUs at ~100% util (NCCL kernels spin), until the
+  watchdog aborts and the job restarts (or ends);
+* **membership**: scheduler drains and replacements, exporter gaps, several jobs on one cluster.
+
+Time runs on the scenario clock (``elapsed``); a step that a tick does not finish completes in a
+later one, so counters move in whole steps as a real rank file does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.errors import FleetscopeError
+from fleetscope.simulate.model import (
+    COMM_S,
+    COMPUTE_S,
+    DATA_S,
+    MAX_SM_CLOCK,
+    OPT_S,
+    TOKENS_PER_STEP,
+    ClusterModel,
+    Series,
+)
+from fleetscope.simulate.spec import FaultSpec, JobSpec
+
+EVAL = "eval"
+#: Phases the realistic model reports (``eval`` whether or not the contract lists it yet).
+REALISTIC_PHASES: tuple[str, ...] = tuple(dict.fromkeys((*c.TRAINING_PHASES, "checkpoint", EVAL)))
+LAYOUT = (
+    getattr(c, "PIPELINE_STAGE_LABEL", "pipeline_stage"),
+    getattr(c, "DATA_PARALLEL_RANK_LABEL", "data_parallel_rank"),
+    getattr(c, "TENSOR_PARALLEL_RANK_LABEL", "tensor_parallel_rank"),
+)
+WARMUP_S = 60.0  # a (re)started job loads its checkpoint and builds NCCL communicators
+REQUEUE_S = 90.0  # scheduler requeue and container start after an abort
+CKPT_BYTES_PER_S = 2.5e9  # per node, on a healthy FSx for Lustre file system
+STEP_BYTES = 2.4e9  # EFA bytes per node per step (gradient all-reduce, DP across nodes)
+ALWAYS = math.inf
+
+
+def _on(f: FaultSpec, t: float) -> bool:
+    """Whether fault ``f`` is acting at scenario time ``t`` (on/off faults: in an on period)."""
+    end = ALWAYS if f.duration_s is None else f.at_s + f.duration_s
+    if not f.at_s <= t < end:
+        return False
+    return f.period_s is None or (t - f.at_s) % f.period_s < (f.on_s or 0)
+
+
+@dataclass
+class Job:
+    """One training job: its ranks (GPU slots in rank order), layout and progress."""
+
+    index: int
+    spec: JobSpec
+    nodes: list[int]
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    dp_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    tp_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    stage_factor: np.ndarray = field(default_factory=lambda: np.ones(0))
+    state: str = "run"  # run | hang | down | ended
+    jt: float = 0.0  # scenario time simulated so far
+    pause: tuple[str, float] | None = ("warmup", 20.0)
+    pending: dict | None = None  # the step in progress
+    hang: FaultSpec | None = None
+    abort_at: float = ALWAYS
+    down_until: float = ALWAYS
+    restart_after: tuple[FaultSpec, str] | None = None
+    next_ckpt: float = ALWAYS
+    next_eval: float = ALWAYS
+    global_step: float = 0.0
+    ckpt_step: float = 0.0
+    epoch: int = 0
+    events: list[tuple[float, FaultSpec]] = field(default_factory=list)
+    t0: float = 4.3  # healthy step time (s), set at start
+    ck_len: float = 45.0  # length of the checkpoint in progress
+
+    @property
+    def world(self) -> int:
+        return len(self.slots)
+
+
+class RealisticModel(ClusterModel):
+    """Jobs, pauses, hangs and membership changes over :class:`ClusterModel`'s hardware."""
+
+    PHASES = REALISTIC_PHASES
+
+    def _init_jobs(self) -> None:
+        spec = self.spec
+        G = self.G
+        rng = self.rng
+        self.speed = np.clip(1.0 + rng.normal(0.0, spec.gpu_spread, G), 1 - 3 * spec.gpu_spread, 1.04)
+        self.job_of = np.full(G, -1)
+        self.rank_of = np.full(G, -1)
+        self.r_alive = np.zeros(G, dtype=bool)
+        self.vanished = np.zeros(G, dtype=bool)
+        self.stuck = np.zeros(G, dtype=bool)  # the rank stuck in host code during a host hang
+        self.acc: dict[str, np.ndarray] = {}
+        self.missing_nodes: set[int] = set()
+        self._mask_cache: dict[tuple, np.ndarray] = {}
+        jspecs = spec.jobs or [JobSpec(job_id=spec.job_id, pipeline_stages=spec.pipeline_stages,
+                                       tensor_parallel=spec.tensor_parallel, mfu=spec.mfu)]  # fmt: skip
+        self.jobs: list[Job] = []
+        for i, js in enumerate(jspecs):
+            n = js.nodes or spec.nodes
+            job = Job(i, js, list(range(js.first_node, js.first_node + n)))
+            job.next_ckpt = spec.checkpoint_every_s if spec.checkpoint_every_s > 0 else ALWAYS
+            job.next_eval = (
+                spec.eval_every_s * (0.9 + 0.2 * rng.random()) if spec.eval_every_s > 0 else ALWAYS
+            )
+            self._layout(job)
+            job.t0 = self._nominal_step(job)
+            self.jobs.append(job)
+        for f in spec.faults:
+            if f.kind in ("hang", "node_drain"):
+                job = self._job_at(f.node)
+                if job is None:
+                    raise FleetscopeError(f"{f.kind} on node {f.node}, which runs no job")
+                job.events.append((f.at_s + (f.lead_s if f.kind == "hang" else 0.0), f))
+        for job in self.jobs:
+            job.events.sort(key=lambda e: e[0])
+        self._fired: set[int] = set()
+
+    # ------------------------------------------------------------------ layout
+    def _layout(self, job: Job) -> None:
+        """Assign ranks Megatron-style: tensor-parallel fastest, then data-parallel, then stage."""
+        js = job.spec
+        slots = np.array([n * self.gpn + g for n in job.nodes for g in range(self.gpn)], dtype=int)
+        tp = max(1, min(js.tensor_parallel, len(slots)))
+        pp = max(1, js.pipeline_stages)
+        dp = len(slots) // (tp * pp)
+        if dp < 1:
+            raise FleetscopeError(f"job {js.job_id}: {len(slots)} GPUs cannot hold tp {tp} x pp {pp}")
+        slots = slots[: dp * tp * pp]  # a shrunk job leaves the GPUs of an incomplete replica idle
+        r = np.arange(len(slots))
+        job.slots = slots
+        job.tp_rank = r % tp
+        job.dp_rank = (r // tp) % dp
+        job.stage = r // (tp * dp)
+        f = np.ones(len(slots))
+        if pp > 1:
+            f[job.stage == pp - 1] += js.last_stage_extra
+            f[job.stage == 0] += js.first_stage_extra
+        job.stage_factor = f
+        self.job_of[np.isin(self.job_of, [job.index])] = -1
+        self.rank_of[self.job_of == -1] = -1
+        self.job_of[slots] = job.index
+        self.rank_of[slots] = r
+        self.r_alive[slots] = True
+        self._reset_job_counters(job)
+
+    def _reset_job_counters(self, job: Job) -> None:
+        s = job.slots
+        for arr in (self.r_steps, self.r_step_s, self.r_tokens, self.r_flops):
+            arr[s] = 0.0
+        for p in self.r_phase.values():
+            p[s] = 0.0
+        self.r_last_ts[s] = self.t
+        job.epoch += 1
+
+    def _job_at(self, node: int) -> Job | None:
+        for job in self.jobs:
+            if node in job.nodes and job.state != "ended":
+                return job
+        return None
+
+    # ------------------------------------------------------------------ one step
+    def _step(self, job: Job, eff: dict, rng: np.random.Generator, gc: bool = True) -> dict:
+        """Phase times of one step on every rank of ``job``: what each rank's host timers report."""
+        spec, js = self.spec, job.spec
+        sl = job.slots
+        n = len(sl)
+        k = js.step_scale
+        S, M = max(1, js.pipeline_stages), max(1, js.microbatches)
+        comp = COMPUTE_S * k * self.speed[sl] * eff["slow"][sl] * job.stage_factor
+        comp = comp * np.clip(1 + rng.normal(0, spec.jitter, n), 0.9, 1.2)
+        data = DATA_S * k * (1 + np.abs(rng.normal(0, 0.08, n))) + eff["data_add"][sl] * job.t0
+        opt = OPT_S * k * np.clip(1 + rng.normal(0, 0.03, n), 0.9, 1.2) + eff["opt_add"][sl] * job.t0
+        comm = (
+            COMM_S * k * (1 + abs(rng.normal(0, spec.jitter))) + eff["net_add"].get(job.index, 0.0) * job.t0
+        )
+        host = np.zeros(n)
+        if gc and spec.gc_every_s > 0 and rng.random() < job.t0 / spec.gc_every_s:
+            host[rng.integers(0, n)] = spec.gc_s * (0.5 + rng.random())
+        if S == 1:
+            pp_idle = np.zeros(n)
+            T = float(np.max(data + host + comp + opt)) + comm
+        else:
+            span = float(np.max(comp)) * (M + S - 1) / M
+            pp_idle = span - comp
+            T = float(np.max(data + host)) + span + comm + float(np.max(opt))
+        wait = np.maximum(T - comm - data - host - comp - opt - pp_idle, 0.0)
+        share = job.stage / (S - 1) if S > 1 else np.zeros(n)
+        ph = {
+            "data": data,
+            "forward": comp / 3 + host + pp_idle * share,
+            "backward": comp * 2 / 3 + pp_idle * (1 - share),
+            "optimizer": opt.copy(),
+        }
+        ph["backward" if spec.wait_phase == "backward" else "optimizer"] += comm + wait
+        return {"T": T, "phases": ph, "busy": comp / T}
+
+    def _nominal_step(self, job: Job) -> float:
+        """The healthy step time of ``job`` (mean of simulated fault-free steps, own RNG)."""
+        rng = np.random.default_rng([self.spec.seed, 7, job.index])
+        eff = self._quiet_effects()
+        return float(np.mean([self._step(job, eff, rng, gc=False)["T"] for _ in range(40)]))
+
+    # ------------------------------------------------------------------ faults
+    def _quiet_effects(self) -> dict:
+        G = self.G
+        return {
+            "slow": np.ones(G), "clock": np.full(G, MAX_SM_CLOCK), "reasons": np.zeros(G),
+            "temp_add": np.zeros(G), "power_cap": np.full(G, 700.0), "thermal_frac": np.zeros(G),
+            "power_frac": np.zeros(G), "data_add": np.zeros(G), "opt_add": np.zeros(G),
+            "net_add": {}, "bad_efa": [], "read_latency": np.ones(self.n_nodes), "fsx": 1.0,
+        }  # fmt: skip
+
+    def _effects(self, t: float) -> dict:
+        """What the faults acting at scenario time ``t`` change (per GPU slot, node or job)."""
+        eff = self._quiet_effects()
+        gpn = self.gpn
+        for f in self.spec.faults:
+            s = f.node * gpn + f.gpu
+            node = slice(f.node * gpn, (f.node + 1) * gpn)
+            if (
+                f.kind == "hang"
+                and f.cause == "efa"
+                and f.at_s <= t
+                and (f.duration_s is None or t < f.at_s + f.duration_s)
+            ):
+                job = self._job_at(f.node)
+                if job is not None and job.state in ("run", "hang") and f.node in job.nodes:
+                    eff["bad_efa"].append((f.node, f.device, 0.3, True))
+            if not _on(f, t):
+                continue
+            if f.kind == "thermal_throttle":
+                eff["slow"][s] = 1 + f.slowdown
+                eff["clock"][s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.1)
+                eff["reasons"][s] = c.CLOCK_EVENT_HW_THERMAL | c.CLOCK_EVENT_SW_THERMAL
+                eff["temp_add"][s] = 12 + 40 * f.slowdown
+                eff["thermal_frac"][s] = 0.9
+            elif f.kind in ("power_brake", "psu_brake"):
+                where = node if f.kind == "psu_brake" else s
+                eff["slow"][where] = 1 + f.slowdown
+                eff["clock"][where] = MAX_SM_CLOCK / (1 + f.slowdown * 1.15)
+                eff["reasons"][where] = c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN
+                eff["power_cap"][where] = 700.0 / (1 + 2 * f.slowdown)
+                eff["power_frac"][where] = 0.95
+            elif f.kind == "silent_slowdown":
+                eff["slow"][s] = 1 + f.slowdown
+            elif f.kind == "pcie_width_drop":
+                eff["slow"][s] = 1.005
+            elif f.kind == "efa_degraded":
+                job = self._job_at(f.node)
+                if job is not None:
+                    eff["net_add"][job.index] = eff["net_add"].get(job.index, 0.0) + f.slowdown
+                eff["bad_efa"].append((f.node, f.device, f.slowdown, False))
+            elif f.kind == "data_slow":
+                eff["data_add"][node] += f.slowdown
+                eff["read_latency"][f.node] = 1 + 20 * f.slowdown
+            elif f.kind == "cpu_contention":
+                eff["opt_add"][node] += 0.8 * f.slowdown
+                eff["data_add"][node] += 0.2 * f.slowdown
+                eff["slow"][node] *= 1.01  # kernel launches wait for the CPU too
+            elif f.kind == "data_stall":
+                job = self._job_at(f.node)
+                if job is not None:
+                    eff["data_add"][job.slots] += f.slowdown
+                eff["read_latency"][:] = 1 + 10 * f.slowdown
+            elif f.kind == "fsx_saturation":
+                eff["fsx"] = max(1.0, f.slowdown)
+        return eff
+
+    def _events(self, t0: float, t1: float) -> None:
+        """Hardware-only onsets in [t0, t1) (the jobs' own events run in :meth:`_advance`)."""
+        for i, f in enumerate(self.spec.faults):
+            if i in self._fired or not f.at_s < t1:
+                continue
+            self._fired.add(i)
+            if f.kind == "pcie_width_drop":
+                self.pcie_width[f.node * self.gpn + f.gpu] = 8.0
+
+    def _apply(self, job: Job, f: FaultSpec) -> None:
+        """A job event at its time: a hang begins (and its hardware cause), or the node drains."""
+        s = f.node * self.gpn + f.gpu
+        if job.state != "run":
+            return
+        if f.kind == "node_drain":
+            self._stop(job)
+            job.down_until = job.jt + f.stall_s
+            job.restart_after = (f, f.restart)
+            return
+        job.state = "hang"
+        job.hang = f
+        job.pending = None  # the step in progress never completes
+        job.pause = None
+        job.abort_at = job.jt + f.stall_s
+        if f.cause == "xid79":
+            self._xid(s, 79)
+            self.gpu_lost[s] = True
+            self.r_alive[s] = False  # the rank on it dies with CUDA errors
+        elif f.cause == "gpu_vanish":
+            self.vanished[s] = True
+        elif f.cause == "host":
+            self.stuck[s] = True
+
+    def _stop(self, job: Job) -> None:
+        """The job's processes exit: their rank files (training series) go, the GPUs idle."""
+        job.state = "down"
+        job.pending = None
+        job.pause = None
+        self.r_alive[job.slots] = False
+
+    def _restart(self, job: Job, f: FaultSpec, mode: str) -> None:
+        nodes = list(job.nodes)
+        if mode in ("shrink", "replace") and f.node in nodes:
+            nodes.remove(f.node)
+        if mode == "replace":
+            spare = next(i for i in range(self.spec.nodes, self.n_nodes) if not self.node_present[i])
+            self.node_present[spare] = True
+            nodes.append(spare)
+            self.node_present[f.node] = False  # the scheduler hands the old host back
+        if mode == "end":
+            job.state = "ended"
+            self.job_of[job.slots] = -1
+            return
+        self.stuck[job.slots] = False
+        job.nodes = sorted(nodes)
+        self._layout(job)
+        job.state = "run"
+        job.hang = None
+        job.abort_at = ALWAYS
+        job.down_until = ALWAYS
+        job.global_step = job.ckpt_step  # resumes from the last checkpoint
+        job.pause = ("warmup", job.jt + WARMUP_S)
+
+    # ------------------------------------------------------------------ one tick
+    def tick(self, dt: float, scenario_dt: float | None = None) -> None:
+        sdt = dt if scenario_dt is None else scenario_dt
+        t0 = self.elapsed
+        self.t += dt
+        self.elapsed += sdt
+        t1 = self.elapsed
+        eff = self._effects(t0)
+        self._events(t0, t1 if sdt > 0 else t0 + 1e-9)
+        G = self.G
+        z = np.zeros(G)
+        self.acc = {m: z.copy() for m in ("train", "busy", "checkpoint", "eval", "warmup", "hang")}
+        self.acc_steps = z.copy()  # steps' worth of traffic per slot in this tick
+        self.acc_ck_bytes = np.zeros(self.n_nodes)
+        for job in self.jobs:
+            self._advance(job, eff, t1)
+        self._gauges(eff, dt, sdt)
+
+    def _advance(self, job: Job, eff: dict, t1: float) -> None:
+        """Run ``job`` up to scenario time ``t1``: steps, pauses, the hang, the abort, the restart."""
+        acc = self.acc
+        while job.jt < t1 - 1e-9 and job.state != "ended":
+            if job.events and job.events[0][0] <= job.jt + 1e-9:
+                self._apply(job, job.events.pop(0)[1])
+                continue
+            limit = min(t1, job.events[0][0]) if job.events else t1
+            sl = job.slots
+            if job.state == "down":
+                if job.down_until <= job.jt:
+                    f, mode = job.restart_after  # type: ignore[misc]
+                    self._restart(job, f, mode)
+                    continue
+                job.jt = min(job.down_until, limit)
+                continue
+            if job.state == "hang":
+                if job.abort_at <= job.jt:  # the NCCL watchdog aborts every rank
+                    self._stop(job)
+                    job.down_until = job.jt + REQUEUE_S
+                    assert job.hang is not None
+                    job.restart_after = (job.hang, "same" if job.hang.cause == "host" else job.hang.restart)
+                    continue
+                piece = min(job.abort_at, limit) - job.jt
+                acc["hang"][sl] += piece
+                job.jt += piece
+                continue
+            if job.pause is not None:
+                kind, end = job.pause
+                piece = min(end, limit) - job.jt
+                acc[kind][sl] += piece
+                if kind == "checkpoint":
+                    self.r_phase["checkpoint"][sl] += piece
+                    self.acc_ck_bytes[job.nodes] += (
+                        piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
+                    )
+                elif kind == EVAL and self.spec.eval_phase:
+                    self.r_phase[EVAL][sl] += piece
+                job.jt += piece
+                if job.jt >= end - 1e-9:
+                    job.pause = None
+                continue
+            if job.pending is None:
+                if job.jt >= job.next_ckpt:
+                    job.ck_len = self.spec.checkpoint_s * eff["fsx"] * (0.9 + 0.2 * self.rng.random())
+                    job.pause = ("checkpoint", job.jt + job.ck_len)
+                    job.next_ckpt += self.spec.checkpoint_every_s
+                    job.ckpt_step = job.global_step
+                    continue
+                if job.jt >= job.next_eval:
+                    job.pause = (EVAL, job.jt + self.spec.eval_s * (0.85 + 0.3 * self.rng.random()))
+                    job.next_eval += self.spec.eval_every_s
+                    continue
+                step = self._step(job, eff, self.rng)
+                step["start"], step["end"] = job.jt, job.jt + step["T"]
+                job.pending = step
+            step = job.pending
+            end = min(step["end"], limit)
+            piece = end - job.jt
+            acc["train"][sl] += piece
+            acc["busy"][sl] += piece * step["busy"]
+            self.acc_steps[sl] += piece / step["T"]
+            job.jt = end
+            if end >= step["end"] - 1e-9:
+                self._commit(job, step)
+                job.pending = None
+
+    def _commit(self, job: Job, step: dict) -> None:
+        sl = job.slots
+        live = sl[self.r_alive[sl]]
+        idx = self.r_alive[sl]
+        self.r_steps[live] += 1
+        self.r_step_s[live] += step["T"]
+        for p, v in step["phases"].items():
+            self.r_phase[p][live] += v[idx]
+        self.r_tokens[live] += TOKENS_PER_STEP * job.spec.step_scale
+        flops = job.spec.mfu * self.peak.get("bf16", 0.9895e15) * job.t0
+        self.r_flops[live] += flops
+        self.r_last_ts[live] = self.t - (self.elapsed - step["end"])
+        job.global_step += 1
+
+    # ------------------------------------------------------------------ gauges and counters
+    def _gauges(self, eff: dict, dt: float, sdt: float) -> None:
+        rng = self.rng
+        G = self.G
+        span = sdt if sdt > 0 else 1.0
+        a = {k: v / span for k, v in self.acc.items()}
+        in_job = self.job_of >= 0
+        hang = np.where(self.stuck, 0.0, a["hang"])
+        busy = a["busy"]
+        util = 100 * (0.99 * a["train"] + hang) + 45 * a["eval"] + 22 * a["checkpoint"] + 12 * a["warmup"]
+        util = np.clip(util * (1 + rng.normal(0, 0.01, G)), 0, 100)
+        active = busy + 0.3 * a["eval"] + 0.12 * hang + 0.05 * a["checkpoint"]
+        tensor = np.clip((0.58 * busy + 0.12 * a["eval"]) * (1 + rng.normal(0, 0.02, G)), 0, 1)
+        power = 70 + 630 * (0.22 * util / 100 + 0.78 * active)
+        power = np.minimum(power * (1 + rng.normal(0, 0.015, G)), eff["power_cap"])
+        temp = self.base_temp + 0.025 * (power - 85) + eff["temp_add"] * (util > 5) + rng.normal(0, 0.5, G)
+        clock = np.where(util > 0.5, eff["clock"], 345.0)
+        reasons = np.where(util > 0.5, eff["reasons"], c.CLOCK_EVENT_GPU_IDLE)
+        sw_cap = (rng.random(G) < 0.01) & (util > 50) & (reasons == 0)
+        reasons = np.where(sw_cap, c.CLOCK_EVENT_SW_POWER_CAP, reasons)
+        clock = np.where(sw_cap, clock - rng.uniform(30, 120, G), clock)
+        clock = np.where(util > 0.5, np.round(clock / 15) * 15, clock)
+        self.energy_mj += power * dt * 1000
+        working = util > 5
+        self.thermal_violation += eff["thermal_frac"] * working * dt * 1e9
+        self.power_violation += eff["power_frac"] * working * dt * 1e9
+        if dt > 0:
+            self.sbe += rng.random(G) < 0.002
+            self.pcie_replay += np.where(
+                self.pcie_width < 16, rng.poisson(40 * dt / 15, G), rng.random(G) < 0.01
+            )
+        self.g = {
+            "util": util, "mem_util": util * 0.35, "clock": clock, "mem_clock": np.full(G, 2619.0),
+            "temp": temp, "mem_temp": temp + 6, "power": power, "tensor": tensor,
+            "sm_active": np.clip(0.92 * active, 0, 1), "gr_active": util / 100 * 0.98,
+            "dram": np.clip(0.45 * busy + 0.1 * a["eval"], 0, 1),
+            "fb_used": np.where(in_job | (a["hang"] > 0), 71500.0, 0.0), "reasons": reasons,
+            "nvlink_bw": busy * 150000.0,
+        }  # fmt: skip
+        self.present = self.node_present[self.slot_node] & ~self.vanished
+        if dt > 0:
+            self._network_and_storage(eff, dt, span)
+        self.missing_nodes = self._missing(dt)
+
+    def _network_and_storage(self, eff: dict, dt: float, span: float) -> None:
+        rng = self.rng
+        N, E = self.n_nodes, self.E
+        scale = np.zeros(self.G)
+        for job in self.jobs:
+            scale[job.slots] = job.spec.step_scale
+        node_steps = np.zeros(N)
+        np.add.at(node_steps, self.slot_node, self.acc_steps * scale / self.gpn)
+        node_eval = np.zeros(N)
+        np.add.at(node_eval, self.slot_node, self.acc["eval"] / span / self.gpn)
+        per_dev = (node_steps * STEP_BYTES + node_eval * 2e6 * dt)[:, None] / E * np.ones((1, E))
+        per_dev *= 1 + rng.normal(0, 0.02, per_dev.shape)
+        base = self.node_present[:, None].astype(float)
+        pkts = per_dev / 8800
+        for name, v in (("tx_bytes", per_dev), ("rx_bytes", per_dev), ("tx_pkts", pkts), ("rx_pkts", pkts),
+                        ("rdma_write_bytes", per_dev * 0.9), ("rdma_read_bytes", per_dev * 0.05),
+                        ("rdma_write_wrs", pkts / 4), ("rdma_read_wrs", pkts / 80)):  # fmt: skip
+            self.efa[name] += v * base
+        for name in ("send_bytes", "recv_bytes"):
+            self.efa[name] += 2e4 * dt * base
+        for name in ("send_wrs", "recv_wrs"):
+            self.efa[name] += 20 * dt * base
+        self.efa["retrans_pkts"] += rng.poisson(np.maximum(pkts * 2e-6, 0)) * base
+        for node, dev, sev, precursor in eff["bad_efa"]:
+            p = pkts[node, dev] + 2e5 * dt / 15
+            self.efa["retrans_pkts"][node, dev] += p * (0.03 + 0.1 * sev)
+            self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * 8800
+            k = 4.0 if precursor else 1.0
+            self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * k * dt / 15)
+            self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * k * dt / 15)
+            self.efa["unresponsive_remote_events"][node, dev] += rng.poisson(0.3 * k * dt / 15)
+        self.efa_lifespan += dt
+        present = self.node_present.astype(float)
+        reads = node_steps * 2.2e8 * 4.3 + node_eval * 2e7 * dt
+        self.lustre_read += reads * present * (1 + rng.normal(0, 0.05, N))
+        self.lustre_write += (self.acc_ck_bytes + 1e5 * dt) * present
+        ck_share = np.zeros(N)
+        np.add.at(ck_share, self.slot_node, self.acc["checkpoint"] / span / self.gpn)
+        for op, rate in _LUSTRE_OPS.items():
+            k = rate * dt * (1 + (30 * ck_share if op in ("open", "close", "create") else 0))
+            lat = 2e-4 * (eff["read_latency"] if op == "read" else 1.0)
+            lat = lat * (eff["fsx"] if op in ("write", "open", "create", "close") else 1.0)
+            self.lustre_ops[op] += k * present
+            self.lustre_op_seconds[op] += k * lat * present
+
+    def _missing(self, dt: float) -> set[int]:
+        """Nodes whose scrape is missing now: an exporter gap, or a random missed scrape."""
+        out = {f.node for f in self.spec.faults if f.kind == "scrape_gap" and _on(f, self.elapsed)}
+        if dt > 0 and self.spec.scrape_miss > 0:
+            out |= {int(n) for n in np.nonzero(self.rng.random(self.n_nodes) < self.spec.scrape_miss)[0]}
+        return out
+
+    # ------------------------------------------------------------------ series
+    def series(self) -> dict[str, Series]:
+        out = super().series()
+        if not self.missing_nodes:
+            return out
+        hosts = frozenset(self.hostnames[n] for n in self.missing_nodes)
+        for s in out.values():
+            if c.NODE_LABEL not in s.labels or not s.keys:
+                continue
+            ck = (id(s.keys), hosts)
+            mask = self._mask_cache.get(ck)
+            if mask is None:
+                i = s.labels.index(c.NODE_LABEL)
+                mask = np.array([k[i] in hosts for k in s.keys])
+                if len(self._mask_cache) > 4096:
+                    self._mask_cache.clear()
+                self._mask_cache[ck] = mask
+            if mask.any():
+                s.values = np.where(mask, np.nan, np.asarray(s.values, dtype=float))
+        return out
+
+    def _training_series(self, out: dict[str, Series]) -> None:
+        if not self.spec.training_telemetry:
+            return
+        sl = self._scrape_names()
+        tl = c.TRAINING_LABELS + sl
+        slots = np.nonzero((self.job_of >= 0) & self.r_alive & self.node_present[self.slot_node])[0]
+        ver = (tuple(j.epoch for j in self.jobs), tuple(slots))
+        jobs = self.jobs
+
+        def key(s: int) -> tuple[str, ...]:
+            n = int(self.slot_node[s])
+            return (jobs[self.job_of[s]].spec.job_id, str(int(self.rank_of[s])), str(int(self.slot_gpu[s])),
+                    self.hostnames[n], str(int(self.slot_gpu[s]))) + self._scrape(n)  # fmt: skip
+
+        keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
+        out[c.TRAINING_STEPS] = Series(tl, keys, self.r_steps[slots])
+        out[c.TRAINING_STEP_SECONDS] = Series(tl, keys, np.round(self.r_step_s[slots], 6))
+        out[c.TRAINING_TOKENS] = Series(tl, keys, self.r_tokens[slots])
+        out[c.TRAINING_MODEL_FLOPS] = Series(tl, keys, self.r_flops[slots])
+        gstep = np.array([jobs[j].global_step for j in self.job_of[slots]], dtype=float)
+        loss = 2.1 + 6 * np.exp(-gstep / 3000) + self.rng.normal(0, 0.02, len(slots))
+        out[c.TRAINING_LOSS] = Series(tl, keys, np.round(loss, 4))
+        out[c.TRAINING_GLOBAL_STEP] = Series(tl, keys, gstep)
+        out[c.TRAINING_LAST_STEP_TIMESTAMP] = Series(tl, keys, np.round(self.r_last_ts[slots], 3))
+        phases = [
+            p for p in self.PHASES if p != EVAL or (self.spec.eval_phase and self.spec.eval_every_s > 0)
+        ]
+        phl = tl + ("phase",)
+        phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in phases for k in keys])
+        phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in phases])
+        out[c.TRAINING_PHASE_SECONDS] = Series(phl, phkeys, phv)
+        il = tl + ("flops_convention",) + (LAYOUT if self.spec.emit_layout else ())
+
+        def info(s: int, k: tuple[str, ...]) -> tuple[str, ...]:
+            if not self.spec.emit_layout:
+                return k + ("palm",)
+            job = jobs[self.job_of[s]]
+            r = int(self.rank_of[s])
+            return k + ("palm", str(int(job.stage[r])), str(int(job.dp_rank[r])), str(int(job.tp_rank[r])))
+
+        ikeys = self._cached("info", ver, lambda: [info(int(s), k) for s, k in zip(slots, keys, strict=True)])
+        out[c.TRAINING_INFO] = Series(il, ikeys, np.ones(len(slots)))
+
+
+_LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
