@@ -11,8 +11,17 @@ What is timed (wall time on the CPU unless ``cuda_sync=True``):
   model the Trainer passes to ``on_train_begin``;
 * ``backward``: the rest of ``on_step_begin`` to ``on_pre_optimizer_step`` (backward passes and
   gradient clipping);
-* ``optimizer``: ``on_pre_optimizer_step`` to ``on_step_end``;
-* ``checkpoint``: from the step's end to ``on_save``. Evaluation is excluded.
+* ``optimizer``: ``on_pre_optimizer_step`` to ``on_step_end``.
+
+Pauses (``contract.PAUSE_PHASES``), never part of a step's time nor of ``data``; the Trainer runs
+them after a step's ``on_step_end``, in the order log, evaluate, save:
+
+* ``eval``: from the step's end to ``on_evaluate`` (the whole evaluation loop, with its
+  ``on_prediction_step`` batches and the logging of its metrics);
+* ``checkpoint``: from the step's end, or the evaluation's, to ``on_save`` (the save is done when
+  the Trainer calls it).
+
+Only evaluations during ``train()`` count; ``trainer.evaluate()`` outside training is no pause.
 
 Tokens per step: the increase of ``state.num_input_tokens_seen`` divided by the world size when the
 Trainer counts tokens (``include_num_input_tokens_seen=True``, which counts every rank's), else
@@ -54,6 +63,7 @@ class FleetscopeTrainerCallback(TrainerCallback):
         self._in_step = False
         self._tokens_seen = 0
         self._hooks: list[Any] = []
+        self._training = False
 
     @property
     def monitor(self) -> TrainingMonitor | None:
@@ -69,6 +79,7 @@ class FleetscopeTrainerCallback(TrainerCallback):
                 model.register_forward_hook(self._after_forward),
             ]
         self._mark = perf_counter()
+        self._training = True
 
     def _before_forward(self, module: Any, inputs: Any) -> None:
         if self._in_step:
@@ -120,14 +131,18 @@ class FleetscopeTrainerCallback(TrainerCallback):
         self._in_step = False
         self._mark = now
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is not None and self._mark is not None:
+    def _pause(self, phase: str) -> None:
+        """Count the time since the last mark (the step's end, or the previous pause) as ``phase``."""
+        if self.monitor is not None and self._mark is not None and self._training and not self._in_step:
             now = perf_counter()
-            self.monitor.add_phase_time("checkpoint", now - self._mark)
+            self.monitor.add_phase_time(phase, now - self._mark)
             self._mark = now
 
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._pause("checkpoint")
+
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._mark = perf_counter()
+        self._pause("eval")
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
@@ -136,6 +151,7 @@ class FleetscopeTrainerCallback(TrainerCallback):
             self.monitor.set_loss(logs["loss"])
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._training = False
         for hook in self._hooks:
             hook.remove()
         self._hooks = []

@@ -11,16 +11,27 @@ What is timed, from Lightning's hooks (wall time on the CPU unless ``cuda_sync=T
 * ``backward``: ``on_before_backward`` to ``on_after_backward``;
 * ``optimizer``: ``on_before_optimizer_step`` to ``on_train_batch_end``.
 
+Pauses (``contract.PAUSE_PHASES``), never part of a step's time nor of ``data``:
+
+* ``eval``: validation loops (the sanity check included), from the last training batch's end (or
+  ``on_validation_start`` when there is none) to ``on_validation_end``;
+* ``checkpoint``: every ``trainer.save_checkpoint`` call (what ``ModelCheckpoint`` uses), timed
+  around the call: gathering the state, writing it and the barrier after it.
+
 A step is an optimizer step (``trainer.global_step`` advancing), so with gradient accumulation its
 tokens and time cover all its micro-batches; its time runs from the data wait of its first
-micro-batch to the end of its last. Validation is excluded. Tokens per batch come from
+micro-batch to the end of its last, less any pause in between. Tokens per batch come from
 ``tokens_per_batch`` (a number, or a function of the batch), else from ``batch["input_ids"]`` or an
-integer tensor batch.
+integer tensor batch. Under ``ModelParallelStrategy`` the strategy's device mesh gives the
+parallel layout (``training_info{pipeline_stage, data_parallel_rank, ...}``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -36,6 +47,7 @@ def _lightning() -> Any:
 
 
 pl = _lightning()
+log = logging.getLogger("fleetscope.telemetry")
 
 
 class FleetscopeCallback(pl.Callback):  # type: ignore[misc,name-defined]
@@ -60,18 +72,90 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[misc,name-defined]
         self._opt_t0: float | None = None
         self._tokens = 0.0
         self._last_global_step = 0
+        self._eval_t0: float | None = None
+        self._paused = 0.0  # pause seconds inside the open step
+        self._trainer: Any = None
+        self._save: Callable[..., Any] | None = None
+        self._shadowed: Callable[..., Any] | None = None  # an instance attribute we replaced
 
     @property
     def monitor(self) -> TrainingMonitor | None:
         return self._holder.monitor
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage == "fit":
-            self._holder.ensure(rank=trainer.global_rank, local_rank=trainer.local_rank)
+        if stage != "fit":
+            return
+        m = self._holder.ensure(rank=trainer.global_rank, local_rank=trainer.local_rank)
+        try:
+            mesh = trainer.strategy.device_mesh  # ModelParallelStrategy; others have none
+        except Exception:  # noqa: BLE001 - AttributeError, or RuntimeError before the mesh exists
+            mesh = None
+        if mesh is not None:
+            m.set_layout(mesh)
+        self._time_checkpoint_saves(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
+            self._restore_save_checkpoint()
             self._holder.release()
+
+    # ---- pauses ---------------------------------------------------------------------------
+    def _pause(self, phase: str, seconds: float) -> None:
+        m = self.monitor
+        if m is None:
+            return
+        m.add_phase_time(phase, seconds)
+        if self._step_t0 is not None:  # validation or a save between micro-batches of one step
+            self._paused += seconds
+
+    def _time_checkpoint_saves(self, trainer: Any) -> None:
+        """Wrap this trainer's ``save_checkpoint`` (the instance's, not the class's) to time it."""
+        if self._save is not None:
+            return
+        try:
+            original = trainer.save_checkpoint
+            shadowed = vars(trainer).get("save_checkpoint")  # someone else's wrapper, to put back
+        except (AttributeError, TypeError):
+            return
+
+        @functools.wraps(original)
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            t0 = perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                now = perf_counter()
+                if self._eval_t0 is None:  # a save inside validation is validation time already
+                    self._pause("checkpoint", now - t0)
+                    self._mark = now
+                elif self.monitor is not None:
+                    self.monitor.add_phase_time("checkpoint", now - t0)
+
+        try:
+            trainer.save_checkpoint = save_checkpoint
+        except Exception as exc:  # noqa: BLE001 - a trainer that forbids it: no checkpoint phase
+            log.warning("fleetscope: cannot time checkpoint saves on this trainer: %s", exc)
+            return
+        self._trainer, self._save, self._shadowed = trainer, save_checkpoint, shadowed
+
+    def _restore_save_checkpoint(self) -> None:
+        trainer, self._trainer = self._trainer, None
+        if trainer is not None and vars(trainer).get("save_checkpoint") is self._save:
+            if self._shadowed is not None:
+                trainer.save_checkpoint = self._shadowed
+            else:
+                del trainer.save_checkpoint  # the class's method again
+        self._save = self._shadowed = None
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._eval_t0 = self._mark if self._mark is not None else perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        now = perf_counter()
+        if self._eval_t0 is not None:
+            self._pause("eval", now - self._eval_t0)
+        self._eval_t0 = None
+        self._mark = now  # validation time is not the next batch's data wait
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_global_step = trainer.global_step
@@ -80,9 +164,6 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[misc,name-defined]
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._mark = perf_counter()
-
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        self._mark = perf_counter()  # validation time is not the next batch's data wait
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         m = self.monitor
@@ -128,6 +209,8 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[misc,name-defined]
         self._last_global_step = trainer.global_step
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         t0 = self._step_t0 if self._step_t0 is not None else now
-        m.record_step(now - t0, self._tokens, loss=loss, global_step=trainer.global_step)
+        seconds = max(now - t0 - self._paused, 0.0)
+        m.record_step(seconds, self._tokens, loss=loss, global_step=trainer.global_step)
         self._step_t0 = None
+        self._paused = 0.0
         self._tokens = 0.0
