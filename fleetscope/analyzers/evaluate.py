@@ -189,8 +189,10 @@ def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
 
 
 def evaluate(folder: str | Path, workdir: str | Path | None = None, config: object | None = None,
-             progress: Callable[[str], None] | None = None) -> Report:  # fmt: skip
-    """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``."""
+             progress: Callable[[str], None] | None = None,
+             families: list[str] | None = None) -> Report:  # fmt: skip
+    """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``
+    (only those of ``families`` when given)."""
     from fleetscope.analyzers.core import analyze_file
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import ScenarioSpec
@@ -207,6 +209,8 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: obje
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for p in specs:
             spec = ScenarioSpec.load(p)
+            if families and spec.family not in families:
+                continue
             t0 = time.monotonic()
             out, truth_path = write_scenario(spec, Path(tmp) / f"{p.stem}.om")
             analysis = analyze_file(out, config)
@@ -216,4 +220,6 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: obje
             out.unlink()
             if progress:
                 progress(f"{p.stem}: {len(analysis.findings)} findings, {res.seconds:.1f} s")
+    if not results:
+        raise FleetscopeError(f"no scenario specs of family {', '.join(families or [])} in {folder}")
     return Report(results)

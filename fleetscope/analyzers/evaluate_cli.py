@@ -14,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML/JSON file of detector thresholds to override")
     p.add_argument("--min-precision", type=float, help="exit 1 when any kind's precision is below this")
     p.add_argument("--min-recall", type=float, help="exit 1 when any kind's recall is below this")
+    p.add_argument("--family", action="append", metavar="NAME",
+                   help="score only the specs of this family (repeatable; e.g. classic, pipeline, hang)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no per-scenario progress lines")
 
 
@@ -22,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.evaluate import evaluate
 
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    report = evaluate(args.folder, config=load_config(args.config), progress=progress)
+    report = evaluate(args.folder, config=load_config(args.config), progress=progress, families=args.family)
     if args.json == "-":
         print(json.dumps(report.to_dict(), indent=2))
     else:
