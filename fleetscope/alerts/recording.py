@@ -7,13 +7,23 @@ Each rule is computed from raw series only (never from another recording rule), 
 from __future__ import annotations
 
 from fleetscope import contract as c
-from fleetscope import hardware, queries
+from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Case, Fire, Group, Recording, Series
-from fleetscope.alerts.testdata import HOST, efa, efa_labels, gpu, lustre, lustre_labels, rank, rank_labels
+from fleetscope.alerts.testdata import (
+    H100_BF16_PEAK,
+    HOST,
+    efa,
+    efa_labels,
+    gpu,
+    lustre,
+    lustre_labels,
+    rank,
+    rank_labels,
+)
 
-_PEAK = hardware.peak_flops("NVIDIA H100 80GB HBM3")["bf16"]  # test data: an H100's dense bf16 peak
+_PEAK = H100_BF16_PEAK
 
 
 def _peak(gpu_index: str) -> tuple[Series, Series]:

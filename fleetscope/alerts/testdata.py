@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from fleetscope import contract
+from fleetscope import contract, hardware
 from fleetscope.alerts.model import Labels, Series
 
 HOST = "ip-10-1-0-11"
 PEER = "ip-10-1-0-12"
 JOB = "4711"
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def _bf16_peak(model_name: str) -> float:
+    peak = hardware.peak_flops(model_name)
+    if peak is None:
+        raise ValueError(f"hardware.PEAK_FLOPS_TABLE has no entry for {model_name!r}")
+    return peak["bf16"]
+
+
+H100_BF16_PEAK = _bf16_peak(MODEL)  # the test GPUs' dense bf16 peak FLOP/s, from the exporter's table
 
 
 def num(value: float) -> str:
@@ -23,7 +34,7 @@ def gpu_labels(gpu: str = "0", host: str = HOST) -> Labels:
         "UUID": f"GPU-5f0b6a1e-0000-4000-8000-{host[-2:]}00000000{i:02d}",
         "pci_bus_id": f"00000000:{0x53 + 16 * i:02X}:00.0",
         "device": f"nvidia{gpu}",
-        "modelName": "NVIDIA H100 80GB HBM3",
+        "modelName": MODEL,
         contract.NODE_LABEL: host,
         "DCGM_FI_DRIVER_VERSION": "550.90.07",
     }

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from fleetscope import contract as c
-from fleetscope import hardware
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
-from fleetscope.alerts.testdata import JOB, gpu, num, rank, rank_labels
+from fleetscope.alerts.testdata import H100_BF16_PEAK, JOB, gpu, num, rank, rank_labels
 
-_PEAK = hardware.peak_flops("NVIDIA H100 80GB HBM3")["bf16"]  # test data: an H100's dense bf16 peak
+_PEAK = H100_BF16_PEAK
 _JOB = "Job {{ $labels.job_id }}"
 
 

@@ -16,6 +16,7 @@ import re
 import zlib
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import BinaryIO, NoReturn
 
 import numpy as np
 
@@ -57,16 +58,18 @@ def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
     return name.decode(), labels
 
 
-def _open(path: Path):
+def _open(path: Path) -> BinaryIO:
     with path.open("rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
         # GzipFile.readline is Python code; a BufferedReader on top reads lines in C.
-        return io.BufferedReader(gzip.open(path, "rb"), buffer_size=1 << 20)  # type: ignore[arg-type]
+        return io.BufferedReader(gzip.open(path, "rb"), buffer_size=1 << 20)
     return path.open("rb", buffering=1 << 20)
 
 
-def read_openmetrics(
+# The hot loop of the module docstring: about ten million lines per recording, so the per-line cases
+# stay inline in one function (a call per line costs more than the parse) rather than in helpers.
+def read_openmetrics(  # noqa: C901
     path: str | Path,
     metrics: Collection[str] | None = None,
     progress: Callable[[float], None] | None = None,
@@ -90,8 +93,8 @@ def read_openmetrics(
     saw_eof = False
     n_samples = 0
     lineno = 0
-    last_head = None
-    last_entry: list | None = None
+    last_head: bytes | None = None
+    last_entry: list = []  # the previous line's series entry ([] before the first sample)
     try:
         with _open(path) as fh:
             raw_fh = getattr(getattr(fh, "raw", None), "fileobj", None) or fh
@@ -127,8 +130,10 @@ def read_openmetrics(
                 if head is last_head or head == last_head:
                     entry = last_entry
                 else:
-                    entry = series.get(head)
-                    if entry is None:
+                    known = series.get(head)
+                    if known is not None:
+                        entry = known
+                    else:
                         if b"}" in t or b"}" in v:
                             _bad_line(path, lineno, line)
                         try:
@@ -137,12 +142,12 @@ def read_openmetrics(
                             raise FleetscopeError(f"{path}: {exc}") from None
                         entry = [name, labels, [], [], wanted is None or name in wanted, [], []]
                         series[head] = entry
-                    if last_entry is not None and len(last_entry[2]) >= 64:
+                    if last_entry and len(last_entry[2]) >= 64:
                         _flush(path, last_entry)  # a finished run of one series -> numpy (less memory)
                     last_head, last_entry = head, entry
-                if entry[4]:  # type: ignore[index]
-                    entry[2].append(v)  # type: ignore[index]
-                    entry[3].append(t)  # type: ignore[index]
+                if entry[4]:
+                    entry[2].append(v)
+                    entry[3].append(t)
                     n_samples += 1
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
@@ -156,7 +161,7 @@ def read_openmetrics(
         raise FleetscopeError(f"{path} holds no samples")
     raw: dict[str, list[RawSeries]] = {}
     t_min, t_max = np.inf, -np.inf
-    spacings = []
+    spacings: list[float] = []
     for entry in series.values():
         if not entry[4]:
             continue
@@ -198,7 +203,7 @@ def _flush(path: Path, entry: list) -> None:
     entry[2], entry[3] = [], []
 
 
-def _bad_line(path: Path, lineno: int, line: bytes) -> None:
+def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
     text = line.decode("utf-8", "replace").strip()
     if len(text.split()) == 2:
         raise FleetscopeError(

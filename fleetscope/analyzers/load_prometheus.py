@@ -209,38 +209,20 @@ def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
     """
     import json
 
-    pieces: list[bytes] = []
-    segments: list[bytes] = []
-    pos = i = 0
-    while (i := body.find(_VALUES, i)) >= 0:
-        s = i + len(_VALUES)
-        nxt = body[s : s + 1]
-        if nxt == b"]":
-            segments.append(b"")
-            i = s
-            continue
-        e = body.find(b"]]", s)
-        if nxt != b"[" or e < 0:
-            return None
-        pieces.append(body[pos:s])
-        segments.append(body[s + 1 : e])
-        pos = i = e + 1
-    pieces.append(body[pos:])
+    split = _split_values(body)
+    if split is None:
+        return None
+    rest, segments = split
     try:
-        doc = json.loads(b"".join(pieces))
+        doc = json.loads(rest)
     except ValueError:
         return None
     results = [r for r in _results(doc) if "values" in r]
     if len(results) != len(segments) or len(results) != len(_results(doc)):
         return None
-    counts = []
-    for seg in segments:
-        n = seg.count(b"],[") + 1 if seg else 0
-        # Exactly one pair per "[...]": one comma inside each, one between pairs, two quotes each.
-        if seg and (seg.count(b"[") != n - 1 or seg.count(b"]") != n - 1 or seg.count(b",") != 2 * n - 1
-                    or seg.count(b'"') != 2 * n):  # fmt: skip
-            return None
-        counts.append(n)
+    counts = _pair_counts(segments)
+    if counts is None:
+        return None
     total = sum(counts)
     if total:
         text = b"\n".join(seg.replace(b"],[", b"\n") for seg in segments if seg)
@@ -261,6 +243,41 @@ def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
             out.append((labels, table[at : at + n, 0], table[at : at + n, 1]))
             at += n
     return doc, out
+
+
+def _split_values(body: bytes) -> tuple[bytes, list[bytes]] | None:
+    """``body`` with every values array emptied, and each array's inside; None if one is odd."""
+    pieces: list[bytes] = []
+    segments: list[bytes] = []
+    pos = i = 0
+    while (i := body.find(_VALUES, i)) >= 0:
+        s = i + len(_VALUES)
+        nxt = body[s : s + 1]
+        if nxt == b"]":
+            segments.append(b"")
+            i = s
+            continue
+        e = body.find(b"]]", s)
+        if nxt != b"[" or e < 0:
+            return None
+        pieces.append(body[pos:s])
+        segments.append(body[s + 1 : e])
+        pos = i = e + 1
+    pieces.append(body[pos:])
+    return b"".join(pieces), segments
+
+
+def _pair_counts(segments: list[bytes]) -> list[int] | None:
+    """How many ``[t,"v"]`` pairs each values array holds; None when one is not only such pairs."""
+    counts = []
+    for seg in segments:
+        n = seg.count(b"],[") + 1 if seg else 0
+        # Exactly one pair per "[...]": one comma inside each, one between pairs, two quotes each.
+        if seg and (seg.count(b"[") != n - 1 or seg.count(b"]") != n - 1 or seg.count(b",") != 2 * n - 1
+                    or seg.count(b'"') != 2 * n):  # fmt: skip
+            return None
+        counts.append(n)
+    return counts
 
 
 # ---------------------------------------------------------------------- queries and frames
@@ -301,12 +318,12 @@ def frame_from_grid(series: list[Series], grid: np.ndarray) -> MetricFrame | Non
         cell, val = cell[keep], val[keep]
     out = np.full(T * S, np.nan)
     out[cell] = val
-    out = out.reshape(T, S)
-    alive = ~np.isnan(out).all(axis=0)
+    table = out.reshape(T, S)
+    alive = ~np.isnan(table).all(axis=0)
     if not alive.any():
         return None
     rows = [dict(k) for k, a in zip(keys, alive, strict=True) if a]
-    return MetricFrame(pd.DataFrame(rows).fillna(""), out[:, alive])
+    return MetricFrame(pd.DataFrame(rows).fillna(""), table[:, alive])
 
 
 def load_prometheus(
@@ -320,7 +337,7 @@ def load_prometheus(
     headers: dict[str, str] | None = None,
     progress: Callable[[float], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
-):
+) -> Frames:
     """Query every metric over [start, end] on a ``step`` grid and build the frames.
 
     ``concurrency``: range queries in flight at once (1: one after another, in this thread). The

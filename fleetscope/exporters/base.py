@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, overload
 
 from prometheus_client.metrics_core import Metric as MetricFamily
 
@@ -41,11 +41,38 @@ class NodeContext:
     def option(self, name: str, default: object = None) -> object:
         return getattr(self.options, name, default)
 
+    def option_str(self, name: str, default: str | None = None) -> str | None:
+        """A flag as text; ``default`` when it is not set."""
+        value = self.option(name)
+        return default if value is None else str(value)
+
+    def option_int(self, name: str, default: int) -> int:
+        """A flag as an integer; ``default`` when it is not set."""
+        value = self.option(name)
+        return default if value is None else int(_scalar(name, value))
+
+    @overload
+    def option_float(self, name: str, default: float) -> float: ...
+    @overload
+    def option_float(self, name: str, default: None = None) -> float | None: ...
+    def option_float(self, name: str, default: float | None = None) -> float | None:
+        """A flag as a float; ``default`` when it is not set."""
+        value = self.option(name)
+        return default if value is None else float(_scalar(name, value))
+
+
+def _scalar(name: str, value: object) -> str | int | float:
+    # argparse gives str, or int/float with type=; anything else is a caller's bug.
+    if isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"option {name}: expected a number, got {type(value).__name__}")
+
 
 class Collector(ABC):
     """One source of series. Subclasses set ``name`` and implement :meth:`collect`."""
 
-    name: ClassVar[str]
+    #: A class attribute in every collector (the stub for a collector that failed sets it per instance).
+    name: str
     #: One line for ``--help``.
     description: ClassVar[str] = ""
 

@@ -10,17 +10,21 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetscope import contract, defaults
 from fleetscope.errors import FleetscopeError
 
+if TYPE_CHECKING:
+    from fleetscope.exporters.base import Collector
+
 log = logging.getLogger("fleetscope.exporter")
 
 
-def _collector_classes() -> dict[str, type]:
+def _collector_classes() -> dict[str, type[Collector]]:
     from fleetscope.exporters.registry import KNOWN_COLLECTORS, collector_class
 
-    classes = {}
+    classes: dict[str, type[Collector]] = {}
     for name in KNOWN_COLLECTORS:
         try:
             classes[name] = collector_class(name)

@@ -159,19 +159,18 @@ class FsxCloudWatchCollector(Collector):
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(ctx)
-        self.file_system_ids = parse_file_system_ids(ctx.option("fsx_cloudwatch_file_system_ids"))
-        self.metrics = parse_metrics(ctx.option("fsx_cloudwatch_metrics"))  # type: ignore[arg-type]
-        self.period = int(ctx.option("fsx_cloudwatch_period", 60))  # type: ignore[arg-type]
+        self.file_system_ids = parse_file_system_ids(ctx.option_str("fsx_cloudwatch_file_system_ids"))
+        self.metrics = parse_metrics(ctx.option_str("fsx_cloudwatch_metrics"))
+        self.period = ctx.option_int("fsx_cloudwatch_period", 60)
         if self.period < 60 or self.period % 60:
             raise ValueError(f"--collector.fsx_cloudwatch.period must be a multiple of 60, got {self.period}")
-        cache = ctx.option("fsx_cloudwatch_cache_seconds")
-        self.cache_seconds = float(cache) if cache is not None else float(self.period)  # type: ignore[arg-type]
+        self.cache_seconds = ctx.option_float("fsx_cloudwatch_cache_seconds", float(self.period))
         if self.cache_seconds < 1:
             raise ValueError("--collector.fsx_cloudwatch.cache-seconds must be at least 1")
         self._clock = clock
         self._wall_clock = wall_clock
         self._client = (
-            client if client is not None else self._make_client(ctx.option("fsx_cloudwatch_region"))
+            client if client is not None else self._make_client(ctx.option_str("fsx_cloudwatch_region"))
         )
         pairs = [(fs, metric, stat) for fs in self.file_system_ids for metric, stat in self.metrics.items()]
         self._queries = [_Query(f"q{i}", fs, metric, stat) for i, (fs, metric, stat) in enumerate(pairs)]
@@ -180,7 +179,7 @@ class FsxCloudWatchCollector(Collector):
         self._next_fetch = -float("inf")
 
     @staticmethod
-    def _make_client(region: object) -> Any:
+    def _make_client(region: str | None) -> Any:
         try:
             import boto3  # the node agent needs boto3 only when this collector is on
         except ImportError as exc:
@@ -289,7 +288,7 @@ class FsxCloudWatchCollector(Collector):
         return self._families()
 
     def _families(self) -> list[MetricFamily]:
-        families = []
+        families: list[MetricFamily] = []
         node = self.ctx.node_name
         for metric, stat in self.metrics.items():
             name = contract.fsx_metric_name(metric)

@@ -295,6 +295,30 @@ def _counter(metric: contract.Metric, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(metric.removesuffix("_total"), metric.help, labels=labels)
 
 
+def _operations(stats: Stats) -> tuple[dict[str, float], dict[str, float], bool]:
+    """Operation counts and seconds (of the timed counters), and whether any counter is timed."""
+    counts: dict[str, float] = {}
+    times: dict[str, float] = {}
+    timed = False
+    for c in stats.counters.values():
+        per_second = units_per_second(c.unit)
+        timed = timed or per_second is not None
+        if c.name in _NOT_OPERATIONS:
+            continue
+        counts[c.name] = c.samples
+        if per_second is not None and c.sum is not None:
+            times[c.name] = c.sum / per_second
+    return counts, times, timed
+
+
+def _add_bytes(stats: Stats, name: str, family: CounterMetricFamily, base: list[str], complete: bool) -> None:
+    c = stats.get(name)
+    if c is not None and c.sum is not None:
+        family.add_metric(base, c.sum)
+    elif c is None and complete:
+        family.add_metric(base, 0)
+
+
 def _add_llite(
     stats: Stats,
     base: list[str],
@@ -310,22 +334,8 @@ def _add_llite(
     """
     complete = not stats.problems
     for name, family in (("read_bytes", read_bytes), ("write_bytes", write_bytes)):
-        c = stats.get(name)
-        if c is not None and c.sum is not None:
-            family.add_metric(base, c.sum)
-        elif c is None and complete:
-            family.add_metric(base, 0)
-    counts: dict[str, float] = {}
-    times: dict[str, float] = {}
-    timed = False
-    for c in stats.counters.values():
-        per_second = units_per_second(c.unit)
-        timed = timed or per_second is not None
-        if c.name in _NOT_OPERATIONS:
-            continue
-        counts[c.name] = c.samples
-        if per_second is not None and c.sum is not None:
-            times[c.name] = c.sum / per_second
+        _add_bytes(stats, name, family, base, complete)
+    counts, times, timed = _operations(stats)
     # Up to 2.12 reads and writes are counted only as samples of read_bytes / write_bytes.
     for op in ("read", "write"):
         rw = stats.get(f"{op}_bytes")

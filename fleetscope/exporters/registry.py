@@ -46,7 +46,7 @@ class _Broken(Collector):
     name = "broken"
 
     def __init__(self, ctx: NodeContext, name: str, reason: str) -> None:
-        self.name = name  # type: ignore[misc]  # before super().__init__, which names the logger
+        self.name = name  # before super().__init__, which names the logger
         super().__init__(ctx)
         self.reason = reason
 

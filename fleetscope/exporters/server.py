@@ -87,7 +87,7 @@ def render_text(collector: SupportsCollect) -> bytes:
         mtype = _TYPES.get(metric.type)
         sample_name = metric.name + "_total" if metric.type == "counter" else metric.name
         if mtype is None or any(s.name != sample_name for s in metric.samples):
-            append(generate_latest(_One(metric)).decode())  # type: ignore[arg-type]
+            append(generate_latest(_One(metric)).decode())
             continue
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         append(f"# HELP {sample_name} {doc}\n# TYPE {sample_name} {mtype}\n")

@@ -157,24 +157,18 @@ def _check_keys(section: dict, allowed: set[str], where: str, p: Path) -> None:
         raise FleetscopeError(f"web config {p}: unknown {where} key(s) {unknown}")
 
 
-def load_web_config(path: str | Path | None) -> WebConfig:
-    """Read and validate a web config file; ``None`` means no TLS and no auth."""
-    if path is None:
-        return WebConfig()
-    p = Path(path)
+def _read_yaml(p: Path) -> object:
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.safe_load(p.read_text())
     except OSError as exc:
         raise FleetscopeError(f"web config {p}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         one_line = " ".join(str(exc).split())
         raise FleetscopeError(f"web config {p}: not valid YAML: {one_line}") from None
-    data = _mapping(data, "the top level", p)
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise FleetscopeError(f"web config {p}: unknown key(s) {unknown}")
 
-    tls = _mapping(data.get("tls_server_config"), "tls_server_config", p)
+
+def _tls_config(tls: dict, p: Path) -> dict:
+    """``tls_server_config`` checked (keys, the files each mode needs, versions); returned as is."""
     _check_keys(tls, _TLS_KEYS, "tls_server_config", p)
     if tls and not (tls.get("cert_file") and tls.get("key_file")):
         raise FleetscopeError(f"web config {p}: tls_server_config needs cert_file and key_file")
@@ -187,7 +181,20 @@ def load_web_config(path: str | Path | None) -> WebConfig:
         if key in tls and tls[key] not in _TLS_VERSIONS:
             raise FleetscopeError(f"web config {p}: unknown {key} {tls[key]!r} (TLS10..TLS13)")
     tls.pop("prefer_server_cipher_suites", None)  # a no-op in Go's crypto/tls as well
+    return tls
 
+
+def load_web_config(path: str | Path | None) -> WebConfig:
+    """Read and validate a web config file; ``None`` means no TLS and no auth."""
+    if path is None:
+        return WebConfig()
+    p = Path(path)
+    data = _mapping(_read_yaml(p), "the top level", p)
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise FleetscopeError(f"web config {p}: unknown key(s) {unknown}")
+
+    tls = _tls_config(_mapping(data.get("tls_server_config"), "tls_server_config", p), p)
     http = _mapping(data.get("http_server_config"), "http_server_config", p)
     _check_keys(http, _HTTP_KEYS, "http_server_config", p)
     if http.get("http2"):

@@ -98,4 +98,6 @@ def _declare_bearer(app: FastAPI) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
+    # FastAPI's documented way to extend the schema is to replace app.openapi; mypy forbids
+    # assigning to a method, so the one ignore here.
     app.openapi = openapi  # type: ignore[method-assign]

@@ -7,7 +7,7 @@ analysis (:meth:`~fleetscope.service.views.View.answer`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
@@ -18,7 +18,9 @@ from fleetscope.service.plan import plan_from_analysis
 from fleetscope.service.views import Live, json_response, natural
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
-NO_DATA = {503: {"model": schemas.Unavailable, "description": "no analysis yet"}}
+NO_DATA: dict[int | str, dict[str, Any]] = {
+    503: {"model": schemas.Unavailable, "description": "no analysis yet"}
+}
 
 
 def _live(request: Request) -> Live:

@@ -22,6 +22,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger("fleetscope.exporters.gpu.attribution")
 
@@ -75,11 +79,12 @@ def proto_fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
 
 
 def _strings(buf: bytes, number: int) -> list[str]:
-    return [v.decode() for n, w, v in proto_fields(buf) if n == number and w == 2]  # type: ignore[union-attr]
+    return [v.decode() for v in _messages(buf, number)]
 
 
 def _messages(buf: bytes, number: int) -> list[bytes]:
-    return [v for n, w, v in proto_fields(buf) if n == number and w == 2]  # type: ignore[misc]
+    # Wire type 2 (length-delimited) is the only one whose value is bytes.
+    return [v for n, _, v in proto_fields(buf) if n == number and isinstance(v, bytes)]
 
 
 def parse_list_response(buf: bytes, resource_names: tuple[str, ...]) -> dict[str, list[Labels]]:
@@ -124,7 +129,7 @@ class PodResourcesClient:
         self._mapping: dict[str, list[Labels]] = {}
         self._fetched_at: float | None = None
         self._warned = False
-        self._channel = None
+        self._channel: grpc.Channel | None = None
         self._lock = threading.Lock()
 
     def _call(self) -> bytes:

@@ -40,7 +40,7 @@ from fleetscope.exporters.gpu.attribution import (
     PodResourcesClient,
 )
 from fleetscope.exporters.gpu.deadline import Busy, DeadlineExceeded
-from fleetscope.exporters.gpu.nvml import LOST_CODES, UNSUPPORTED_CODES
+from fleetscope.exporters.gpu.nvml import LOST_CODES, UNSUPPORTED_CODES, FieldAnswer
 from fleetscope.exporters.gpu.session import GpuDevice, MigDevice, NvmlSession
 
 _MIB = 1024 * 1024
@@ -198,6 +198,16 @@ class GpuReader:
             v[c.DCGM_FI_DEV_ROW_REMAP_FAILURE] = 1 if failure else 0
         self._read_fields(dev, v)
         reading = Reading(values=v)
+        self._read_profiling(dev, reading)
+        if self.want_processes:
+            procs = call(u, "processes", b.nvmlDeviceGetComputeRunningProcesses, h) or []
+            reading.pids = [int(p.pid) for p in procs]
+        return reading
+
+    def _read_profiling(self, dev: GpuDevice, reading: Reading) -> None:
+        """GPM ratios of the GPU (or of each MIG instance) and each MIG instance's memory."""
+        b, h, u, v = self.b, dev.handle, dev.unsupported, reading.values
+        call = self._call
         if dev.gpm_supported is None:
             support = call(u, "gpm_support", b.nvmlGpmQueryDeviceSupport, h)
             dev.gpm_supported = bool(support is not None and support.isSupportedDevice)
@@ -215,26 +225,14 @@ class GpuReader:
             if dev.gpm_supported:
                 mig.gpm_prev = self._gpm(mig.unsupported, mig.gpm_prev, mv, h, mig.gpu_instance_id)
             reading.mig.append((mig, mv))
-        if self.want_processes:
-            procs = call(u, "processes", b.nvmlDeviceGetComputeRunningProcesses, h) or []
-            reading.pids = [int(p.pid) for p in procs]
-        return reading
 
     def _read_fields(self, dev: GpuDevice, v: dict[c.Metric, float]) -> None:
         ids: list[Any] = [f for f in FIELD_METRICS if f"field:{f}" not in dev.unsupported]
         want_nvlink = "field:nvlink_throughput" not in dev.unsupported
         if want_nvlink:
             ids += [(f, _ALL_LINKS) for f in NVLINK_THROUGHPUT_FIELDS]
-        if not ids:
-            return
-        try:
-            answers = self.b.field_values(dev.handle, ids)
-        except pynvml.NVMLError as exc:
-            if exc.value in LOST_CODES:
-                raise _Lost(str(exc)) from None
-            if exc.value in UNSUPPORTED_CODES:
-                dev.unsupported.update(f"field:{f}" for f in FIELD_METRICS)
-                dev.unsupported.add("field:nvlink_throughput")
+        answers = self._field_answers(dev, ids) if ids else None
+        if answers is None:
             return
         nvlink_kib = 0.0
         nvlink_ok = want_nvlink
@@ -258,12 +256,29 @@ class GpuReader:
                 continue  # DCGM treats > 200 C as an invalid reading
             v[metric] = value * scale
         if nvlink_ok:
-            now = time.monotonic()
-            prev = dev.nvlink_prev
-            dev.nvlink_prev = (now, nvlink_kib)
-            if prev is not None and now > prev[0] and nvlink_kib >= prev[1]:
-                # As DCGM: delta KiB / seconds / 1000, "about MB/s".
-                v[c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL] = (nvlink_kib - prev[1]) / (now - prev[0]) / 1000.0
+            self._nvlink_bandwidth(dev, nvlink_kib, v)
+
+    def _field_answers(self, dev: GpuDevice, ids: list[Any]) -> list[FieldAnswer] | None:
+        """One nvmlDeviceGetFieldValues call; None when it failed (all fields unsupported, if so)."""
+        try:
+            return self.b.field_values(dev.handle, ids)
+        except pynvml.NVMLError as exc:
+            if exc.value in LOST_CODES:
+                raise _Lost(str(exc)) from None
+            if exc.value in UNSUPPORTED_CODES:
+                dev.unsupported.update(f"field:{f}" for f in FIELD_METRICS)
+                dev.unsupported.add("field:nvlink_throughput")
+            return None
+
+    @staticmethod
+    def _nvlink_bandwidth(dev: GpuDevice, nvlink_kib: float, v: dict[c.Metric, float]) -> None:
+        """The NVLink rate since the last scrape from the all-links KiB counter (none on the first)."""
+        now = time.monotonic()
+        prev = dev.nvlink_prev
+        dev.nvlink_prev = (now, nvlink_kib)
+        if prev is not None and now > prev[0] and nvlink_kib >= prev[1]:
+            # As DCGM: delta KiB / seconds / 1000, "about MB/s".
+            v[c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL] = (nvlink_kib - prev[1]) / (now - prev[0]) / 1000.0
 
     def _gpm(self, unsupported: set[str], prev: Any, out: dict[c.Metric, float], handle: Any,
              gpu_instance_id: int | None) -> Any:  # fmt: skip
@@ -378,8 +393,8 @@ class GpuCollector(Collector):
         replay = opt("gpu_nvml_replay", None)
         if replay and not Path(str(replay)).is_file():
             raise FleetscopeError(f"--collector.gpu.nvml-replay {replay}: no such file")
-        timeout = opt("gpu_nvml_timeout", sessions.DEFAULT_TIMEOUT)
-        if timeout is not None and float(timeout) <= 0:  # type: ignore[arg-type]
+        timeout = ctx.option_float("gpu_nvml_timeout", sessions.DEFAULT_TIMEOUT)
+        if timeout <= 0:
             raise FleetscopeError(f"--collector.gpu.nvml-timeout must be > 0, not {timeout}")
         self.session: NvmlSession = sessions.session_from_options(ctx.options)
         pods = None

@@ -224,47 +224,8 @@ class XidCollector(Collector):
         event_set = None
         try:
             event_set = b.nvmlEventSetCreate()
-            registered = 0
-            for dev in self.session.devices:
-                if dev.handle is None:
-                    continue
-                try:
-                    supported = b.nvmlDeviceGetSupportedEventTypes(dev.handle)
-                except pynvml.NVMLError:
-                    supported = pynvml.nvmlEventTypeXidCriticalError
-                mask = supported & pynvml.nvmlEventTypeXidCriticalError
-                if not mask:
-                    continue
-                try:
-                    b.nvmlDeviceRegisterEvents(dev.handle, mask, event_set)
-                    registered += 1
-                except pynvml.NVMLError as exc:
-                    self.log.info("GPU %d: no NVML XID events (%s); kmsg still watched", dev.index, exc)
-            if not registered:
-                return
-            while not self._stop.is_set():
-                try:
-                    data = b.nvmlEventSetWait(event_set, 500)
-                except pynvml.NVMLError as exc:
-                    if exc.value == pynvml.NVML_ERROR_TIMEOUT:
-                        continue
-                    self.skip("nvml_event_error", f"nvmlEventSetWait: {exc}")
-                    if self._stop.wait(5):
-                        return
-                    continue
-                if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-                    continue
-                dev = self.session.by_handle(data.device)
-                xid = int(data.eventData)
-                gpu = (
-                    _Gpu(key=f"gpu:{dev.index}", labels=dev.identity_labels())
-                    if dev
-                    else _Gpu(key="gpu:?", labels=("", "", "", "", ""))
-                )
-                self.tally.record(gpu, xid, "nvml")
-                self.log.warning("XID %d on GPU %s from NVML: %s", xid, gpu.labels[0] or "?", message(xid))
-                if xid == XID_FALLEN_OFF_BUS and dev is not None:
-                    self.session.mark_fallen_off(dev.index)
+            if self._register_xid_events(b, event_set):
+                self._wait_for_events(b, event_set)
         except pynvml.NVMLError as exc:
             self.log.warning("NVML XID events unavailable: %s; kmsg still watched", exc)
         finally:
@@ -273,6 +234,51 @@ class XidCollector(Collector):
                     b.nvmlEventSetFree(event_set)
                 except pynvml.NVMLError:
                     pass
+
+    def _register_xid_events(self, b: Any, event_set: Any) -> int:
+        """Registers every GPU that supports XID events in ``event_set``; how many were registered."""
+        registered = 0
+        for dev in self.session.devices:
+            if dev.handle is None:
+                continue
+            try:
+                supported = b.nvmlDeviceGetSupportedEventTypes(dev.handle)
+            except pynvml.NVMLError:
+                supported = pynvml.nvmlEventTypeXidCriticalError
+            mask = supported & pynvml.nvmlEventTypeXidCriticalError
+            if not mask:
+                continue
+            try:
+                b.nvmlDeviceRegisterEvents(dev.handle, mask, event_set)
+                registered += 1
+            except pynvml.NVMLError as exc:
+                self.log.info("GPU %d: no NVML XID events (%s); kmsg still watched", dev.index, exc)
+        return registered
+
+    def _wait_for_events(self, b: Any, event_set: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                data = b.nvmlEventSetWait(event_set, 500)
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_TIMEOUT:
+                    continue
+                self.skip("nvml_event_error", f"nvmlEventSetWait: {exc}")
+                if self._stop.wait(5):
+                    return
+                continue
+            if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            dev = self.session.by_handle(data.device)
+            xid = int(data.eventData)
+            gpu = (
+                _Gpu(key=f"gpu:{dev.index}", labels=dev.identity_labels())
+                if dev
+                else _Gpu(key="gpu:?", labels=("", "", "", "", ""))
+            )
+            self.tally.record(gpu, xid, "nvml")
+            self.log.warning("XID %d on GPU %s from NVML: %s", xid, gpu.labels[0] or "?", message(xid))
+            if xid == XID_FALLEN_OFF_BUS and dev is not None:
+                self.session.mark_fallen_off(dev.index)
 
     # -- exposition ------------------------------------------------------------------------------
     def _labels(self, gpu: _Gpu) -> dict[str, str]:
