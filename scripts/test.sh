@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian/Ubuntu machine and runs the whole test suite: lint, generated-file check,
+# Sets up a fresh Debian/Ubuntu machine and runs the whole test suite: lint and format check, generated-file check,
 # then pytest (real Prometheus, promtool, Alertmanager, Chromium; no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 echo "== ruff"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 if [ -f fleetscope/generate.py ]; then
   echo "== fleetscope generate --check"
   .venv/bin/fleetscope generate --check
