@@ -2,33 +2,33 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import BeforeValidator
 
+from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_rfc3339
+
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$"
 JOB_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 KIND_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})?$")
 
-
-def _rfc3339_only(value: object) -> object:
-    """Pydantic would also take Unix seconds for a datetime; the schema says RFC 3339, so hold to it."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
+def _rfc3339_only(value: object) -> datetime:
+    """fleetscope's one rule for read times (:func:`fleetscope.times.parse_rfc3339`): RFC 3339 with a
+    zone. Pydantic alone would also take Unix seconds, and a time without a zone."""
+    if not isinstance(value, str):
         raise ValueError("expected an RFC 3339 time such as 2026-11-30T10:00:00Z")
-    return value
+    try:
+        return datetime.fromtimestamp(parse_rfc3339(value), tz=UTC)
+    except FleetscopeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 RFC3339Time = Annotated[datetime, BeforeValidator(_rfc3339_only)]
 
 
 def since_seconds(since: datetime | None) -> float | None:
-    """Unix seconds of a parsed ``since`` (a time without a zone is UTC)."""
-    if since is None:
-        return None
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    return since.timestamp()
+    """Unix seconds of a parsed ``since`` (it has a zone: :data:`RFC3339Time` refuses one without)."""
+    return None if since is None else since.timestamp()

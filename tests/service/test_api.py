@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from fleetscope.analyzers.findings import rfc3339
+from fleetscope.times import rfc3339
 from tests.service.support import make_analysis
 
 
@@ -74,8 +76,24 @@ def test_since_keeps_open_findings_and_those_that_ended_after_it(make_client, sc
     assert len(client.get("/api/v1/findings", params={"since": before}).json()["findings"]) == 2
     kinds = [f["kind"] for f in client.get("/api/v1/findings", params={"since": after}).json()["findings"]]
     assert kinds == ["straggler"]
-    # A time without zone counts as UTC.
-    assert len(client.get("/api/v1/findings", params={"since": after.rstrip("Z")}).json()["findings"]) == 1
+    # The same instant as an offset, with a fraction and a space.
+    local = (datetime.fromtimestamp(a.start + 1000, tz=UTC) + timedelta(hours=2)).strftime(
+        "%Y-%m-%d %H:%M:%S.5+02:00"
+    )
+    kinds = [f["kind"] for f in client.get("/api/v1/findings", params={"since": local}).json()["findings"]]
+    assert kinds == ["straggler"]
+
+
+def test_since_without_a_zone_is_refused_with_one_line(make_client, scripted):
+    """A zoneless time would be read in some machine's local zone and shift every finding by hours."""
+    client = make_client()
+    when = rfc3339(scripted.result.start + 1000).rstrip("Z")
+    r = client.get("/api/v1/findings", params={"since": when})
+    assert r.status_code == 422, r.text
+    messages = [e["msg"] for e in r.json()["detail"]]
+    assert len(messages) == 1 and "has no time zone" in messages[0] and "\n" not in messages[0], messages
+    r = client.get("/api/v1/findings", params={"since": str(scripted.result.start)})  # Unix seconds
+    assert r.status_code == 422, r.text
 
 
 def test_job_has_mfu_tokens_stragglers_and_every_rank_score(make_client):
