@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     if args.input:
         from fleetscope.analyzers.load_file import load_file
-        from fleetscope.analyzers.load_prometheus import parse_time
+        from fleetscope.times import parse_time
 
         start = parse_time(args.start) if args.start else None
         end = parse_time(args.end) if args.end else None

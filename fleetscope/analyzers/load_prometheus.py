@@ -34,7 +34,7 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope.analyzers.frames import Frames, MetricFrame, lookback_seconds, make_grid
 from fleetscope.errors import FleetscopeError
-from fleetscope.times import parse_time, rfc3339  # parse_time: also imported from here by cli, api
+from fleetscope.times import parse_time, rfc3339
 
 #: Points per series per request; Prometheus refuses more than 11,000.
 MAX_POINTS = 10000

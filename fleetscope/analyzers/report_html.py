@@ -14,8 +14,8 @@ import warnings
 import numpy as np
 
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.findings import parse_rfc3339, rfc3339
 from fleetscope.analyzers.report import Report
+from fleetscope.times import parse_rfc3339, rfc3339
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}th{background:#f3f3f3}

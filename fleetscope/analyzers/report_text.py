@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleetscope.analyzers.findings import rfc3339
 from fleetscope.analyzers.report import Report
+from fleetscope.times import rfc3339
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
