@@ -552,7 +552,11 @@ FINDINGS = _m(
     ("kind", "severity"), "service",
 )  # fmt: skip
 
-FINDING_KINDS: tuple[str, ...] = ("failing_node", "straggler", "mfu_drop")
+FINDING_KINDS: tuple[str, ...] = (
+    "failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
+)  # fmt: skip
+#: Kinds that are informational only (severity ``info``): never a node verdict, never paged.
+INFO_FINDING_KINDS: tuple[str, ...] = ("monitoring_gap", "membership_change")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 # The live service's own health, beside its verdicts (so a rule can tell stale verdicts apart).

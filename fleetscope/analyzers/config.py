@@ -76,6 +76,19 @@ class DetectorConfig:
     #: The job counts as stalled when no rank steps for this long.
     stall_s: float = 60.0
 
+    #: A job whose ranks report but none steps for this long, with its GPUs busy, is hung. Eval and
+    #: checkpoint pauses last minutes but leave the GPUs idle or half busy; PyTorch's NCCL watchdog
+    #: aborts a hung collective after 10 minutes by default.
+    hang_s: float = 180.0
+    #: Median GPU utilisation (percent) of the job's GPUs through a stall that marks it as a spin.
+    hang_util: float = 85.0
+    #: Without GPU utilisation data a stall is called a hang only after this long.
+    hang_no_gpu_data_s: float = 600.0
+    #: How far before a hang to look for the hardware that caused it.
+    hang_lookback_s: float = 600.0
+    #: A node whose every series is absent this long while its job keeps stepping: monitoring gap.
+    gap_s: float = 120.0
+
     def with_overrides(self, overrides: dict[str, Any]) -> DetectorConfig:
         names = {f.name for f in fields(self)}
         bad = set(overrides) - names

@@ -29,6 +29,7 @@ from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import Frames
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
+from fleetscope.times import rfc3339
 
 Progress = Callable[[float], None]
 
@@ -39,6 +40,7 @@ def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
     findings: list[Finding] = []
     for detector in DETECTORS:
         findings += detector.detect(feat, findings)
+    findings = one_finding_per_incident(findings, (config or DEFAULT).hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     report = Report(
         start=frames.start,
@@ -50,6 +52,29 @@ def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
     )
     report.features = feat
     return report
+
+
+def one_finding_per_incident(findings: list[Finding], lookback_s: float) -> list[Finding]:
+    """A node that slowed the job and then failed is one incident: keep the failing-node finding.
+
+    Its slowness (a straggler finding on the same node that ends at most ``lookback_s`` before
+    the failure, or overlaps it) becomes evidence of the failure: when it began and why.
+    """
+    failing = [f for f in findings if f.kind == "failing_node" and f.severity == "critical"]
+    if not failing:
+        return findings
+    out = []
+    for f in findings:
+        cause = next(
+            (x for x in failing if f.kind == "straggler" and f.node == x.node and f.start <= x.start + lookback_s
+             and (f.end is None or f.end >= x.start - lookback_s)),
+            None,
+        )  # fmt: skip
+        if cause is None:
+            out.append(f)
+            continue
+        cause.evidence.setdefault("slow_before", f"straggler ({f.cause}) since {rfc3339(f.start)}")
+    return out
 
 
 def analyze_file(
@@ -102,7 +127,7 @@ def _verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, NodeVerd
         nodes.setdefault(node, NodeVerdict(node=node))
     rank = {"healthy": 0, "degraded": 1, "failing": 2}
     for f in findings:
-        if f.node is None or f.kind == "mfu_drop" or f.end is not None:
+        if f.node is None or f.kind == "mfu_drop" or f.severity == "info" or f.end is not None:
             continue
         state = "failing" if f.kind == "failing_node" and f.severity == "critical" else "degraded"
         v = nodes.setdefault(f.node, NodeVerdict(node=f.node))

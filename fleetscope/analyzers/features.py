@@ -217,12 +217,34 @@ def fmt_time(ts: float) -> str:
     return rfc3339(ts) or ""
 
 
-def job_stalls(feat: Features) -> list[tuple[int, int]]:
-    """(first, last) grid indices of periods where no rank of the window completed a step."""
+def job_columns(feat: Features, job: str | None) -> np.ndarray:
+    """Boolean mask of the rank columns of ``job`` (all ranks when None)."""
+    r = feat.ranks
+    if job is None or not len(r.keys):
+        return np.ones(r.steps.shape[1] if r.steps.size else 0, dtype=bool)
+    return r.keys["job_id"].to_numpy().astype(str) == job
+
+
+def stepping(feat: Features, job: str | None = None) -> np.ndarray:
+    """Per grid time: did any rank of ``job`` (of any job when None) complete a step in it."""
+    r = feat.ranks
+    cols = job_columns(feat, job)
+    if not r.steps.size or not cols.any():
+        return np.zeros(len(feat.times), dtype=bool)
+    return np.nansum(np.where(np.isnan(r.steps[:, cols]), 0, r.steps[:, cols]), axis=1) > 0
+
+
+def job_stalls(feat: Features, job: str | None = None, min_s: float | None = None) -> list[tuple[int, int]]:
+    """(first, last) grid indices of periods where ranks of ``job`` report but none completes a step.
+
+    ``job`` None: no rank of any job steps. ``min_s``: shortest period kept (default ``stall_s``).
+    """
     r = feat.ranks
     if not r.steps.size:
         return []
-    any_present = r.present.any(axis=1)
-    stepping = np.nansum(np.where(np.isnan(r.steps), 0, r.steps), axis=1) > 0
-    need = max(1, round(feat.config.stall_s / feat.step))
-    return [(a, b) for a, b in iter_runs(any_present & ~stepping) if b - a + 1 >= need]
+    cols = job_columns(feat, job)
+    if not cols.any():
+        return []
+    present = r.present[:, cols].any(axis=1)
+    need = max(1, round((feat.config.stall_s if min_s is None else min_s) / feat.step))
+    return [(a, b) for a, b in iter_runs(present & ~stepping(feat, job)) if b - a + 1 >= need]

@@ -33,7 +33,6 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.frames import rolling_sum
 
 #: Fewest ranks an inferred structural block may have (a lone odd rank is an outlier, not structure).
 MIN_GROUP = 4
@@ -69,10 +68,24 @@ class Slowness:
 
 
 def _per_step(x: np.ndarray, steps: np.ndarray, w: int) -> np.ndarray:
-    s = rolling_sum(steps, w)
-    v = rolling_sum(x, w)
+    """Seconds per step: the median over the last ``w`` grid steps of each grid step's own average.
+
+    A median, not a window's total over its steps: one garbage-collection pause or one slow batch
+    makes one grid step slow, and a mean over the window would carry it for the window's whole
+    length; a median needs most of the window slow (docs/design.md#persistence).
+    """
     with np.errstate(all="ignore"):
-        return np.where(s >= 2, v / s, np.nan)
+        per = np.where(np.nan_to_num(steps) >= 1, x / steps, np.nan)
+    T = per.shape[0]
+    if T == 0 or per.shape[1] == 0:
+        return per
+    pad = np.vstack([np.full((w - 1, per.shape[1]), np.nan), per])
+    win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)  # T x R x w
+    n = np.sum(~np.isnan(win), axis=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(win, axis=2)
+    return np.where(n >= max(2, w // 2), med, np.nan)[:T]
 
 
 def _nanmedian(x: np.ndarray, axis: int) -> np.ndarray:

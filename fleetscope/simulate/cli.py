@@ -75,9 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace):
-    from fleetscope.analyzers.findings import parse_rfc3339
     from fleetscope.errors import FleetscopeError
     from fleetscope.simulate.spec import DEFAULT_START, FaultSpec, ScenarioSpec
+    from fleetscope.times import parse_rfc3339
 
     if args.scenario:
         return ScenarioSpec.load(args.scenario)

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.findings import rfc3339
 from fleetscope.simulate.model import ClusterModel
-from fleetscope.simulate.spec import ScenarioSpec, node_name
+from fleetscope.simulate.spec import FAIL_STOP, ScenarioSpec, node_name
 from fleetscope.textformat import escape_label_value, format_number
+from fleetscope.times import rfc3339
 
 
 class Recording:
@@ -193,6 +193,11 @@ def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
             if kind == "mfu_drop" and not spec.training_telemetry:
                 continue  # no FLOPs or tokens without the training library
             e: dict[str, Any] = {"kind": kind, "cause": cause}
+            if kind == "mfu_drop" and f.kind in FAIL_STOP:
+                # MFU drops measure throughput lost while training; a fail-stop fault stops the
+                # job (its hang and failing node are their own findings) and a job that restarts
+                # without the node trains at its old MFU: a drop may or may not show.
+                e["optional"] = True
             if kind == "mfu_drop" and f.kind in ("thermal_throttle", "power_brake") and f.slowdown < 0.25:
                 # One GPU s slower costs the job less than s (the healthy GPUs' own spread already sets
                 # the pace a few percent above nominal): below 25% a job-level drop may or may not show.

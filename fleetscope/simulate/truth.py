@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetscope.analyzers.findings import rfc3339
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
+from fleetscope.times import rfc3339
 
 #: Per fault kind: (finding kind, cause, scope, required); scope ``gpu``, ``node`` or ``job``.
 EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {

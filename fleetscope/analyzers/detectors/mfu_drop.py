@@ -24,7 +24,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_stalls
+from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_stalls, stepping
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import rolling_sum
 
@@ -42,35 +42,61 @@ _ACTIONS = {
 }
 
 
-def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
-    """(MFU or tokens/s per grid time, unit, checkpoint mask) of one job, over ``rate_window_s``."""
+def training_mask(feat: Features, job: str) -> np.ndarray:
+    """Per grid time: the job was training (not paused, stalled or hung) through this grid step.
+
+    Grid steps in which no rank of the job completed a step are pauses (evaluation, a blocking
+    checkpoint, a hang, a restart), and so are the grid steps on either side of one (partly
+    paused) and any grid step that counted evaluation or checkpoint time
+    (docs/design.md#pauses-that-are-not-faults). MFU drops measure lost throughput while training:
+    the hang and failure detectors report the rest.
+    """
     r = feat.ranks
-    cols = r.keys["job_id"].to_numpy() == job
+    cols = job_columns(feat, job)
+    step = stepping(feat, job)
+    paused = ~step
+    for ph in c.PAUSE_PHASES:
+        if ph in r.phases:
+            paused |= np.nansum(np.nan_to_num(r.phases[ph][:, cols]), axis=1) > 0
+    edge = paused.copy()
+    edge[1:] |= paused[:-1]
+    edge[:-1] |= paused[1:]
+    return ~edge
+
+
+def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
+    """(MFU or tokens/s per grid time, unit, pause mask) of one job, over ``rate_window_s`` of training.
+
+    Numerator and denominator count only grid steps in which the job was training
+    (:func:`training_mask`); a rate window with less than half of its time training is no level.
+    """
+    r = feat.ranks
+    cols = job_columns(feat, job)
     w = feat.w
-    window_s = w * feat.step
     present = r.present[:, cols]
-    ck = np.nansum(np.nan_to_num(r.phases["checkpoint"][:, cols]), axis=1)
-    ck_mask = rolling_sum(ck[:, None], w)[:, 0] > 0
-    flops = np.nansum(np.nan_to_num(r.flops[:, cols]), axis=1)
+    train = training_mask(feat, job)
+    active_s = rolling_sum(np.where(train, feat.step, 0.0)[:, None], w)[:, 0]
+    enough = active_s >= 0.5 * w * feat.step
+    flops = np.where(train, np.nansum(np.nan_to_num(r.flops[:, cols]), axis=1), 0.0)
     peak = _peaks(feat, cols)
-    if np.isfinite(peak).any() and flops.sum() > 0:
-        num = rolling_sum(flops[:, None], w)[:, 0] / window_s
-        # Peak of the GPUs whose ranks were in the job during the window.
-        pk = np.where(present, peak[None, :], 0.0).sum(axis=1)
-        pk = _rolling_max(pk, w)
-        with np.errstate(all="ignore"):
-            series = np.where(pk > 0, num / pk, np.nan)
-        unit = "MFU"
-    else:
-        tok = np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1)
-        series = rolling_sum(tok[:, None], w)[:, 0] / window_s
-        unit = "tokens/s"
+    with np.errstate(all="ignore"):
+        if np.isfinite(peak).any() and flops.sum() > 0:
+            num = rolling_sum(flops[:, None], w)[:, 0] / active_s
+            # Peak of the GPUs whose ranks were in the job during the window.
+            pk = np.where(present, peak[None, :], 0.0).sum(axis=1)
+            pk = _rolling_max(pk, w)
+            series = np.where((pk > 0) & enough, num / pk, np.nan)
+            unit = "MFU"
+        else:
+            tok = np.where(train, np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1), 0.0)
+            series = np.where(enough, rolling_sum(tok[:, None], w)[:, 0] / active_s, np.nan)
+            unit = "tokens/s"
     # Windows that reach back before the job's first step in the window (start-up) are not a level.
-    stepping = np.nonzero(np.nansum(np.nan_to_num(r.steps[:, cols]), axis=1) > 0)[0]
-    first = int(stepping[0]) if stepping.size else 0
+    stepping_idx = np.nonzero(stepping(feat, job))[0]
+    first = int(stepping_idx[0]) if stepping_idx.size else 0
     series[: max(w - 1, first + w)] = np.nan
     series[~present.any(axis=1)] = np.nan
-    return series, unit, ck_mask
+    return series, unit, ~train
 
 
 def _rolling_max(x: np.ndarray, w: int) -> np.ndarray:
@@ -138,10 +164,10 @@ def _noise(x: np.ndarray) -> float:
 def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     cfg = feat.config
     out: list[Finding] = []
-    stalls = job_stalls(feat)
     for job in feat.jobs:
-        series, unit, ck_mask = job_mfu(feat, job)
-        valid = np.isfinite(series) & ~ck_mask
+        stalls = job_stalls(feat, job)
+        series, unit, _paused = job_mfu(feat, job)
+        valid = np.isfinite(series)
         idx = np.nonzero(valid)[0]
         if idx.size < 4:
             continue
@@ -171,7 +197,12 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             j = i
             while j + 1 < len(segs) and low[j + 1]:
                 j += 1
-            a_i, b_i = idx[segs[i][0]], idx[segs[j][1] - 1]
+            # The drop begins where the level is first at least half-way down, not where the
+            # segmentation's minimum segment length happened to put the change point.
+            lo_k, hi_k = segs[i][0], segs[j][1] - 1
+            while lo_k < hi_k and x[lo_k] > base * (1 - cfg.mfu_drop / 2):
+                lo_k += 1
+            a_i, b_i = idx[lo_k], idx[hi_k]
             if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
                 out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))

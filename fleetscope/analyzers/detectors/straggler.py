@@ -304,14 +304,11 @@ def detect(feat: Features) -> list[Finding]:
     findings: list[Finding] = []
     net = node_network_trouble(feat)
     r = feat.ranks
-    covered: set[tuple[str, str]] = set()
     sl = slowness(feat)
     hw_all = gpu_throttle_evidence(feat)
     score = sl.score()
     for k in range(score.shape[1]):
         node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
-        if r.present[:, k].any():
-            covered.add((node, gpu))
         gcol = feat.gpus.col(node, gpu)
         hw = hw_all[:, gcol] if gcol is not None else None
         soft, hard = _rank_flags(feat, sl, k, hw)
@@ -331,7 +328,7 @@ def detect(feat: Features) -> list[Finding]:
             findings.append(
                 _finding(feat, node, gpu, rank, str(r.keys.iloc[k]["job_id"]), a, b, sc, cause, ev)
             )
-    findings.extend(_hardware_only(feat, covered, net, hw_all))
+    findings.extend(_hardware_only(feat, list(findings), net, hw_all))
     findings = _one_per_node(feat, findings)
     # Network: node-level; it replaces the node's own rank findings that it explains.
     for node, (flag, nev) in net.items():
@@ -381,9 +378,13 @@ def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _hardware_only(feat: Features, covered: set[tuple[str, str]], net: NetTrouble,
+def _hardware_only(feat: Features, covered: list[Finding], net: NetTrouble,
                    throttled: np.ndarray) -> list[Finding]:  # fmt: skip
-    """GPUs without training telemetry: clock deficit plus a throttle reason or violation time."""
+    """GPUs whose clock is well below their busy peers' while a throttle reason or violation counts.
+
+    For GPUs without training telemetry this is the only evidence; for a GPU whose rank has its own
+    finding at the same time it adds nothing and is skipped.
+    """
     cfg = feat.config
     gs = feat.gpus
     out: list[Finding] = []
@@ -397,8 +398,6 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net: NetTroubl
         deficit = 1 - gs.clock / peer
     flag = busy & (np.nan_to_num(deficit) >= cfg.clock_deficit) & throttled
     for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
-        if (node, gpu) in covered:
-            continue
         for a, b, duty in _episodes(np.zeros(len(flag), dtype=bool), flag[:, j], feat):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -412,6 +411,11 @@ def _hardware_only(feat: Features, covered: set[tuple[str, str]], net: NetTroubl
                 )
             if duty < 0.9:
                 ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
+            t0, t1 = float(feat.times[a]), float(feat.times[b])
+            if any(
+                f.node == node and f.gpu == gpu and f.start <= t1 and (f.end or t1) >= t0 for f in covered
+            ):
+                continue  # the rank on this GPU has its finding already
             out.append(_finding(feat, node, gpu, None, None, a, b, score, cause, ev))
     return out
 

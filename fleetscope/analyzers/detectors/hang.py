@@ -1,0 +1,239 @@
+"""Hangs: every rank of a job stops progressing while its GPUs stay busy, and what caused it.
+
+Reasoning (docs/design.md#hangs). A collective that never completes leaves every rank blocked in
+NCCL while the GPUs report near-full utilisation (the NCCL kernels spin) until the watchdog aborts
+the job (PyTorch's process-group timeout, 10 minutes by default). A planned pause looks different:
+during evaluation or a blocking checkpoint the steps stop too, but the GPUs are neither saturated
+nor is the pause unannounced (the job counts ``eval``/``checkpoint`` phase time), and a checkpoint
+that is slow because the shared file system is saturated is slow on every node alike.
+
+So a stall of a job (no rank steps for ``hang_s`` while its ranks still report) is a hang when the
+job's GPUs stay busy through it (median utilisation at least ``hang_util``), or, without GPU data,
+when it lasts ``hang_no_gpu_data_s``, and no pause phase counted time in it. Its root cause is the
+node whose hardware spoke first, in the ``hang_lookback_s`` before the stall began up to one rate
+window into it: an earlier failing-node finding (XID, lost GPU, ranks that vanished), EFA
+retransmit timeouts or impaired/unresponsive-peer events, or a non-application XID. That node gets
+a ``failing_node`` finding with the hang as evidence; with no hardware cause the job gets one
+``job_hang`` finding that says what to collect.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope import xids
+from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_stalls
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import increase_steps
+
+HANG_ACTION = (
+    "collect where every rank waits before the watchdog kills the job: py-spy dump --pid of each "
+    "rank, the NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
+    "NCCL_DEBUG=INFO logs; then restart from the last checkpoint"
+)
+NETWORK_ACTION = (
+    "drain the node and restart the job from the last checkpoint without it; check the EFA device "
+    "(fi_info -p efa, hw_counters) and its cabling"
+)
+XID_ACTION = "drain the node and restart the job without it; reset the GPU and run dcgmi diag -r 3"
+
+_EFA_EVENTS = (
+    c.EFA_RETRANS_TIMEOUT_EVENTS,
+    c.EFA_IMPAIRED_REMOTE_CONN_EVENTS,
+    c.EFA_UNRESPONSIVE_REMOTE_EVENTS,
+)
+
+
+def _job_nodes(feat: Features, job: str) -> set[str]:
+    r = feat.ranks
+    cols = job_columns(feat, job)
+    return {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[cols]}
+
+
+def _busy(feat: Features, nodes: set[str], a: int, b: int) -> float | None:
+    """Median GPU utilisation (percent) of the job's nodes over [a, b]; None without GPU data."""
+    gs = feat.gpus
+    if not gs.util.size:
+        return None
+    cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes))
+    v = gs.util[a : b + 1][:, cols]
+    if not np.isfinite(v).any():
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmedian(v))
+
+
+def _paused(feat: Features, job: str, a: int, b: int) -> bool:
+    r = feat.ranks
+    cols = job_columns(feat, job)
+    return any(
+        ph in r.phases and np.nansum(np.nan_to_num(r.phases[ph][a : b + 1, cols])) > 0
+        for ph in c.PAUSE_PHASES
+    )
+
+
+def _efa_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[str, tuple[int, str]]:
+    """Node -> (first grid index, evidence) of EFA error events in [lo, hi]."""
+    out: dict[str, tuple[int, str]] = {}
+    for name in _EFA_EVENTS:
+        f = feat.frames.get(name)
+        if not len(f):
+            continue
+        inc = increase_steps(f.values)
+        for j in range(len(f)):
+            node = str(f.labels.iloc[j][c.NODE_LABEL])
+            if node not in nodes:
+                continue
+            hit = np.nonzero(np.nan_to_num(inc[lo : hi + 1, j]) > 0)[0]
+            if not hit.size:
+                continue
+            i = lo + int(hit[0])
+            dev = str(f.labels.iloc[j].get("device", ""))
+            count = float(np.nansum(inc[lo : hi + 1, j]))
+            if node not in out or i < out[node][0]:
+                out[node] = (
+                    i,
+                    f"{dev} {name.removeprefix('efa_')} +{count:g} from {fmt_time(feat.times[i])}",
+                )
+    return out
+
+
+def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """(node, gpu) -> (first grid index, XID) of a non-application XID counted in [lo, hi]."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    f = feat.frames.get(c.GPU_XID_ERRORS_TOTAL)
+    if not len(f):
+        return out
+    inc = increase_steps(f.values)
+    for j in range(len(f)):
+        row = f.labels.iloc[j]
+        node, gpu = str(row[c.NODE_LABEL]), str(row.get("gpu", ""))
+        try:
+            xid = int(float(row.get("xid") or -1))
+        except ValueError:
+            continue
+        if node not in nodes or xids.xid_class(xid) == "application":
+            continue
+        hit = np.nonzero(np.nan_to_num(inc[lo : hi + 1, j]) > 0)[0]
+        if hit.size and ((node, gpu) not in out or lo + int(hit[0]) < out[(node, gpu)][0]):
+            out[(node, gpu)] = (lo + int(hit[0]), xid)
+    return out
+
+
+def _vanished_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[str, str], int]:
+    """(node, gpu) -> grid index where a GPU's series stopped in [lo, hi] while its node's others went on."""
+    gs = feat.gpus
+    out: dict[tuple[str, str], int] = {}
+    if not gs.clock.size:
+        return out
+    have = ~np.isnan(gs.clock) | ~np.isnan(gs.util)
+    node_of = gs.keys[c.NODE_LABEL].to_numpy().astype(str)
+    T = have.shape[0]
+    for j, (node, gpu) in enumerate(zip(node_of, gs.keys["gpu"].to_numpy().astype(str), strict=True)):
+        if node not in nodes:
+            continue
+        for i in range(max(1, lo), min(hi, T - 3) + 1):
+            if have[i - 1, j] and not have[i : i + 3, j].any():
+                peers = (node_of == node) & (np.arange(len(node_of)) != j)
+                if peers.any() and have[i : i + 3, peers].any():
+                    out[(node, gpu)] = i
+                break
+    return out
+
+
+def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+    """One finding per hang: the failing node that caused it, or the job when nothing did."""
+    cfg = feat.config
+    times = feat.times
+    out: list[Finding] = []
+    look = max(1, round(cfg.hang_lookback_s / feat.step))
+    for job in feat.jobs:
+        nodes = _job_nodes(feat, job)
+        for a, b in job_stalls(feat, job, min_s=cfg.hang_s):
+            util = _busy(feat, nodes, a, b)
+            if _paused(feat, job, a, b):
+                continue
+            if util is None and (b - a + 1) * feat.step < cfg.hang_no_gpu_data_s:
+                continue
+            if util is not None and util < cfg.hang_util:
+                continue  # GPUs idle or half busy: a pause (evaluation, checkpoint), not a spin
+            t0 = float(times[a])
+            ongoing = b >= len(times) - 2
+            stall_ev = {
+                "no_progress": f"no rank of job {job} stepped from {fmt_time(t0)} for "
+                f"{(b - a + 1) * feat.step / 60:.0f} min{' (ongoing)' if ongoing else ''}",
+            }
+            if util is not None:
+                stall_ev[c.DCGM_FI_DEV_GPU_UTIL] = f"{util:.0f}% (collectives spinning)"
+            lo, hi = max(0, a - look), min(len(times) - 1, a + feat.w)
+            explained = [
+                f for f in prior
+                if f.kind == "failing_node" and f.node in nodes and times[lo] <= f.start <= times[hi]
+            ]  # fmt: skip
+            if explained:
+                for f in explained:
+                    f.evidence.setdefault("hang", stall_ev["no_progress"])
+                continue
+            cause = _root_cause(feat, job, nodes, lo, hi, a, stall_ev)
+            if cause is not None:
+                out.append(cause)
+                continue
+            ev = dict(stall_ev)
+            ev["confirmed_at"] = fmt_time(
+                times[min(a + max(1, round(cfg.hang_s / feat.step)) - 1, len(times) - 1)]
+            )
+            out.append(Finding(
+                kind="job_hang", severity="critical", node=None, job_id=job, start=t0,
+                end=None if ongoing else float(times[b]), cause="hang", evidence=ev, action=HANG_ACTION,
+            ))  # fmt: skip
+    return out
+
+
+def _root_cause(feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: int,
+                stall_ev: dict[str, str]) -> Finding | None:  # fmt: skip
+    """The failing-node finding for the node whose hardware spoke first before the hang."""
+    times = feat.times
+    r = feat.ranks
+    efa = _efa_first(feat, nodes, lo, hi)
+    xid = _xid_first(feat, nodes, lo, hi)
+    candidates: list[tuple[int, str, str | None, str, str, dict[str, str]]] = []
+    for node, (i, text) in efa.items():
+        candidates.append((i, node, None, "network", NETWORK_ACTION, {"efa": text}))
+    for (node, gpu), (i, code) in xid.items():
+        candidates.append((i, node, gpu, xids.finding_cause(code), xids.describe(code).action or XID_ACTION,
+                           {f"XID {code}": f"at {fmt_time(times[i])} ({xids.xid_class(code)} class)"}))  # fmt: skip
+    for (node, gpu), i in _vanished_first(feat, nodes, lo, hi).items():
+        candidates.append((i, node, gpu, "gpu_missing", XID_ACTION,
+                           {"series": f"GPU {gpu}'s series stopped at {fmt_time(times[i])} while the node's "
+                            "other GPUs kept reporting"}))  # fmt: skip
+    if not candidates:
+        return None
+    i, node, gpu, cause, action, ev = min(candidates, key=lambda t: t[0])
+    rank = None
+    if gpu is not None:
+        cols = (r.keys[c.NODE_LABEL].to_numpy().astype(str) == node) & (
+            r.keys["gpu"].to_numpy().astype(str) == gpu
+        )
+        if cols.any():
+            rank = int(float(r.keys[cols].iloc[0]["rank"]))
+    ev = {**ev, **stall_ev, "confirmed_at": fmt_time(times[max(a, i)])}
+    return Finding(
+        kind="failing_node", severity="critical", node=node, gpu=gpu, rank=rank, job_id=job,
+        start=float(times[i]), cause=cause, evidence=ev, action=action,
+    )  # fmt: skip
+
+
+class HangDetector(Detector):
+    """Jobs that stopped progressing with their GPUs spinning: see the module docstring."""
+
+    name = "hang"
+    kinds = ("failing_node", "job_hang")
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        return detect(feat, prior)

@@ -1,0 +1,108 @@
+"""Membership and monitoring changes: informational, never a failing node.
+
+Reasoning (docs/design.md#membership-and-monitoring-gaps). Schedulers replace nodes (Slurm
+``--requeue``, SageMaker HyperPod auto-resume, Kubernetes operators restarting pods elsewhere): the
+old host's series end, a new host's begin, and the job carries on. And an exporter that stops being
+scraped (``up == 0``, a scrape timeout, a network partition on the monitoring side) removes every
+series of its node at once -- the training series too, since the node's exporter serves them --
+while the job keeps stepping on every node. Neither is a hardware fault: a node that really fails
+stalls or crashes its synchronous job, which the failing-node and hang detectors report.
+
+So when all of a node's series are absent for ``gap_s`` while its job (or, without training
+telemetry, the other nodes) keeps going, the node gets one ``info`` finding: ``monitoring_gap``
+when its series come back, ``membership_change`` when they end for good or begin mid-window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import iter_runs
+
+GAP_ACTION = (
+    "check the node's exporter and its scrape (up, scrape_duration_seconds, the target's error in "
+    "Prometheus); the job kept training, so the node itself is not suspect"
+)
+LEFT_ACTION = "none if the scheduler replaced the node on purpose; otherwise check why it left the job"
+JOINED_ACTION = "none: a node joined (a spare or a replacement); check it stays healthy"
+
+
+def _node_presence(feat: Features) -> dict[str, np.ndarray]:
+    """Node -> per grid time: any of its GPU or rank series has a sample."""
+    T = len(feat.times)
+    out: dict[str, np.ndarray] = {}
+    gs = feat.gpus
+    if len(gs.keys):
+        have = ~np.isnan(gs.clock) | ~np.isnan(gs.util)
+        for j, node in enumerate(gs.keys[c.NODE_LABEL].to_numpy().astype(str)):
+            out[node] = out.get(node, np.zeros(T, dtype=bool)) | have[:, j]
+    r = feat.ranks
+    if len(r.keys):
+        for k, node in enumerate(r.keys[c.NODE_LABEL].to_numpy().astype(str)):
+            out[node] = out.get(node, np.zeros(T, dtype=bool)) | r.present[:, k]
+    return out
+
+
+def _others_progress(feat: Features, node: str, presence: dict[str, np.ndarray]) -> np.ndarray:
+    """Per grid time: the rest of the cluster carries on (its ranks step, or its nodes report)."""
+    r = feat.ranks
+    if r.steps.size:
+        cols = r.keys[c.NODE_LABEL].to_numpy().astype(str) != node
+        if cols.any():
+            return np.nansum(np.where(np.isnan(r.steps[:, cols]), 0, r.steps[:, cols]), axis=1) > 0
+    others = [p for n, p in presence.items() if n != node]
+    return np.any(others, axis=0) if others else np.zeros(len(feat.times), dtype=bool)
+
+
+def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+    """One informational finding per monitoring gap, departure or arrival of a node."""
+    times = feat.times
+    T = len(times)
+    need = max(2, round(feat.config.gap_s / feat.step))
+    presence = _node_presence(feat)
+    failing = {f.node for f in prior if f.kind == "failing_node"}
+    out: list[Finding] = []
+    for node, here in sorted(presence.items()):
+        if node in failing or not here.any():
+            continue
+        progress = _others_progress(feat, node, presence)
+        idx = np.nonzero(here)[0]
+        first, last = int(idx[0]), int(idx[-1])
+        for a, b in iter_runs(~here):
+            if b - a + 1 < need or not progress[a : b + 1].mean() >= 0.5:
+                continue
+            if a > first and b < last:
+                kind, cause, action = "monitoring_gap", "series_absent", GAP_ACTION
+                text = f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept stepping"
+            elif a > first:
+                kind, cause, action = "membership_change", "node_left", LEFT_ACTION
+                text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"
+            elif a == 0 and b < T - 1:
+                kind, cause, action = "membership_change", "node_joined", JOINED_ACTION
+                text = f"series began at {fmt_time(times[b + 1])} while the job was already running"
+            else:
+                continue
+            end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
+            start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
+            out.append(Finding(
+                kind=kind, severity="info", node=node, start=start, end=end if cause != "node_joined" else start,
+                cause=cause, evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
+                action=action,
+            ))  # fmt: skip
+    return out
+
+
+class MembershipDetector(Detector):
+    """Nodes that leave, join, or go unscraped while the job carries on: see the module docstring."""
+
+    name = "membership"
+    kinds = ("monitoring_gap", "membership_change")
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        return detect(feat, prior)
