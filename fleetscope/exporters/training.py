@@ -101,6 +101,26 @@ def parse_header(line: str) -> dict[str, str]:
     return fields
 
 
+def _split_labels(metric: contract.Metric, labels: dict[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """One sample's labels checked against ``metric``: (its rank's label values, its extra values)."""
+    labels.pop(contract.NODE_LABEL, None)  # the exporter owns the node label
+    extra_keys = tuple(k for k in metric.labels if k not in contract.TRAINING_LABELS)
+    required = (set(_RANK_KEYS) | set(extra_keys)) - _OPTIONAL_KEYS
+    if not required <= set(labels) <= set(_RANK_KEYS) | set(extra_keys):
+        raise Rejected("malformed", f"{metric}: labels {sorted(labels)[:10]} are not the contract's")
+    for key in _OPTIONAL_KEYS.intersection(labels):
+        if labels[key] and not (labels[key].isascii() and labels[key].isdigit()):
+            raise Rejected("malformed", f"{metric}: {key} is not a non-negative integer")
+    return {k: labels[k] for k in _RANK_KEYS}, tuple(labels.get(k, "") for k in extra_keys)
+
+
+def _value(metric: contract.Metric, raw: float) -> float:
+    value = float(raw)
+    if metric.type == "counter" and not (math.isfinite(value) and value >= 0):
+        raise Rejected("malformed", f"{metric}: counter value {value} is negative or not finite")
+    return value
+
+
 def parse_rank_file(
     text: str,
 ) -> tuple[dict[str, str], dict[str, str], list[tuple[str, tuple[str, ...], float]]]:
@@ -121,37 +141,31 @@ def parse_rank_file(
                 raise Rejected("malformed", f"series {sample.name[:80]!r} is not a training_* contract name")
             if sample.timestamp is not None:
                 raise Rejected("malformed", f"{metric}: samples must not carry timestamps")
-            labels = dict(sample.labels)
-            labels.pop(contract.NODE_LABEL, None)  # the exporter owns the node label
-            extra_keys = tuple(k for k in metric.labels if k not in contract.TRAINING_LABELS)
-            required = (set(_RANK_KEYS) | set(extra_keys)) - _OPTIONAL_KEYS
-            if not required <= set(labels) <= set(_RANK_KEYS) | set(extra_keys):
-                raise Rejected("malformed", f"{metric}: labels {sorted(labels)[:10]} are not the contract's")
-            for key in _OPTIONAL_KEYS.intersection(labels):
-                if labels[key] and not (labels[key].isascii() and labels[key].isdigit()):
-                    raise Rejected("malformed", f"{metric}: {key} is not a non-negative integer")
-            own = {k: labels[k] for k in _RANK_KEYS}
+            own, extra = _split_labels(metric, dict(sample.labels))
             if rank_labels is None:
                 rank_labels = own
             elif own != rank_labels:
                 raise Rejected("malformed", "samples of more than one rank in one file")
-            extra = tuple(labels.get(k, "") for k in extra_keys)
             if (metric, extra) in seen:
                 raise Rejected("malformed", f"{metric}: duplicate series")
             seen.add((metric, extra))
-            value = float(sample.value)
-            if metric.type == "counter" and not (math.isfinite(value) and value >= 0):
-                raise Rejected("malformed", f"{metric}: counter value {value} is negative or not finite")
-            samples.append((metric.name, extra, value))
+            samples.append((metric.name, extra, _value(metric, sample.value)))
             if len(samples) > MAX_SAMPLES_PER_FILE:
                 raise Rejected("too_many_series", f"more than {MAX_SAMPLES_PER_FILE} samples")
+    return header, _complete(rank_labels, samples), samples
+
+
+def _complete(
+    rank_labels: dict[str, str] | None, samples: list[tuple[str, tuple[str, ...], float]]
+) -> dict[str, str]:
+    """The file's rank labels, once the whole file is read and holds a whole rank's series."""
     if rank_labels is None:
         raise Rejected("malformed", "no training series")
     if not any(name == contract.TRAINING_INFO for name, _, _ in samples):
         raise Rejected("malformed", f"no {contract.TRAINING_INFO} (written last: the file is incomplete)")
     if not rank_labels["rank"].isdigit():
         raise Rejected("malformed", "rank is not a number")
-    return header, rank_labels, samples
+    return rank_labels
 
 
 def _starttime(stat_text: str) -> str | None:
@@ -223,8 +237,8 @@ class TrainingCollector(Collector):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.directory = str(ctx.option("training_directory", contract.TRAINING_DIR_DEFAULT))
-        self.ttl = float(ctx.option("training_ttl", DEFAULT_TTL))  # type: ignore[arg-type]
-        self.max_bytes = int(ctx.option("training_max_file_bytes", DEFAULT_MAX_FILE_BYTES))  # type: ignore[arg-type]
+        self.ttl = ctx.option_float("training_ttl", DEFAULT_TTL)
+        self.max_bytes = ctx.option_int("training_max_file_bytes", DEFAULT_MAX_FILE_BYTES)
         self.owner_uids = _parse_uids(str(ctx.option("training_owner_uids", "") or ""))
         if self.ttl <= 0 or self.max_bytes <= 0:
             raise ValueError(
