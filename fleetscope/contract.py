@@ -599,31 +599,3 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 def re_label_name(name: str) -> bool:
     """True for a valid Prometheus label name."""
     return bool(_LABEL_NAME.match(name)) and not name.startswith("__")
-
-
-# --------------------------------------------------------------------------------------------
-# Transitional re-exports: remove once analyzers/, simulate/ and demo import fleetscope.hardware / fleetscope.xids.
-# --------------------------------------------------------------------------------------------
-
-from fleetscope.hardware import (  # noqa: E402, F401
-    CLOCK_EVENT_APPLICATIONS_CLOCKS_SETTING,
-    CLOCK_EVENT_DISPLAY_CLOCK,
-    CLOCK_EVENT_GPU_IDLE,
-    CLOCK_EVENT_HW_POWER_BRAKE,
-    CLOCK_EVENT_HW_SLOWDOWN,
-    CLOCK_EVENT_HW_THERMAL,
-    CLOCK_EVENT_SW_POWER_CAP,
-    CLOCK_EVENT_SW_THERMAL,
-    CLOCK_EVENT_SYNC_BOOST,
-    PEAK_FLOPS_TABLE,
-    RECOVERY_ACTIONS,
-    peak_flops,
-)
-from fleetscope.xids import (  # noqa: E402, F401
-    XID_APPLICATION,
-    XID_DRAIN,
-    XID_WATCH,
-    XidClass,
-    promql_regex,
-    xid_class,
-)

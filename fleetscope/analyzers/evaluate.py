@@ -26,10 +26,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleetscope.analyzers.findings import Finding, parse_rfc3339
+from fleetscope.analyzers.findings import Finding
 from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_rfc3339
+
+if TYPE_CHECKING:
+    from fleetscope.analyzers.config import DetectorConfig
 
 MATCH_BEFORE_S = 120.0
 KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change")
@@ -151,14 +155,16 @@ class Report:
             mx = "-" if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
             mean = "-" if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
             lines.append(f"{kind:<20}{d['faults']:>7}{d['detected']:>7}{mx:>11}{mean:>12}")
-        problems = [(r.name, e, None) for r in self.results for e, f in r.matched if f is None]
+        problems: list[tuple[str, dict[str, Any] | None, Finding | None]] = [
+            (r.name, e, None) for r in self.results for e, f in r.matched if f is None
+        ]
         problems += [(r.name, None, f) for r in self.results for f in r.false_positives]
         if problems:
             lines += ["", "misses and false positives:"]
             for name, e, f in problems:
                 if e is not None:
                     lines.append(f"  {name}: missed {e['kind']} ({e['cause']}) on {e.get('node') or 'job'}")
-                else:
+                elif f is not None:
                     lines.append(f"  {name}: false {f.kind} {f.cause} on {f.node or 'job'} gpu {f.gpu} at "
                                  f"{f.to_dict()['start']}")  # fmt: skip
         return "\n".join(lines) + "\n"
@@ -188,7 +194,7 @@ def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
     }
 
 
-def evaluate(folder: str | Path, workdir: str | Path | None = None, config: object | None = None,
+def evaluate(folder: str | Path, workdir: str | Path | None = None, config: DetectorConfig | None = None,
              progress: Callable[[str], None] | None = None,
              families: list[str] | None = None) -> Report:  # fmt: skip
     """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``

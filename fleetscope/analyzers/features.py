@@ -211,10 +211,10 @@ def robust_z(x: np.ndarray, axis: int = 1, mad_floor: float = 0.005) -> tuple[np
         return x / med, 0.6745 * (x - med) / mad
 
 
-def fmt_time(ts: float) -> str:
-    from fleetscope.analyzers.findings import rfc3339
+def fmt_time(ts: float | np.floating) -> str:
+    from fleetscope.times import rfc3339
 
-    return rfc3339(ts) or ""
+    return rfc3339(float(ts)) or ""
 
 
 def job_columns(feat: Features, job: str | None) -> np.ndarray:

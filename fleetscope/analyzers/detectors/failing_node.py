@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope import hardware, xids
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, job_stalls
 from fleetscope.analyzers.findings import Finding
@@ -48,7 +49,7 @@ def _first_event(mask: np.ndarray) -> int | None:
     return int(idx[0]) if idx.size else None
 
 
-def detect(feat: Features) -> list[Finding]:
+def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of independent signals, each a few lines
     """Every failing-node finding of the window, one per GPU (or node) with its strongest cause."""
     frames = feat.frames
     times = feat.times
@@ -64,7 +65,7 @@ def detect(feat: Features) -> list[Finding]:
     xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
     for j in range(len(xt)):
         xid = int(float(xt.labels.iloc[j].get("xid") or -1))
-        if c.xid_class(xid) != "drain":
+        if xids.xid_class(xid) != "drain":
             continue
         v = xt.values[:, j]
         inc = increase_steps(v[:, None])[:, 0]
@@ -81,16 +82,18 @@ def detect(feat: Features) -> list[Finding]:
             cause,
             i,
             f"XID {xid}",
-            f"{int(np.nanmax(v))} at {fmt_time(times[i])} ({c.xid_class(xid)} class)",
+            f"{int(np.nanmax(v))} at {fmt_time(times[i])} ({xids.xid_class(xid)} class)",
         )
     # dcgm-exporter's XID gauge (last XID code) for clusters without fleetscope's counter.
     xg = frames.get(c.DCGM_FI_DEV_XID_ERRORS)
     for j in range(len(xg)):
         v = xg.values[:, j]
         for xid in {int(x) for x in np.unique(v[~np.isnan(v)]) if x > 0}:
-            if c.xid_class(xid) != "drain":
+            if xids.xid_class(xid) != "drain":
                 continue
             i = _first_event(v == xid)
+            if i is None:
+                continue
             node, gpu = str(xg.labels.iloc[j][c.NODE_LABEL]), str(xg.labels.iloc[j]["gpu"])
             cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
             add(node, gpu, cause, i, f"XID {xid}", f"last XID {xid} at {fmt_time(times[i])}")
@@ -113,7 +116,7 @@ def detect(feat: Features) -> list[Finding]:
                     text(vals[:, j], i),
                 )
 
-    per_gpu(c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(times[i])}")
+    per_gpu(c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(float(times[i]))}")
 
     def counted(v: np.ndarray) -> np.ndarray:
         inc = increase_steps(v[:, None])[:, 0]
@@ -125,7 +128,7 @@ def detect(feat: Features) -> list[Finding]:
             lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} rows remapped for uncorrectable errors")  # fmt: skip
     per_gpu(c.DCGM_FI_DEV_ROW_REMAP_FAILURE, lambda v: v >= 1, "row_remap_failure", lambda v, i: "1")
     per_gpu(c.DCGM_FI_DEV_GPU_RECOVERY_ACTION, lambda v: v > 0, "recovery_action",
-            lambda v, i: f"{int(np.nanmax(v))} ({c.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})")  # fmt: skip
+            lambda v, i: f"{int(np.nanmax(v))} ({hardware.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})")  # fmt: skip
 
     # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
     gs = feat.gpus
@@ -176,11 +179,7 @@ def detect(feat: Features) -> list[Finding]:
         cause = next(p for p in _PRIORITY if p in per)
         start_i = min(i for i, _, _ in per.values())
         evidence = {key: text for _, key, text in sorted(per.values())}
-        if cause == "xid":
-            xid = per["xid"][1].split()[-1]
-            cause_name = f"xid_{xid}"
-        else:
-            cause_name = cause
+        cause_name = f"xid_{per['xid'][1].split()[-1]}" if cause == "xid" else cause
         severity = "warning" if cause == "pcie_width_drop" else "critical"
         rank, job = rank_of.get((node, gpu), (None, None))
         findings.append(Finding(

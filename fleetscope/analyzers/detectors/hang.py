@@ -202,19 +202,21 @@ def _root_cause(feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: 
     r = feat.ranks
     efa = _efa_first(feat, nodes, lo, hi)
     xid = _xid_first(feat, nodes, lo, hi)
-    candidates: list[tuple[int, str, str | None, str, str, dict[str, str]]] = []
+    Candidate = tuple[int, str, str | None, str, str, dict[str, str]]
+    candidates: list[Candidate] = []
     for node, (i, text) in efa.items():
         candidates.append((i, node, None, "network", NETWORK_ACTION, {"efa": text}))
-    for (node, gpu), (i, code) in xid.items():
-        candidates.append((i, node, gpu, xids.finding_cause(code), xids.describe(code).action or XID_ACTION,
-                           {f"XID {code}": f"at {fmt_time(times[i])} ({xids.xid_class(code)} class)"}))  # fmt: skip
-    for (node, gpu), i in _vanished_first(feat, nodes, lo, hi).items():
-        candidates.append((i, node, gpu, "gpu_missing", XID_ACTION,
-                           {"series": f"GPU {gpu}'s series stopped at {fmt_time(times[i])} while the node's "
+    for (xnode, xgpu), (xi, code) in xid.items():
+        candidates.append((xi, xnode, xgpu, xids.finding_cause(code), xids.describe(code).action or XID_ACTION,
+                           {f"XID {code}": f"at {fmt_time(times[xi])} ({xids.xid_class(code)} class)"}))  # fmt: skip
+    for (vnode, vgpu), vi in _vanished_first(feat, nodes, lo, hi).items():
+        candidates.append((vi, vnode, vgpu, "gpu_missing", XID_ACTION,
+                           {"series": f"GPU {vgpu}'s series stopped at {fmt_time(times[vi])} while the node's "
                             "other GPUs kept reporting"}))  # fmt: skip
     if not candidates:
         return None
-    i, node, gpu, cause, action, ev = min(candidates, key=lambda t: t[0])
+    i, node, first_gpu, cause, action, ev = min(candidates, key=lambda t: t[0])
+    gpu = first_gpu
     rank = None
     if gpu is not None:
         cols = (r.keys[c.NODE_LABEL].to_numpy().astype(str) == node) & (

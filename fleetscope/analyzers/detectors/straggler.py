@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope import hardware
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
@@ -39,7 +40,7 @@ from fleetscope.analyzers.slowness import Slowness, slowness
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
 NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
 
-THERMAL_BITS = c.CLOCK_EVENT_SW_THERMAL | c.CLOCK_EVENT_HW_THERMAL
+THERMAL_BITS = hardware.CLOCK_EVENT_SW_THERMAL | hardware.CLOCK_EVENT_HW_THERMAL
 
 _ACTIONS = {
     "thermal_throttle": "drain after the job's next checkpoint; check the node's fans, airflow and inlet "
@@ -153,11 +154,11 @@ def _cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
             or tv >= cfg.violation_share
         ):
             return "thermal_throttle", ev
-        if _bits_share(gs.reasons[:, gcol], a, b, c.CLOCK_EVENT_HW_POWER_BRAKE) >= cfg.reason_share or (
-            pv >= cfg.violation_share
-        ):
+        if _bits_share(
+            gs.reasons[:, gcol], a, b, hardware.CLOCK_EVENT_HW_POWER_BRAKE
+        ) >= cfg.reason_share or (pv >= cfg.violation_share):
             return "power_brake", ev
-        if _bits_share(gs.reasons[:, gcol], a, b, c.CLOCK_EVENT_HW_SLOWDOWN) >= cfg.reason_share:
+        if _bits_share(gs.reasons[:, gcol], a, b, hardware.CLOCK_EVENT_HW_SLOWDOWN) >= cfg.reason_share:
             return "hw_slowdown", ev
         w = gs.pcie_width[:, gcol]
         node_cols = gs.keys[c.NODE_LABEL].to_numpy() == node
@@ -173,7 +174,7 @@ def _cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
 
 
 def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: str | None,
-             a: int, b: int, score: float, cause: str, ev: dict[str, str]) -> Finding:  # fmt: skip
+             a: int, b: int, score: float | None, cause: str, ev: dict[str, str]) -> Finding:  # fmt: skip
     times = feat.times
     last = len(times) - 1
     ongoing = b >= last - 2
@@ -220,7 +221,10 @@ def gpu_throttle_evidence(feat: Features) -> np.ndarray:
         return np.zeros((len(feat.times), len(gs.keys)), dtype=bool)
     bits = np.nan_to_num(gs.reasons).astype(np.int64)
     return (
-        ((bits & (THERMAL_BITS | c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN)) != 0)
+        (
+            (bits & (THERMAL_BITS | hardware.CLOCK_EVENT_HW_POWER_BRAKE | hardware.CLOCK_EVENT_HW_SLOWDOWN))
+            != 0
+        )
         | (np.nan_to_num(gs.thermal_viol) >= cfg.violation_share)
         | (np.nan_to_num(gs.power_viol) >= cfg.violation_share)
     )
