@@ -96,8 +96,8 @@ def build(args: argparse.Namespace):
             raise FleetscopeError(f"{path}: not valid JSON ({exc})") from None
         candidates, size = _from_findings_json(doc, args.cluster_size, path)
         return build_plan(candidates, size, args.scheduler, max_fraction)
-    from fleetscope.analyzers.core import analyze_file
     from fleetscope.analyzers.cli import load_config
+    from fleetscope.analyzers.core import analyze_file
 
     return plan_from_analysis(analyze_file(path, load_config(args.config)), args.scheduler, max_fraction)
 
