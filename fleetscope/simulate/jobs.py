@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.model import (
     COMM_S,
@@ -56,6 +57,10 @@ REQUEUE_S = 90.0  # scheduler requeue and container start after an abort
 CKPT_BYTES_PER_S = 2.5e9  # per node, on a healthy FSx for Lustre file system
 STEP_BYTES = 2.4e9  # EFA bytes per node per step (gradient all-reduce, DP across nodes)
 ALWAYS = math.inf
+#: Fault kinds of the GPUs themselves (the rest act on the network, data path, CPU or file system).
+_GPU_FAULTS = frozenset(
+    {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "pcie_width_drop"}
+)
 
 
 def _on(f: FaultSpec, t: float) -> bool:
@@ -133,10 +138,10 @@ class RealisticModel(ClusterModel):
             self.jobs.append(job)
         for f in spec.faults:
             if f.kind in ("hang", "node_drain"):
-                job = self._job_at(f.node)
-                if job is None:
+                target = self._job_at(f.node)
+                if target is None:
                     raise FleetscopeError(f"{f.kind} on node {f.node}, which runs no job")
-                job.events.append((f.at_s + (f.lead_s if f.kind == "hang" else 0.0), f))
+                target.events.append((f.at_s + (f.lead_s if f.kind == "hang" else 0.0), f))
         for job in self.jobs:
             job.events.sort(key=lambda e: e[0])
         self._fired: set[int] = set()
@@ -239,58 +244,68 @@ class RealisticModel(ClusterModel):
     def _effects(self, t: float) -> dict:
         """What the faults acting at scenario time ``t`` change (per GPU slot, node or job)."""
         eff = self._quiet_effects()
-        gpn = self.gpn
         for f in self.spec.faults:
-            s = f.node * gpn + f.gpu
-            node = slice(f.node * gpn, (f.node + 1) * gpn)
-            if (
-                f.kind == "hang"
-                and f.cause == "efa"
-                and f.at_s <= t
-                and (f.duration_s is None or t < f.at_s + f.duration_s)
-            ):
-                job = self._job_at(f.node)
-                if job is not None and job.state in ("run", "hang") and f.node in job.nodes:
-                    eff["bad_efa"].append((f.node, f.device, 0.3, True))
+            if f.kind == "hang" and f.cause == "efa":
+                self._efa_hang_precursor(eff, f, t)
             if not _on(f, t):
                 continue
-            if f.kind == "thermal_throttle":
-                eff["slow"][s] = 1 + f.slowdown
-                eff["clock"][s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.1)
-                eff["reasons"][s] = c.CLOCK_EVENT_HW_THERMAL | c.CLOCK_EVENT_SW_THERMAL
-                eff["temp_add"][s] = 12 + 40 * f.slowdown
-                eff["thermal_frac"][s] = 0.9
-            elif f.kind in ("power_brake", "psu_brake"):
-                where = node if f.kind == "psu_brake" else s
-                eff["slow"][where] = 1 + f.slowdown
-                eff["clock"][where] = MAX_SM_CLOCK / (1 + f.slowdown * 1.15)
-                eff["reasons"][where] = c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN
-                eff["power_cap"][where] = 700.0 / (1 + 2 * f.slowdown)
-                eff["power_frac"][where] = 0.95
-            elif f.kind == "silent_slowdown":
-                eff["slow"][s] = 1 + f.slowdown
-            elif f.kind == "pcie_width_drop":
-                eff["slow"][s] = 1.005
-            elif f.kind == "efa_degraded":
-                job = self._job_at(f.node)
-                if job is not None:
-                    eff["net_add"][job.index] = eff["net_add"].get(job.index, 0.0) + f.slowdown
-                eff["bad_efa"].append((f.node, f.device, f.slowdown, False))
-            elif f.kind == "data_slow":
-                eff["data_add"][node] += f.slowdown
-                eff["read_latency"][f.node] = 1 + 20 * f.slowdown
-            elif f.kind == "cpu_contention":
-                eff["opt_add"][node] += 0.8 * f.slowdown
-                eff["data_add"][node] += 0.2 * f.slowdown
-                eff["slow"][node] *= 1.01  # kernel launches wait for the CPU too
-            elif f.kind == "data_stall":
-                job = self._job_at(f.node)
-                if job is not None:
-                    eff["data_add"][job.slots] += f.slowdown
-                eff["read_latency"][:] = 1 + 10 * f.slowdown
-            elif f.kind == "fsx_saturation":
-                eff["fsx"] = max(1.0, f.slowdown)
+            if f.kind in _GPU_FAULTS:
+                self._gpu_fault(eff, f)
+            else:
+                self._io_fault(eff, f)
         return eff
+
+    def _efa_hang_precursor(self, eff: dict, f: FaultSpec, t: float) -> None:
+        """An EFA-caused hang: its device retransmits from ``at_s`` while the job runs or hangs."""
+        if f.at_s <= t and (f.duration_s is None or t < f.at_s + f.duration_s):
+            job = self._job_at(f.node)
+            if job is not None and job.state in ("run", "hang") and f.node in job.nodes:
+                eff["bad_efa"].append((f.node, f.device, 0.3, True))
+
+    def _gpu_fault(self, eff: dict, f: FaultSpec) -> None:
+        """A fault of the GPU (or, for ``psu_brake``, of every GPU of its node)."""
+        s = f.node * self.gpn + f.gpu
+        node = slice(f.node * self.gpn, (f.node + 1) * self.gpn)
+        if f.kind == "thermal_throttle":
+            eff["slow"][s] = 1 + f.slowdown
+            eff["clock"][s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.1)
+            eff["reasons"][s] = hardware.CLOCK_EVENT_HW_THERMAL | hardware.CLOCK_EVENT_SW_THERMAL
+            eff["temp_add"][s] = 12 + 40 * f.slowdown
+            eff["thermal_frac"][s] = 0.9
+        elif f.kind in ("power_brake", "psu_brake"):
+            where = node if f.kind == "psu_brake" else s
+            eff["slow"][where] = 1 + f.slowdown
+            eff["clock"][where] = MAX_SM_CLOCK / (1 + f.slowdown * 1.15)
+            eff["reasons"][where] = hardware.CLOCK_EVENT_HW_POWER_BRAKE | hardware.CLOCK_EVENT_HW_SLOWDOWN
+            eff["power_cap"][where] = 700.0 / (1 + 2 * f.slowdown)
+            eff["power_frac"][where] = 0.95
+        elif f.kind == "silent_slowdown":
+            eff["slow"][s] = 1 + f.slowdown
+        elif f.kind == "pcie_width_drop":
+            eff["slow"][s] = 1.005
+
+    def _io_fault(self, eff: dict, f: FaultSpec) -> None:
+        """A fault of the network, the data path, the host CPU or the file system."""
+        node = slice(f.node * self.gpn, (f.node + 1) * self.gpn)
+        if f.kind == "efa_degraded":
+            job = self._job_at(f.node)
+            if job is not None:
+                eff["net_add"][job.index] = eff["net_add"].get(job.index, 0.0) + f.slowdown
+            eff["bad_efa"].append((f.node, f.device, f.slowdown, False))
+        elif f.kind == "data_slow":
+            eff["data_add"][node] += f.slowdown
+            eff["read_latency"][f.node] = 1 + 20 * f.slowdown
+        elif f.kind == "cpu_contention":
+            eff["opt_add"][node] += 0.8 * f.slowdown
+            eff["data_add"][node] += 0.2 * f.slowdown
+            eff["slow"][node] *= 1.01  # kernel launches wait for the CPU too
+        elif f.kind == "data_stall":
+            job = self._job_at(f.node)
+            if job is not None:
+                eff["data_add"][job.slots] += f.slowdown
+            eff["read_latency"][:] = 1 + 10 * f.slowdown
+        elif f.kind == "fsx_saturation":
+            eff["fsx"] = max(1.0, f.slowdown)
 
     def _events(self, t0: float, t1: float) -> None:
         """Hardware-only onsets in [t0, t1) (the jobs' own events run in :meth:`_advance`)."""
@@ -375,70 +390,84 @@ class RealisticModel(ClusterModel):
 
     def _advance(self, job: Job, eff: dict, t1: float) -> None:
         """Run ``job`` up to scenario time ``t1``: steps, pauses, the hang, the abort, the restart."""
-        acc = self.acc
         while job.jt < t1 - 1e-9 and job.state != "ended":
             if job.events and job.events[0][0] <= job.jt + 1e-9:
                 self._apply(job, job.events.pop(0)[1])
                 continue
             limit = min(t1, job.events[0][0]) if job.events else t1
-            sl = job.slots
             if job.state == "down":
-                if job.down_until <= job.jt:
-                    f, mode = job.restart_after  # type: ignore[misc]
-                    self._restart(job, f, mode)
-                    continue
-                job.jt = min(job.down_until, limit)
-                continue
-            if job.state == "hang":
-                if job.abort_at <= job.jt:  # the NCCL watchdog aborts every rank
-                    self._stop(job)
-                    job.down_until = job.jt + REQUEUE_S
-                    assert job.hang is not None
-                    job.restart_after = (job.hang, "same" if job.hang.cause == "host" else job.hang.restart)
-                    continue
-                piece = min(job.abort_at, limit) - job.jt
-                acc["hang"][sl] += piece
-                job.jt += piece
-                continue
-            if job.pause is not None:
-                kind, end = job.pause
-                piece = min(end, limit) - job.jt
-                acc[kind][sl] += piece
-                if kind == "checkpoint":
-                    self.r_phase["checkpoint"][sl] += piece
-                    self.acc_ck_bytes[job.nodes] += (
-                        piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
-                    )
-                elif kind == EVAL and self.spec.eval_phase:
-                    self.r_phase[EVAL][sl] += piece
-                job.jt += piece
-                if job.jt >= end - 1e-9:
-                    job.pause = None
-                continue
-            if job.pending is None:
-                if job.jt >= job.next_ckpt:
-                    job.ck_len = self.spec.checkpoint_s * eff["fsx"] * (0.9 + 0.2 * self.rng.random())
-                    job.pause = ("checkpoint", job.jt + job.ck_len)
-                    job.next_ckpt += self.spec.checkpoint_every_s
-                    job.ckpt_step = job.global_step
-                    continue
-                if job.jt >= job.next_eval:
-                    job.pause = (EVAL, job.jt + self.spec.eval_s * (0.85 + 0.3 * self.rng.random()))
-                    job.next_eval += self.spec.eval_every_s
-                    continue
-                step = self._step(job, eff, self.rng)
-                step["start"], step["end"] = job.jt, job.jt + step["T"]
-                job.pending = step
-            step = job.pending
-            end = min(step["end"], limit)
-            piece = end - job.jt
-            acc["train"][sl] += piece
-            acc["busy"][sl] += piece * step["busy"]
-            self.acc_steps[sl] += piece / step["T"]
-            job.jt = end
-            if end >= step["end"] - 1e-9:
-                self._commit(job, step)
-                job.pending = None
+                self._advance_down(job, limit)
+            elif job.state == "hang":
+                self._advance_hang(job, limit)
+            elif job.pause is not None:
+                self._advance_pause(job, job.pause, limit)
+            else:
+                self._advance_run(job, eff, limit)
+
+    def _advance_down(self, job: Job, limit: float) -> None:
+        """A stopped job: it restarts once its requeue (or drain) time is over."""
+        if job.down_until <= job.jt:
+            assert job.restart_after is not None, "a stopped job knows how it restarts"
+            f, mode = job.restart_after
+            self._restart(job, f, mode)
+            return
+        job.jt = min(job.down_until, limit)
+
+    def _advance_hang(self, job: Job, limit: float) -> None:
+        """A hung job: its GPUs spin until the NCCL watchdog aborts every rank."""
+        if job.abort_at <= job.jt:
+            self._stop(job)
+            job.down_until = job.jt + REQUEUE_S
+            assert job.hang is not None
+            job.restart_after = (job.hang, "same" if job.hang.cause == "host" else job.hang.restart)
+            return
+        piece = min(job.abort_at, limit) - job.jt
+        self.acc["hang"][job.slots] += piece
+        job.jt += piece
+
+    def _advance_pause(self, job: Job, pause: tuple[str, float], limit: float) -> None:
+        """A pause (warmup, checkpoint, evaluation) up to its end or ``limit``."""
+        sl = job.slots
+        kind, end = pause
+        piece = min(end, limit) - job.jt
+        self.acc[kind][sl] += piece
+        if kind == "checkpoint":
+            self.r_phase["checkpoint"][sl] += piece
+            self.acc_ck_bytes[job.nodes] += piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
+        elif kind == EVAL and self.spec.eval_phase:
+            self.r_phase[EVAL][sl] += piece
+        job.jt += piece
+        if job.jt >= end - 1e-9:
+            job.pause = None
+
+    def _advance_run(self, job: Job, eff: dict, limit: float) -> None:
+        """A running job: a checkpoint or evaluation begins when due, else (part of) a step."""
+        acc = self.acc
+        sl = job.slots
+        if job.pending is None:
+            if job.jt >= job.next_ckpt:
+                job.ck_len = self.spec.checkpoint_s * eff["fsx"] * (0.9 + 0.2 * self.rng.random())
+                job.pause = ("checkpoint", job.jt + job.ck_len)
+                job.next_ckpt += self.spec.checkpoint_every_s
+                job.ckpt_step = job.global_step
+                return
+            if job.jt >= job.next_eval:
+                job.pause = (EVAL, job.jt + self.spec.eval_s * (0.85 + 0.3 * self.rng.random()))
+                job.next_eval += self.spec.eval_every_s
+                return
+            step = self._step(job, eff, self.rng)
+            step["start"], step["end"] = job.jt, job.jt + step["T"]
+            job.pending = step
+        step = job.pending
+        end = min(step["end"], limit)
+        piece = end - job.jt
+        acc["train"][sl] += piece
+        acc["busy"][sl] += piece * step["busy"]
+        self.acc_steps[sl] += piece / step["T"]
+        job.jt = end
+        if end >= step["end"] - 1e-9:
+            self._commit(job, step)
+            job.pending = None
 
     def _commit(self, job: Job, step: dict) -> None:
         sl = job.slots
@@ -471,9 +500,9 @@ class RealisticModel(ClusterModel):
         power = np.minimum(power * (1 + rng.normal(0, 0.015, G)), eff["power_cap"])
         temp = self.base_temp + 0.025 * (power - 85) + eff["temp_add"] * (util > 5) + rng.normal(0, 0.5, G)
         clock = np.where(util > 0.5, eff["clock"], 345.0)
-        reasons = np.where(util > 0.5, eff["reasons"], c.CLOCK_EVENT_GPU_IDLE)
+        reasons = np.where(util > 0.5, eff["reasons"], hardware.CLOCK_EVENT_GPU_IDLE)
         sw_cap = (rng.random(G) < 0.01) & (util > 50) & (reasons == 0)
-        reasons = np.where(sw_cap, c.CLOCK_EVENT_SW_POWER_CAP, reasons)
+        reasons = np.where(sw_cap, hardware.CLOCK_EVENT_SW_POWER_CAP, reasons)
         clock = np.where(sw_cap, clock - rng.uniform(30, 120, G), clock)
         clock = np.where(util > 0.5, np.round(clock / 15) * 15, clock)
         self.energy_mj += power * dt * 1000
@@ -525,10 +554,10 @@ class RealisticModel(ClusterModel):
             p = pkts[node, dev] + 2e5 * dt / 15
             self.efa["retrans_pkts"][node, dev] += p * (0.03 + 0.1 * sev)
             self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * 8800
-            k = 4.0 if precursor else 1.0
-            self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * k * dt / 15)
-            self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * k * dt / 15)
-            self.efa["unresponsive_remote_events"][node, dev] += rng.poisson(0.3 * k * dt / 15)
+            burst = 4.0 if precursor else 1.0
+            self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * burst * dt / 15)
+            self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * burst * dt / 15)
+            self.efa["unresponsive_remote_events"][node, dev] += rng.poisson(0.3 * burst * dt / 15)
         self.efa_lifespan += dt
         present = self.node_present.astype(float)
         reads = node_steps * 2.2e8 * 4.3 + node_eval * 2e7 * dt
@@ -537,8 +566,10 @@ class RealisticModel(ClusterModel):
         ck_share = np.zeros(N)
         np.add.at(ck_share, self.slot_node, self.acc["checkpoint"] / span / self.gpn)
         for op, rate in _LUSTRE_OPS.items():
-            k = rate * dt * (1 + (30 * ck_share if op in ("open", "close", "create") else 0))
-            lat = 2e-4 * (eff["read_latency"] if op == "read" else 1.0)
+            k: np.ndarray | float = (
+                rate * dt * (1 + (30 * ck_share if op in ("open", "close", "create") else 0))
+            )
+            lat: np.ndarray | float = 2e-4 * (eff["read_latency"] if op == "read" else 1.0)
             lat = lat * (eff["fsx"] if op in ("write", "open", "create", "close") else 1.0)
             self.lustre_ops[op] += k * present
             self.lustre_op_seconds[op] += k * lat * present

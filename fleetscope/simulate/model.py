@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope import hardware
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 
 # Nominal per-step phase times in seconds (a dense ~70B model on H100s, DP across nodes).
@@ -110,7 +111,7 @@ class ClusterModel:
         ]
         # A GPU model missing from the contract's table gets no peak series (never a guess); the
         # job still does the work of an H100-class GPU.
-        self.peak = c.peak_flops(spec.model_name) or {}
+        self.peak = hardware.peak_flops(spec.model_name) or {}
         self.flops_per_step = NOMINAL_MFU * self.peak.get("bf16", 0.9895e15) * STEP_NOMINAL_S
         # Per-GPU accumulators.
         z = np.zeros(G)
@@ -260,13 +261,13 @@ class ClusterModel:
             if f.kind == "thermal_throttle":
                 slow[s] = 1 + f.slowdown
                 clock[s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.1)
-                reasons[s] = c.CLOCK_EVENT_HW_THERMAL | c.CLOCK_EVENT_SW_THERMAL
+                reasons[s] = hardware.CLOCK_EVENT_HW_THERMAL | hardware.CLOCK_EVENT_SW_THERMAL
                 temp_add[s] = 20
                 thermal_frac[s] = 0.9
             elif f.kind == "power_brake":
                 slow[s] = 1 + f.slowdown
                 clock[s] = MAX_SM_CLOCK / (1 + f.slowdown * 1.15)
-                reasons[s] = c.CLOCK_EVENT_HW_POWER_BRAKE | c.CLOCK_EVENT_HW_SLOWDOWN
+                reasons[s] = hardware.CLOCK_EVENT_HW_POWER_BRAKE | hardware.CLOCK_EVENT_HW_SLOWDOWN
                 power_cap[s] = 330.0
                 power_frac[s] = 0.95
             elif f.kind == "pcie_width_drop":
@@ -348,10 +349,10 @@ class ClusterModel:
         power = np.minimum(power * (1 + rng.normal(0, 0.015, G)), eff["power_cap"])
         temp = self.base_temp + 0.025 * (power - 85) + eff["temp_add"] + rng.normal(0, 0.5, G)
         clock = np.where(util > 0, eff["clock"], 345.0)
-        reasons = eff["reasons"].copy()
+        reasons = np.asarray(eff["reasons"]).copy()
         # Healthy noise: a short SW power cap now and then (not a fault).
         sw_cap = (rng.random(G) < 0.01) & (util > 0)
-        reasons = np.where(sw_cap & (reasons == 0), c.CLOCK_EVENT_SW_POWER_CAP, reasons)
+        reasons = np.where(sw_cap & (reasons == 0), hardware.CLOCK_EVENT_SW_POWER_CAP, reasons)
         clock = np.where(sw_cap, clock - rng.uniform(30, 120, G), clock)
         clock = np.where(util > 0, np.round(clock / 15) * 15, clock)
         self.energy_mj += power * dt * 1000
@@ -540,13 +541,13 @@ class ClusterModel:
         ver = tuple(nodes)
         el = c.EFA_LABELS + sl
         ekeys = self._cached("efa", ver, lambda: [
-            (self.hostnames[n], d, "1") + self._scrape(n) for n in nodes for d in self.efa_names])  # fmt: skip
+            (self.hostnames[n], d, "1") + self._scrape(int(n)) for n in nodes for d in self.efa_names])  # fmt: skip
         for name in _EFA_COUNTERS:
             out[c.efa_metric_name(name)] = Series(el, ekeys, np.floor(self.efa[name][nodes].ravel()))
         out[c.EFA_LIFESPAN] = Series(el, ekeys, np.floor(self.efa_lifespan[nodes].ravel()))
         ll = c.LUSTRE_LABELS + sl
         lkeys = self._cached(
-            "lustre", ver, lambda: [(self.hostnames[n], "fsx", "/fsx") + self._scrape(n) for n in nodes]
+            "lustre", ver, lambda: [(self.hostnames[n], "fsx", "/fsx") + self._scrape(int(n)) for n in nodes]
         )
         out[c.LUSTRE_CLIENT_READ_BYTES] = Series(ll, lkeys, np.floor(self.lustre_read[nodes]))
         out[c.LUSTRE_CLIENT_WRITE_BYTES] = Series(ll, lkeys, np.floor(self.lustre_write[nodes]))
@@ -559,11 +560,13 @@ class ClusterModel:
             ol, okeys, np.concatenate([np.round(self.lustre_op_seconds[op][nodes], 6) for op in _LUSTRE_OPS])
         )
         hl = (c.NODE_LABEL, *sl)
-        hkeys = self._cached("healthy", ver, lambda: [(self.hostnames[n], *self._scrape(n)) for n in nodes])
+        hkeys = self._cached(
+            "healthy", ver, lambda: [(self.hostnames[n], *self._scrape(int(n))) for n in nodes]
+        )
         out[c.LUSTRE_CLIENT_HEALTHY] = Series(hl, hkeys, np.ones(len(nodes)))
         cl = ("collector", c.NODE_LABEL, *sl)
         ckeys = self._cached("collector", ver, lambda: [
-            (col, self.hostnames[n], *self._scrape(n)) for col in _COLLECTORS for n in nodes])  # fmt: skip
+            (col, self.hostnames[n], *self._scrape(int(n))) for col in _COLLECTORS for n in nodes])  # fmt: skip
         out[c.COLLECTOR_SUCCESS] = Series(cl, ckeys, np.ones(len(ckeys)))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fleetscope import contract as c
+from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import ground_truth, simulate, write_openmetrics
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec, node_name
@@ -259,7 +260,7 @@ def test_intermittent_throttle_shows_hardware_evidence_only_when_on():
     )
     t, v = rec.series_of(c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS)[key]
     phase = (t - spec.start - 15) % 300  # a sample describes the tick before it
-    on = (v.astype(int) & c.CLOCK_EVENT_HW_THERMAL) > 0
+    on = (v.astype(int) & hardware.CLOCK_EVENT_HW_THERMAL) > 0
     assert on[(phase < 100) & (t > spec.start + 30)].all() and not on[(phase > 140) & (phase < 280)].any()
 
 
@@ -271,7 +272,7 @@ def test_node_level_truth_and_spec_checks(tmp_path):
                     "node_level": True, "single": True}]  # fmt: skip
     rec = simulate(spec)
     reasons = _at(rec, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, spec.start + 600)
-    braked = {k for k, v in reasons.items() if int(v) & c.CLOCK_EVENT_HW_POWER_BRAKE}
+    braked = {k for k, v in reasons.items() if int(v) & hardware.CLOCK_EVENT_HW_POWER_BRAKE}
     assert braked == {f"{node_name(1)}/{g}" for g in range(8)}
     assert json.loads(json.dumps(ground_truth(spec)))["family"] == "node_level"
     with pytest.raises(FleetscopeError, match="only for a realistic family"):
