@@ -61,6 +61,14 @@ def training_mask(feat: Features, job: str) -> np.ndarray:
     edge = paused.copy()
     edge[1:] |= paused[:-1]
     edge[:-1] |= paused[1:]
+    # Some of the job's ranks unseen (a monitoring gap) or just back (their first increment carries
+    # the whole gap): the job's sums are not its throughput there. A job that shrank for good is
+    # whole again one rate window later.
+    present = r.present[:, cols]
+    if present.size:
+        n = present.sum(axis=1).astype(float)
+        edge |= n < _rolling_max(n, feat.w)
+        edge[1:] |= (present[1:] & ~present[:-1]).any(axis=1)
     return ~edge
 
 
@@ -88,8 +96,15 @@ def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
             series = np.where((pk > 0) & enough, num / pk, np.nan)
             unit = "MFU"
         else:
+            # Per rank seen, times the job's usual size: ranks missing from the monitoring (or a
+            # job that restarted smaller) do not read as lost throughput, as for MFU's peak.
             tok = np.where(train, np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1), 0.0)
-            series = np.where(enough, rolling_sum(tok[:, None], w)[:, 0] / active_s, np.nan)
+            n = present.sum(axis=1).astype(float)
+            rank_s = rolling_sum(np.where(train, n * feat.step, 0.0)[:, None], w)[:, 0]
+            usual = float(np.median(n[n > 0])) if (n > 0).any() else 0.0
+            series = np.where(
+                enough & (rank_s > 0), rolling_sum(tok[:, None], w)[:, 0] / rank_s * usual, np.nan
+            )
             unit = "tokens/s"
     # Windows that reach back before the job's first step in the window (start-up) are not a level.
     stepping_idx = np.nonzero(stepping(feat, job))[0]
