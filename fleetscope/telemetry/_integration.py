@@ -18,7 +18,7 @@ def count_tokens(batch: Any) -> float | None:
     (token ids), first element of a tuple or list. None when unknown."""
     if isinstance(batch, Mapping):
         ids = batch.get("input_ids")
-        return float(ids.numel()) if hasattr(ids, "numel") else None
+        return float(ids.numel()) if ids is not None and hasattr(ids, "numel") else None
     if isinstance(batch, tuple | list) and batch:
         batch = batch[0]
     dtype = getattr(batch, "dtype", None)

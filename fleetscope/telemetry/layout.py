@@ -173,41 +173,54 @@ def from_device_mesh(mesh: Any) -> Layout:
     """A ``torch.distributed.DeviceMesh`` with named dimensions (torchtitan: ``pp``, ``dp_replicate``,
     ``dp_shard``, ``cp``, ``tp``; flattened ``dp`` when present)."""
 
-    def local_rank(name: str) -> int | None:
-        try:
-            return _rank(mesh.get_local_rank(mesh_dim=name))
-        except Exception:  # noqa: BLE001 - not a dimension of this mesh
-            pass
-        try:  # a flattened dimension (torchtitan's "dp") is reachable by indexing only
-            return _rank(mesh[name].get_local_rank())
-        except Exception:  # noqa: BLE001
-            return None
-
-    def size(name: str) -> int | None:
-        try:
-            return _rank(mesh.size(mesh_dim=list(mesh.mesh_dim_names).index(name)))
-        except Exception:  # noqa: BLE001
-            return None
-
     def read() -> Layout:
         names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
         found: dict[str, int] = {}
         for key, dims in MESH_DIMS.items():
             for dim in dims:
                 if dim in names or (dim in _FLATTENED and names):
-                    value = local_rank(dim)
+                    value = _mesh_local_rank(mesh, dim)
                     if value is not None:
                         found[key] = value
                         break
-        if "data_parallel_rank" not in found and ("dp_replicate" in names or "dp_shard" in names):
-            replicate = local_rank("dp_replicate") if "dp_replicate" in names else 0
-            shard = local_rank("dp_shard") if "dp_shard" in names else 0
-            shards = size("dp_shard") if "dp_shard" in names else 1
-            if replicate is not None and shard is not None and shards is not None:
-                found["data_parallel_rank"] = replicate * shards + shard
+        if "data_parallel_rank" not in found:
+            dp = _mesh_hsdp_rank(mesh, names)
+            if dp is not None:
+                found["data_parallel_rank"] = dp
         return Layout(**found)
 
     return _checked("device mesh", read)
+
+
+def _mesh_local_rank(mesh: Any, name: str) -> int | None:
+    """This rank's index along the mesh dimension ``name``; None when the mesh has no such one."""
+    try:
+        return _rank(mesh.get_local_rank(mesh_dim=name))
+    except Exception:  # noqa: BLE001 - not a dimension of this mesh
+        pass
+    try:  # a flattened dimension (torchtitan's "dp") is reachable by indexing only
+        return _rank(mesh[name].get_local_rank())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _mesh_size(mesh: Any, name: str) -> int | None:
+    try:
+        return _rank(mesh.size(mesh_dim=list(mesh.mesh_dim_names).index(name)))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _mesh_hsdp_rank(mesh: Any, names: tuple[str, ...]) -> int | None:
+    """The data-parallel rank of an HSDP mesh (``dp_replicate`` x ``dp_shard``, no flattened ``dp``)."""
+    if "dp_replicate" not in names and "dp_shard" not in names:
+        return None
+    replicate = _mesh_local_rank(mesh, "dp_replicate") if "dp_replicate" in names else 0
+    shard = _mesh_local_rank(mesh, "dp_shard") if "dp_shard" in names else 0
+    shards = _mesh_size(mesh, "dp_shard") if "dp_shard" in names else 1
+    if replicate is None or shard is None or shards is None:
+        return None
+    return replicate * shards + shard
 
 
 def from_deepspeed(obj: Any) -> Layout:

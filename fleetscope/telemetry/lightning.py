@@ -50,7 +50,7 @@ pl = _lightning()
 log = logging.getLogger("fleetscope.telemetry")
 
 
-class FleetscopeCallback(pl.Callback):  # type: ignore[misc,name-defined]
+class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
     """Feeds a :class:`~fleetscope.telemetry.TrainingMonitor` from Lightning's training hooks.
 
     ``monitor``: an existing monitor; otherwise one is created at ``setup`` with the trainer's global

@@ -13,6 +13,7 @@ writes the rank file. ``docs/benchmarks.md`` has the measured cost per step.
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import sys
@@ -249,7 +250,7 @@ class TrainingMonitor:
             raise ValueError("flops_per_token and flops_per_step must not be negative")
         self._fpt = float(flops_per_token)
         self._fps = float(flops_per_step)
-        self.flops_convention = flops_convention or getattr(flops_per_token, "convention", CUSTOM)
+        self.flops_convention: str = flops_convention or str(getattr(flops_per_token, "convention", CUSTOM))
         self._lock = threading.Lock()
         self._steps = 0
         self._step_seconds = 0.0
@@ -474,7 +475,7 @@ def _cuda_synchronizer() -> Callable[[], None] | None:
     torch = sys.modules.get("torch")
     if torch is None:
         try:
-            import torch  # only when the user asked for cuda_sync
+            torch = importlib.import_module("torch")  # only when the user asked for cuda_sync
         except ImportError:
             log.warning("cuda_sync requested but torch is not installed; phase times are CPU times")
             return None
