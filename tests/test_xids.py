@@ -95,7 +95,8 @@ def test_generated_drain_rule_matches_exactly_the_drain_class() -> None:
         assert f'xid=~"{xids.promql_regex(xids.codes(klass))}"' in alerts[name]
 
 
-def test_contract_reexports_are_the_same_objects() -> None:
-    """Transitional: analyzers/, simulate/ and demo still read these names from the contract."""
-    assert contract.XID_DRAIN is xids.XID_DRAIN and contract.xid_class is xids.xid_class
-    assert contract.promql_regex is xids.promql_regex
+def test_the_contract_no_longer_carries_xid_or_hardware_names() -> None:
+    """XIDs live in fleetscope.xids and hardware facts in fleetscope.hardware, each in one place."""
+    gone = ("XID_DRAIN", "XID_WATCH", "XID_APPLICATION", "xid_class", "promql_regex", "XidClass",
+            "peak_flops", "PEAK_FLOPS_TABLE", "RECOVERY_ACTIONS", "CLOCK_EVENT_HW_THERMAL")  # fmt: skip
+    assert [name for name in gone if hasattr(contract, name)] == []
