@@ -19,23 +19,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: TEMPORARY: files other engineers still have to repoint at docs/design.md. Their outside
-#: references are tolerated here until they land; remove each entry with its fix (the exact
-#: replacement texts are in the report of issue 11's docs task). Nothing else is exempt.
-PENDING_OUTSIDE_REFERENCES: dict[str, str] = {
-    # lead engineer (fleetscope/analyzers/**)
-    "fleetscope/analyzers/cli.py": "lead engineer",
-    "fleetscope/analyzers/findings.py": "lead engineer",
-    "fleetscope/analyzers/config.py": "lead engineer (detectors/config.py after its move)",
-    "fleetscope/analyzers/detectors/config.py": "lead engineer",
-    "fleetscope/analyzers/detectors/failing_node.py": "lead engineer",
-    "fleetscope/analyzers/detectors/mfu_drop.py": "lead engineer",
-    "fleetscope/analyzers/detectors/straggler.py": "lead engineer",
-    # simulator engineer (fleetscope/simulate/**)
-    "fleetscope/simulate/model.py": "simulator engineer",
-    "fleetscope/simulate/record.py": "simulator engineer",
-}
-
 #: What sends a reader outside the repository.
 OUTSIDE = re.compile(
     r"(?<![\w.-])shared/"  # shared/research/..., shared/DESIGN.md, ../shared/fixtures-real/...
@@ -119,14 +102,9 @@ def test_scans_the_docs_and_the_package() -> None:
     assert len(names) > 100
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _rel(p) not in PENDING_OUTSIDE_REFERENCES], ids=_rel)
+@pytest.mark.parametrize("path", FILES, ids=_rel)
 def test_no_reference_outside_the_repository(path: Path) -> None:
     assert _outside_hits(path) == []
-
-
-def test_pending_entries_name_who_fixes_them() -> None:
-    for path, who in PENDING_OUTSIDE_REFERENCES.items():
-        assert path.startswith("fleetscope/") and who, path
 
 
 @pytest.mark.parametrize("path", [p for p in FILES if _links(p)], ids=_rel)

@@ -1,7 +1,7 @@
 """``fleetscope analyze``: failing nodes, stragglers and MFU drops in a recorded file or a Prometheus.
 
 ``--input FILE`` and ``--prometheus URL --start T --end T`` load the same frames and give the same
-findings. Output: ``text`` (default on a terminal), ``json`` (the findings document of DESIGN.md,
+findings. Output: ``text`` (default on a terminal), ``json`` (the findings document, docs/design.md#findings,
 default otherwise), ``html`` (one self-contained report with plots).
 """
 

@@ -1,6 +1,7 @@
 """Every threshold the detectors use, in one frozen dataclass, with where each number comes from.
 
-Sources are in shared/research/analytics.md (cited by section) and gpu-metrics.md section 4.
+Sources are in docs/design.md (#persistence, #stragglers, #robust-scores, #mfu-drops); every number
+beside the alert rules' is in docs/design.md#thresholds, kept equal by tests/alerts/test_thresholds.py.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ class DetectorConfig:
     #: steps of a 4-5 s step, enough to average out step-count quantization (about +-4%).
     rate_window_s: float = 120.0
     #: A straggler or a drop must persist this long before it is reported (Minder: abnormal
-    #: patterns last > 5 min; Greyhound verifies >= 10 iterations; analytics.md 2.1, 2.5, 5).
+    #: patterns last > 5 min; Greyhound verifies >= 10 iterations; docs/design.md#persistence).
     persistence_s: float = 180.0
 
     # --- straggler ------------------------------------------------------------------------
     #: Own compute time / peer median at or above which a rank is slow. What-if analysis calls a
-    #: job straggling at S > 1.1 and Greyhound verifies a >= 10% change (analytics.md 2.1, 2.2, 7);
+    #: job straggling at S > 1.1 and Greyhound verifies a >= 10% change (docs/design.md#stragglers);
     #: so that a rank 10% slower is reliably caught the cut sits at 1.07, above the 3-4% spread
     #: between healthy GPUs of one model.
     straggler_ratio: float = 1.07
@@ -40,7 +41,7 @@ class DetectorConfig:
     #: Slow periods of one GPU closer than this are one on/off episode series, reported once.
     episode_gap_s: float = 600.0
     #: Modified z-score 0.6745 (x - median) / MAD above which a rank is an outlier
-    #: (Iglewicz-Hoaglin, |M| > 3.5; analytics.md section 5).
+    #: (Iglewicz-Hoaglin, |M| > 3.5; docs/design.md#robust-scores).
     straggler_z: float = 3.5
     #: MAD floor as a fraction of the median, so identical peers do not give infinite z-scores.
     mad_floor: float = 0.005
@@ -65,7 +66,7 @@ class DetectorConfig:
     #: Minimum length of a drop (and of a baseline segment) in seconds.
     mfu_min_drop_s: float = 180.0
     mfu_min_baseline_s: float = 150.0
-    #: Binary segmentation penalty, in units of noise variance x log(n) (BIC-like, analytics.md 5).
+    #: Binary segmentation penalty, in units of noise variance x log(n) (BIC-like, docs/design.md#mfu-drops).
     changepoint_penalty: float = 3.0
     #: Data-phase share of the step that grew by this much (absolute) points at data loading.
     data_share_increase: float = 0.04

@@ -1,6 +1,6 @@
 """The finding: what every detector produces and every consumer (CLI, service, plan) reads.
 
-The JSON shape is the one in DESIGN.md ("Findings"); :meth:`Finding.to_dict` writes exactly it.
+The JSON shape is the one in docs/design.md#findings; :meth:`Finding.to_dict` writes exactly it.
 This module imports only the standard library so the service and the drain planner can use it
 without pandas.
 """

@@ -35,7 +35,7 @@ OPT_S = 0.25
 STEP_NOMINAL_S = COMPUTE_S + DATA_S + COMM_S + OPT_S
 #: A healthy job's actual step: the slowest of many GPUs and the noisiest data fetch set the pace.
 STEP_TYPICAL_S = 4.3
-#: MFU of a healthy job (typical H100 BF16: 35-45%, research/analytics.md section 3.5).
+#: MFU of a healthy job (typical H100 BF16: 35-45%, docs/design.md#mfu-and-peak-flops).
 NOMINAL_MFU = 0.40
 TOKENS_PER_STEP = 4 * 4096  # per rank: micro-batches x sequence length
 MAX_SM_CLOCK = 1980.0

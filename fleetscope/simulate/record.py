@@ -4,7 +4,7 @@ File layout (what ``promtool tsdb create-blocks-from openmetrics`` 2.42 accepts)
 after the other, each with its ``# TYPE`` and ``# HELP``; inside a family one series after the
 other, each series' samples in time order; a timestamp (Unix seconds) on every sample; ``# EOF``
 last. Counters whose name ends in ``_total`` are typed ``counter`` (the family name without the
-suffix); DCGM counters have no ``_total`` and are typed ``unknown``, as DESIGN.md says.
+suffix); DCGM counters have no ``_total`` and are typed ``unknown``, as docs/design.md#recorded-series says.
 """
 
 from __future__ import annotations

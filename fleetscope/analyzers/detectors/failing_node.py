@@ -1,7 +1,7 @@
 """Failing nodes: hardware that must leave the job (fail-stop), with the GPU named where one is.
 
 Reasoning. A GPU that logs a drain-class XID (NVIDIA's XID catalog: 79 fallen off the bus, 48
-double-bit ECC, 64 row-remap failure, ...; gpu-metrics.md section 4), that the exporter reports as
+double-bit ECC, 64 row-remap failure, ...; docs/design.md#xid-classes), that the exporter reports as
 lost (``fleetscope_gpu_up`` 0) or whose series stop while the node's other GPUs keep reporting, that
 counts an uncorrectable ECC error or a failed row remap, or for which the driver asks for a recovery
 action, is broken: the job will crash on it again, so the node is drained. A PCIe link that trained

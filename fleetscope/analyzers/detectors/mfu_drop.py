@@ -1,7 +1,7 @@
 """MFU drops: a job's MFU (or tokens/s where FLOPs are unknown) below its own baseline, sustained.
 
-Reasoning (analytics.md sections 3.5 and 5). MFU = model FLOPs per second / peak FLOP/s of the job's
-GPUs (DESIGN.md). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
+Reasoning (docs/design.md#mfu-drops). MFU = model FLOPs per second / peak FLOP/s of the job's
+GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
 compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
 family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
 every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points

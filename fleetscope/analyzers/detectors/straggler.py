@@ -1,6 +1,6 @@
 """Stragglers: a rank, GPU or node persistently slower than its peers, with the cause named.
 
-Reasoning (analytics.md sections 1, 2 and 5). In synchronous training every rank waits for the
+Reasoning (docs/design.md#stragglers, #peers, #robust-scores). In synchronous training every rank waits for the
 slowest, so the job's step time cannot tell *who* is slow; the per-rank compute time can. For each
 rank the compute seconds per step (forward + backward, over ``rate_window_s``) are compared with the
 job's other ranks at the same time: score = own / peer median (NVRx uses a ratio to the fastest rank,
