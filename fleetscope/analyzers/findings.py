@@ -18,7 +18,8 @@ from fleetscope.times import parse_rfc3339, rfc3339
 class Finding:
     """One thing wrong with the cluster, with the numbers that show it.
 
-    ``kind``: ``failing_node``, ``straggler``, ``mfu_drop`` (more may be added).
+    ``kind``: one of ``contract.FINDING_KINDS`` (``failing_node``, ``straggler``, ``mfu_drop``,
+    ``job_hang``, and the informational ``monitoring_gap`` / ``membership_change``).
     ``node`` is the ``Hostname``; ``gpu``, ``rank``, ``job_id`` and ``end`` may be None.
     ``start``/``end`` are Unix seconds; ``end`` None means still open.
     ``cause`` is a short snake_case word; ``evidence`` holds the convincing numbers as strings.

@@ -24,7 +24,10 @@ class NodeVerdict:
 
 @dataclass
 class StragglerScore:
-    """A rank's compute time divided by its peers' median (1.0 = normal)."""
+    """A rank's slowness against its peer group: 1 + its largest slowness view (1.0 = like its peers).
+
+    See :mod:`fleetscope.analyzers.slowness` for the views (compute, forward, data, host, less wait).
+    """
 
     job_id: str
     rank: int

@@ -1,6 +1,6 @@
 """``--format html``: one self-contained page (plots inlined as base64 PNG, no external assets).
 
-Plots: per-rank compute time (ratio to the peer median) as a heatmap over time, the job's MFU with
+Plots: per-rank slowness (1 + the largest slowness view against the peer group) as a heatmap over time, the job's MFU with
 its change points and drops, and a node health timeline built from the findings.
 """
 
@@ -51,7 +51,7 @@ def _heatmap(feat: Features) -> str | None:
                    extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
     ax.set_xlabel("minutes since window start")
     ax.set_ylabel("rank series")
-    ax.set_title("compute time per step / peer median (1 = normal)")
+    ax.set_title("slowness against the peer group (1 = like its peers)")
     fig.colorbar(im, ax=ax)
     return _png(fig)
 

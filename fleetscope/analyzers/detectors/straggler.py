@@ -212,8 +212,8 @@ def gpu_throttle_evidence(feat: Features) -> np.ndarray:
     """Per GPU column and time: the hardware says this GPU runs slower than it could.
 
     A HW/SW thermal, HW power-brake or HW-slowdown clock-event bit, a violation counter counting at
-    least ``violation_share`` of the time, or an SM clock ``clock_deficit`` below its busy peers'
-    median while a reason bit is set. A SW power cap alone is normal under load and never counts.
+    least ``violation_share`` of the time. A SW power cap alone is normal under load and never
+    counts. (The clock deficit against busy peers is checked where a GPU has no rank telemetry.)
     """
     cfg = feat.config
     gs = feat.gpus
@@ -347,7 +347,11 @@ def detect(feat: Features) -> list[Finding]:
 
 
 def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
-    """Half or more of a node's GPUs slow at once: one node-level finding listing them."""
+    """Half or more of a node's GPUs slow in one window: one node-level finding listing them.
+
+    The GPUs' findings are not required to overlap in time: within one analysis window, half a
+    node slowing is one node-level incident (a PSU, the host CPU, the node's data loader).
+    """
     gpus_on: dict[str, int] = {}
     for node in feat.gpus.keys[c.NODE_LABEL] if len(feat.gpus.keys) else []:
         gpus_on[str(node)] = gpus_on.get(str(node), 0) + 1
