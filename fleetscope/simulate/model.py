@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope import hardware
+from fleetscope import hardware, xids
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 
 # Nominal per-step phase times in seconds (a dense ~70B model on H100s, DP across nodes).
@@ -41,12 +41,6 @@ TOKENS_PER_STEP = 4 * 4096  # per rank: micro-batches x sequence length
 MAX_SM_CLOCK = 1980.0
 RESTART_WARMUP_S = 60.0
 BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
-XID_MESSAGES = {
-    79: "GPU has fallen off the bus.",
-    48: "DBE (Double Bit Error) ECC Error",
-    64: "ECC page retirement or row remapper recording failure",
-    63: "ECC page retirement or row remapping recording event",
-}
 
 
 def _uuid(seed: int, node: int, gpu: int) -> str:
@@ -488,7 +482,7 @@ class ClusterModel:
         xl = gl + ("err_code", "err_msg")
         xver = (pver, tuple(self.last_xid[alive]))
         xkeys = self._cached("xid_gauge", xver, lambda: [
-            self._gpu_key(int(s)) + (str(int(self.last_xid[s])), XID_MESSAGES.get(int(self.last_xid[s]), ""))
+            self._gpu_key(int(s)) + (str(int(self.last_xid[s])), xids.message(int(self.last_xid[s])) if self.last_xid[s] else "")
             for s in alive])  # fmt: skip
         out[c.DCGM_FI_DEV_XID_ERRORS] = Series(xl, xkeys, self.last_xid[alive].astype(float))
         out[c.GPU_UP] = Series(gl, all_keys, (~self.gpu_lost[present_slots]).astype(float))
