@@ -26,9 +26,11 @@ class DetectorConfig:
     #: so that a rank 10% slower is reliably caught the cut sits at 1.07, above the 3-4% spread
     #: between healthy GPUs of one model.
     straggler_ratio: float = 1.07
-    #: A rank that is ``straggler_ratio`` slower than its own best level in the window needs only
-    #: this much over the peer median (NVRx computes both a relative and an individual score).
-    straggler_ratio_with_self: float = 1.03
+    #: Without hardware evidence a rank must also be this much slower than its own best level in
+    #: the window (NVRx's individual score beside its relative one): a rank that differs from its
+    #: peers from the first step to the last is structure or role (a pipeline stage, rank 0's
+    #: logging), not a fault that began; with hardware evidence no change is needed.
+    self_change: float = 0.05
     #: With the GPU's own hardware evidence at the same time (a throttle reason bit, violation time),
     #: a rank this much slower than its peers is a straggler: the hardware explains it, so jitter
     #: cannot (a 5% throttle costs a synchronous job its full 5%; Minder, NSDI'25).
@@ -56,6 +58,9 @@ class DetectorConfig:
     #: Retransmitted / transmitted packets on an EFA device above which the link is degraded
     #: (healthy SRD retransmits are parts per million).
     retrans_ratio: float = 0.005
+    #: Packets per second a device must send for its retransmit ratio to mean anything (an idle or
+    #: paused device's ratio is noise); the alert's floor.
+    efa_min_tx_pps: float = 100.0
     #: Impaired/unresponsive/timeout events per minute that mark a device as degraded.
     efa_events_per_min: float = 1.0
 

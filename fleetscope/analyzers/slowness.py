@@ -85,7 +85,7 @@ def _per_step(x: np.ndarray, steps: np.ndarray, w: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         med = np.nanmedian(win, axis=2)
-    return np.where(n >= max(2, w // 2), med, np.nan)[:T]
+    return np.where(n >= max(2, min(w // 2, 4)), med, np.nan)[:T]
 
 
 def _nanmedian(x: np.ndarray, axis: int) -> np.ndarray:
@@ -188,6 +188,22 @@ def _groups(feat: Features, compute: np.ndarray) -> tuple[np.ndarray, bool]:
     return groups, inferred
 
 
+def window_steps(feat: Features) -> int:
+    """Grid steps per slowness window: ``rate_window_s``, widened to hold about eight training steps.
+
+    A job whose step is longer than the grid step completes none in most grid steps; its window
+    must still hold enough steps for a median (a 40 s step on a 15 s grid: 22 grid steps).
+    """
+    r = feat.ranks
+    steps = np.nansum(np.nan_to_num(r.steps), axis=0)
+    secs = np.nansum(np.nan_to_num(r.step_seconds), axis=0)
+    good = (steps > 0) & (secs > 0)
+    if not good.any():
+        return feat.w
+    typical = float(np.median(secs[good] / steps[good]))
+    return max(feat.w, int(np.ceil(8 * typical / feat.step)))
+
+
 def slowness(feat: Features) -> Slowness:
     """Every view of every rank's slowness against its peer group, on the window's grid."""
     r = feat.ranks
@@ -197,7 +213,7 @@ def slowness(feat: Features) -> Slowness:
     if not n:
         empty = np.zeros((T, 0))
         return Slowness(np.zeros(0, dtype=int), empty, empty, empty, empty, empty, empty, {}, False)
-    w = feat.w
+    w = window_steps(feat)
     ph = {p: _per_step(v, r.steps, w) for p, v in r.phases.items()}
     zero = np.zeros((T, n))
     fwd = ph.get("forward", nan)

@@ -26,7 +26,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_stalls, stepping
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import rolling_sum
+from fleetscope.analyzers.frames import iter_runs, rolling_sum
 
 _ACTIONS = {
     "straggler": "fix the straggler (see its finding): drain its node after the next checkpoint and restart "
@@ -53,8 +53,7 @@ def training_mask(feat: Features, job: str) -> np.ndarray:
     """
     r = feat.ranks
     cols = job_columns(feat, job)
-    step = stepping(feat, job)
-    paused = ~step
+    paused = _quiet(feat, job)
     for ph in c.PAUSE_PHASES:
         if ph in r.phases:
             paused |= np.nansum(np.nan_to_num(r.phases[ph][:, cols]), axis=1) > 0
@@ -70,6 +69,41 @@ def training_mask(feat: Features, job: str) -> np.ndarray:
         edge |= n < _rolling_max(n, feat.w)
         edge[1:] |= (present[1:] & ~present[:-1]).any(axis=1)
     return ~edge
+
+
+def typical_step_s(feat: Features, job: str) -> float:
+    """The job's median wall time per step: from its step-time counter, else its step rate.
+
+    Without ``training_step_seconds_total`` the median rank's time in the window over its steps
+    (pauses included, so an upper bound: the pause rule then errs towards "still training").
+    """
+    r = feat.ranks
+    cols = job_columns(feat, job)
+    per_rank = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=0)
+    good = per_rank > 0
+    if not good.any():
+        return float("nan")
+    secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=0)
+    if (secs[good] > 0).all():
+        return float(np.median(secs[good] / per_rank[good]))
+    span = r.present[:, cols].sum(axis=0) * feat.step
+    return float(np.median(span[good] / per_rank[good]))
+
+
+def _quiet(feat: Features, job: str) -> np.ndarray:
+    """Grid steps inside a run without steps longer than the job's own step rhythm allows.
+
+    A job whose step takes longer than the grid step completes none in some grid steps while it
+    trains at full speed; only a run of silence longer than twice its typical step is a pause.
+    """
+    quiet = ~stepping(feat, job)
+    typical = typical_step_s(feat, job)
+    need = max(1, int(np.ceil(2 * typical / feat.step))) if np.isfinite(typical) else 1
+    out = np.zeros_like(quiet)
+    for a, b in iter_runs(quiet):
+        if b - a + 1 >= need:
+            out[a : b + 1] = True
+    return out
 
 
 def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:

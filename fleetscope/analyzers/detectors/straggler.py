@@ -108,7 +108,8 @@ def node_network_trouble(feat: Features) -> dict[str, tuple[np.ndarray, dict[str
         ev = ev + np.where(np.isnan(r), 0, r)
     with np.errstate(all="ignore"):
         ratio = re_rate / tx_rate
-    bad = (np.nan_to_num(ratio) >= cfg.retrans_ratio) | (ev * 60 >= cfg.efa_events_per_min)
+    busy_link = np.nan_to_num(tx_rate) >= cfg.efa_min_tx_pps
+    bad = (busy_link & (np.nan_to_num(ratio) >= cfg.retrans_ratio)) | (ev * 60 >= cfg.efa_events_per_min)
     for j, (node, dev) in enumerate(idx):
         if not bad[:, j].any():
             continue
@@ -238,13 +239,21 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
         return (np.nan_to_num(x[:, k]) >= bar) & (np.nan_to_num(sl.z[name][:, k]) >= zc)
 
+    def changed(x: np.ndarray) -> np.ndarray:
+        """Slower than this rank's own best level in the window (10th percentile) by ``self_change``."""
+        col = x[:, k]
+        if not np.isfinite(col).any():
+            return np.zeros(len(col), dtype=bool)
+        best = float(np.nanpercentile(col, 10))
+        return np.nan_to_num(col - best) >= cfg.self_change
+
     share = cfg.phase_share
     soft = (
-        view("compute", sl.compute, cfg.straggler_ratio)
-        | view("forward", sl.forward, cfg.straggler_ratio)
-        | view("data", sl.data, share)
-        | view("host", sl.host, share)
-        | view("less_wait", sl.less_wait, share)
+        (view("compute", sl.compute, cfg.straggler_ratio) & changed(sl.compute))
+        | (view("forward", sl.forward, cfg.straggler_ratio) & changed(sl.forward))
+        | (view("data", sl.data, share) & changed(sl.data))
+        | (view("host", sl.host, share) & changed(sl.host))
+        | (view("less_wait", sl.less_wait, share) & changed(sl.less_wait))
     )
     if hw is None:
         return soft, np.zeros_like(soft)

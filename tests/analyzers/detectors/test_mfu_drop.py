@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fleetscope.analyzers.core import analyze
+from fleetscope.analyzers.detectors.mfu_drop import job_mfu
 from tests.analyzers.detectors.frames_builder import Cluster
 
 
@@ -32,3 +35,20 @@ def test_a_sustained_throughput_loss_is_an_mfu_drop():
     assert len(found) == 1, found
     assert cl.times[cl.tick(29)] <= found[0].start <= cl.times[cl.tick(33)]
     assert 0.75 <= found[0].score <= 0.85
+
+
+def test_a_job_whose_step_is_longer_than_the_grid_step_trains_steadily():
+    # A 40 s step on a 15 s grid: most grid steps complete no step, yet the job trains at full speed.
+    cl = Cluster()
+    pattern = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]  # 3 steps per 120 s
+    for r in cl.ranks:
+        per = [pattern[i % len(pattern)] for i in range(len(r.steps))]
+        r.steps[:] = per
+        for name, v in r.phases.items():
+            v[:] = [p * 40.0 * (0.7 if name == "backward" else 0.1) for p in per]
+    report = analyze(cl.frames())
+    assert [f for f in report.findings if f.kind in ("mfu_drop", "job_hang")] == []
+    # And the throughput is measured over most of the window, not masked away as pauses.
+    assert report.features is not None
+    series, _unit, paused = job_mfu(report.features, "job-a")
+    assert paused.mean() < 0.2 and np.isfinite(series).mean() > 0.7

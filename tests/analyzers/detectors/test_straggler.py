@@ -146,3 +146,18 @@ def test_half_of_a_nodes_gpus_slow_at_once_is_one_node_finding():
     assert (f.node, f.gpu, f.rank) == ("node-1", None, None)
     assert f.evidence["gpus"] == "0, 1, 2, 3"
     assert f.evidence["ranks"] == "8, 9, 10, 11"
+
+
+def test_a_slow_rank_of_a_job_with_steps_longer_than_the_grid_step_is_found():
+    # A 40 s step on a 15 s grid (most grid steps complete no step); rank 3 is 15% slower in forward.
+    cl = Cluster()
+    pattern = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    for r in cl.ranks:
+        per = np.array([pattern[i % len(pattern)] for i in range(len(r.steps))])
+        r.steps[:] = per
+        for name, v in r.phases.items():
+            v[:] = per * 40.0 * (0.6 if name == "backward" else 0.4 / 3)
+    slow = cl.between(30)
+    cl.rank(3).phases["forward"][slow] *= 1.3
+    found = [f for f in analyze(cl.frames()).findings if f.kind == "straggler"]
+    assert [(f.rank, f.node) for f in found] == [(3, cl.rank(3).node)], found
