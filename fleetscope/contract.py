@@ -513,6 +513,68 @@ TRAINING_INFO = _training(
     ("flops_convention", *LAYOUT_LABELS),
 )
 
+# Checkpoints and restarts: where a job's GPU-hours went besides steps (docs/design.md#goodput).
+#: Label key of ``training_checkpoint_saves_total``: ``success`` or ``failure``.
+CHECKPOINT_RESULT_LABEL = "result"
+CHECKPOINT_RESULTS: tuple[str, ...] = ("success", "failure")
+
+TRAINING_CHECKPOINT_SAVES = _training(
+    "training_checkpoint_saves_total",
+    "counter",
+    "Checkpoint saves this rank took part in, by result (success, failure).",
+    "saves",
+    (CHECKPOINT_RESULT_LABEL,),
+)
+TRAINING_CHECKPOINT_SAVE_SECONDS = _training(
+    "training_checkpoint_save_seconds_total",
+    "counter",
+    "Wall time spent saving checkpoints, successful or not.",
+    "s",
+)
+TRAINING_CHECKPOINT_SAVE_BYTES = _training(
+    "training_checkpoint_save_bytes_total",
+    "counter",
+    "Bytes of checkpoint this rank wrote (successful saves whose size is known).",
+    "bytes",
+)
+TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP = _training(
+    "training_checkpoint_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time the last successful checkpoint save ended (absent before the first).",
+    "s",
+)
+TRAINING_CHECKPOINT_LAST_SUCCESS_STEP = _training(
+    "training_checkpoint_last_success_step",
+    "gauge",
+    "Global step saved by the last successful checkpoint (absent before the first).",
+    "step",
+)
+TRAINING_CHECKPOINT_LOADS = _training(
+    "training_checkpoint_loads_total", "counter", "Checkpoint loads (resumes) by this rank.", "loads"
+)
+TRAINING_CHECKPOINT_LOAD_SECONDS = _training(
+    "training_checkpoint_load_seconds_total", "counter", "Wall time spent loading checkpoints.", "s"
+)
+TRAINING_RESTART_ATTEMPT = _training(
+    "training_restart_attempt",
+    "gauge",
+    "Restart attempt of this run: 0 for the first run, +1 per restart (TORCHELASTIC_RESTART_COUNT,"
+    " SLURM_RESTART_COUNT, or given).",
+    "attempt",
+)
+TRAINING_RESUMED_FROM_STEP = _training(
+    "training_resumed_from_step",
+    "gauge",
+    "Global step this run resumed from (absent for a fresh start).",
+    "step",
+)
+TRAINING_STARTUP_SECONDS = _training(
+    "training_startup_seconds",
+    "gauge",
+    "Process start to the first completed step of this run (absent until that step).",
+    "s",
+)
+
 #: Default directory shared between training processes and the exporter.
 TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
 
