@@ -579,6 +579,175 @@ TRAINING_STARTUP_SECONDS = _training(
 TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
 
 # --------------------------------------------------------------------------------------------
+# AWS Trainium and Inferentia: neuron collector (neuron-monitor reports)
+# --------------------------------------------------------------------------------------------
+
+# Names, units and label keys of AWS's own Prometheus companion script, neuron-monitor-prometheus.py
+# (aws-neuron-tools; docs/neuron.md says where each comes from), so AWS's Neuron dashboards keep
+# working. fleetscope adds the node label, the Neuron device of each core and, where the exporter
+# knows them, the pod or Slurm job (:data:`NEURON_ATTRIBUTION_LABELS`).
+
+#: EC2 labels the script puts on every series (from the report's ``instance_info``).
+NEURON_INSTANCE_LABELS: tuple[str, ...] = (
+    "instance_name",
+    "instance_id",
+    "instance_type",
+    "availability_zone",
+    "region",
+    "subnet_id",
+)
+#: Who holds a core or device: Kubernetes (the report's ``neuron_k8s_info``) or Slurm (mapping files).
+NEURON_ATTRIBUTION_LABELS: tuple[str, ...] = ("pod", "namespace", "container", "hpc_job")
+#: Labels of a Neuron application's series (``runtime_tag``: its NEURON_PROCESS_TAG, else its pid).
+NEURON_RUNTIME_LABELS: tuple[str, ...] = NEURON_INSTANCE_LABELS + ("runtime_tag", NODE_LABEL)
+#: Labels of a NeuronCore's series: the core index as neuron-monitor numbers it (logical cores when
+#: Logical NeuronCore Configuration groups physical ones) and the Neuron device that holds it.
+NEURON_CORE_LABELS: tuple[str, ...] = (
+    NEURON_RUNTIME_LABELS + ("neuroncore", "neuron_device") + NEURON_ATTRIBUTION_LABELS
+)
+#: Labels of a Neuron device's hardware counters (system-wide, no runtime).
+NEURON_DEVICE_LABELS: tuple[str, ...] = (
+    NEURON_INSTANCE_LABELS + (NODE_LABEL, "neuron_device_index") + NEURON_ATTRIBUTION_LABELS
+)
+#: Labels of the instance-wide series (system memory and vCPU).
+NEURON_SYSTEM_LABELS: tuple[str, ...] = NEURON_INSTANCE_LABELS + (NODE_LABEL,)
+
+#: The per-core device memory categories of ``memory_used.usage_breakdown.neuroncore_memory_usage``.
+NEURON_CORE_MEMORY_KINDS: tuple[str, ...] = (
+    "constants",
+    "model_code",
+    "model_shared_scratchpad",
+    "runtime_memory",
+    "tensors",
+)
+#: ``execution_stats.error_summary`` keys (the user guide's list).
+NEURON_ERROR_TYPES: tuple[str, ...] = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+#: ``execution_stats.execution_summary`` keys; every one but ``completed`` is a failed execution.
+NEURON_EXECUTION_STATUSES: tuple[str, ...] = (
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+)
+#: ``neuron_hw_counters`` ECC event types, ``event_type`` of :data:`NEURON_HW_ECC_EVENTS`.
+NEURON_ECC_EVENT_TYPES: tuple[str, ...] = (
+    "mem_ecc_corrected",
+    "mem_ecc_uncorrected",
+    "sram_ecc_corrected",
+    "sram_ecc_uncorrected",
+)
+#: The uncorrectable ones: data was lost on the device, the job's results can no longer be trusted.
+NEURON_ECC_UNCORRECTED: tuple[str, ...] = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+#: Error types that point at the hardware rather than the model or the job's input.
+NEURON_HARDWARE_ERROR_TYPES: tuple[str, ...] = ("hardware",)
+
+
+def _neuron(name: str, type: MetricType, help: str, unit: str, labels: tuple[str, ...]) -> Metric:
+    return _m(name, type, help, unit, labels, "neuron")
+
+
+NEURONCORE_UTILIZATION = _neuron(
+    "neuroncore_utilization_ratio", "gauge", "NeuronCore utilization ratio (0-1) during the report period.",
+    "ratio", NEURON_CORE_LABELS,
+)  # fmt: skip
+NEURON_RUNTIME_MEMORY_USED = _neuron(
+    "neuron_runtime_memory_used_bytes", "gauge",
+    "Memory used by the Neuron application, on the host or on the Neuron devices (memory_location).",
+    "bytes", NEURON_RUNTIME_LABELS + ("memory_location",),
+)  # fmt: skip
+
+
+def neuroncore_memory_metric_name(kind: str) -> str:
+    """``neuroncore_memory_usage_<kind>``: device memory one NeuronCore uses for one category."""
+    return f"neuroncore_memory_usage_{kind}"
+
+
+for _kind in NEURON_CORE_MEMORY_KINDS:
+    _neuron(
+        neuroncore_memory_metric_name(_kind), "gauge", f"NeuronCore memory utilization for {_kind} (bytes).",
+        "bytes", NEURON_CORE_LABELS,
+    )  # fmt: skip
+NEURONCORE_MEMORY_TENSORS = METRICS[neuroncore_memory_metric_name("tensors")]
+
+NEURON_EXECUTION_ERRORS = _neuron(
+    "execution_errors_total", "counter", "Execution errors of the Neuron application, by error_type.",
+    "errors", NEURON_RUNTIME_LABELS + ("error_type",),
+)  # fmt: skip
+NEURON_EXECUTION_STATUS = _neuron(
+    "execution_status_total", "counter", "Executions of the Neuron application, by outcome (status_type).",
+    "executions", NEURON_RUNTIME_LABELS + ("status_type",),
+)  # fmt: skip
+NEURON_EXECUTION_LATENCY = _neuron(
+    "execution_latency_seconds", "gauge",
+    "Execution latency percentiles (p0 ... p100) over the report period, as the Neuron Runtime measures it.",
+    "s", NEURON_RUNTIME_LABELS + ("percentile",),
+)  # fmt: skip
+NEURON_RUNTIME_VCPU_USAGE = _neuron(
+    "neuron_runtime_vcpu_usage_ratio", "gauge", "vCPU utilization ratio of the Neuron application (usage_type).",
+    "ratio", NEURON_RUNTIME_LABELS + ("usage_type",),
+)  # fmt: skip
+NEURON_HW_ECC_EVENTS = _neuron(
+    "hardware_ecc_events_total", "counter",
+    "ECC events of a Neuron device's DRAM (mem_*) and SRAM (sram_*), corrected or uncorrected (event_type).",
+    "events", NEURON_DEVICE_LABELS + ("event_type",),
+)  # fmt: skip
+NEURON_SYSTEM_VCPU_COUNT = _neuron(
+    "system_vcpu_count", "gauge", "vCPUs of the instance.", "vcpus", NEURON_SYSTEM_LABELS
+)
+NEURON_SYSTEM_VCPU_USAGE = _neuron(
+    "system_vcpu_usage_ratio", "gauge", "System CPU utilization ratio (usage_type user or system).", "ratio",
+    NEURON_SYSTEM_LABELS + ("usage_type",),
+)  # fmt: skip
+NEURON_SYSTEM_MEMORY_TOTAL = _neuron(
+    "system_memory_total_bytes", "gauge", "Host memory size.", "bytes", NEURON_SYSTEM_LABELS
+)
+NEURON_SYSTEM_MEMORY_USED = _neuron(
+    "system_memory_used_bytes", "gauge", "Host memory in use.", "bytes", NEURON_SYSTEM_LABELS
+)
+NEURON_SYSTEM_SWAP_TOTAL = _neuron(
+    "system_swap_total_bytes", "gauge", "Host swap size.", "bytes", NEURON_SYSTEM_LABELS
+)
+NEURON_SYSTEM_SWAP_USED = _neuron(
+    "system_swap_used_bytes", "gauge", "Host swap in use.", "bytes", NEURON_SYSTEM_LABELS
+)
+NEURON_INSTANCE_INFO = _neuron(
+    "instance_info", "gauge", "EC2 instance information; the value is always 1.", "",
+    NEURON_INSTANCE_LABELS + (NODE_LABEL,),
+)  # fmt: skip
+NEURON_HARDWARE_INFO = _neuron(
+    "neuron_hardware_info", "gauge", "Neuron hardware information; the value is always 1.", "",
+    NEURON_INSTANCE_LABELS
+    + (NODE_LABEL, "neuron_device_count", "neuroncore_per_device_count", "neuron_device_type", "neuroncore_version"),
+)  # fmt: skip
+# fleetscope's own Neuron series: the supervisor's health and the device count a rule can compare.
+NEURON_DEVICES = _neuron(
+    "fleetscope_neuron_devices", "gauge",
+    "Neuron devices the latest report lists (neuron_hw_counters, else neuron_hardware_info).", "devices",
+    (NODE_LABEL,),
+)  # fmt: skip
+NEURON_MONITOR_UP = _neuron(
+    "fleetscope_neuron_monitor_up", "gauge",
+    "1 while the latest good neuron-monitor report is fresher than the stale limit, else 0.", "bool",
+    (NODE_LABEL,),
+)  # fmt: skip
+NEURON_MONITOR_LAST_REPORT = _neuron(
+    "fleetscope_neuron_monitor_last_report_timestamp_seconds", "gauge",
+    "Unix time the latest good neuron-monitor report was read (absent before the first).", "s",
+    (NODE_LABEL,),
+)  # fmt: skip
+NEURON_MONITOR_RESTARTS = _neuron(
+    "fleetscope_neuron_monitor_restarts_total", "counter",
+    "Times the supervised neuron-monitor was restarted (it exited, hung or printed garbage).", "restarts",
+    (NODE_LABEL, "reason"),
+)  # fmt: skip
+#: Why the supervisor restarted neuron-monitor (``reason`` of :data:`NEURON_MONITOR_RESTARTS`).
+NEURON_RESTART_REASONS: tuple[str, ...] = ("exited", "hung", "garbage")
+# Peak FLOP/s of a NeuronCore is served as fleetscope_gpu_peak_flops (gpu = the NeuronCore index),
+# so the MFU recording rules and detectors work unchanged on Trainium (docs/neuron.md#mfu).
+
+# --------------------------------------------------------------------------------------------
 # Exporter self-metrics
 # --------------------------------------------------------------------------------------------
 
