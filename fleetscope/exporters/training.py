@@ -23,8 +23,9 @@ without affecting the other files, when it is:
 * ``malformed``: no fleetscope header, not UTF-8, not the text format, a name outside the
   contract's ``training_*`` series, missing or unexpected labels, a layout label that is not a
   non-negative integer, samples of more than one rank, duplicate series, a negative or non-finite
-  counter, no ``training_info`` (the writer's last series, so its absence means an incomplete
-  file); ``too_many_series``: over 512 samples;
+  counter, a ``result`` label other than ``success`` or ``failure``, no ``training_info`` (the
+  writer's last series, so its absence means an incomplete file), a last line without its newline
+  (a cut-off file: ``... 987`` may have been ``... 98765``); ``too_many_series``: over 512 samples;
 * ``duplicate``: a second live file for the same ``(job_id, rank)`` (the newer one is served);
 * ``unreadable``: any other error opening or reading it.
 
@@ -108,6 +109,9 @@ def _split_labels(metric: contract.Metric, labels: dict[str, str]) -> tuple[dict
     required = (set(_RANK_KEYS) | set(extra_keys)) - _OPTIONAL_KEYS
     if not required <= set(labels) <= set(_RANK_KEYS) | set(extra_keys):
         raise Rejected("malformed", f"{metric}: labels {sorted(labels)[:10]} are not the contract's")
+    result = labels.get(contract.CHECKPOINT_RESULT_LABEL)
+    if result is not None and result not in contract.CHECKPOINT_RESULTS:
+        raise Rejected("malformed", f"{metric}: result is not one of {contract.CHECKPOINT_RESULTS}")
     for key in _OPTIONAL_KEYS.intersection(labels):
         if labels[key] and not (labels[key].isascii() and labels[key].isdigit()):
             raise Rejected("malformed", f"{metric}: {key} is not a non-negative integer")
@@ -127,6 +131,8 @@ def parse_rank_file(
     """Strictly parse a rank file: (header, rank label values, samples). Raises :class:`Rejected`."""
     first, _, _ = text.partition("\n")
     header = parse_header(first)
+    if not text.endswith("\n"):
+        raise Rejected("malformed", "the last line has no newline (the file is cut off)")
     rank_labels: dict[str, str] | None = None
     samples: list[tuple[str, tuple[str, ...], float]] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 
 from fleetscope import contract
 from fleetscope.telemetry import identity as _identity
+from fleetscope.telemetry import process as _process
 from fleetscope.telemetry.flops import CUSTOM
 from fleetscope.telemetry.layout import Layout, LayoutResolver
 from fleetscope.telemetry.writer import RankFileWriter
@@ -51,6 +53,26 @@ class Snapshot:
     last_step_timestamp: float | None = None
     #: ``training_info`` layout label values (only the known ones).
     layout: dict[str, str] = field(default_factory=dict)
+    #: Checkpoint saves by result (``contract.CHECKPOINT_RESULTS``).
+    checkpoint_saves: dict[str, int] = field(default_factory=dict)
+    checkpoint_save_seconds: float = 0.0
+    checkpoint_save_bytes: float = 0.0
+    checkpoint_last_success_timestamp: float | None = None
+    checkpoint_last_success_step: int | None = None
+    checkpoint_loads: int = 0
+    checkpoint_load_seconds: float = 0.0
+    restart_attempt: int = 0
+    resumed_from_step: int | None = None
+    startup_seconds: float | None = None
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite, non-negative float, else None (NaN, infinity, negative, not a number)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return number if 0.0 <= number < math.inf else None
 
 
 class _Phase:
@@ -83,12 +105,13 @@ class _Pause:
     Never raises into the training loop (an exception of the block itself goes on unchanged).
     """
 
-    __slots__ = ("_monitor", "_name", "_t0")
+    __slots__ = ("_monitor", "_name", "_t0", "seconds")
 
     def __init__(self, monitor: TrainingMonitor, name: str) -> None:
         self._monitor = monitor
         self._name = name
         self._t0 = 0.0
+        self.seconds = 0.0
 
     def __enter__(self) -> _Pause:
         m = self._monitor
@@ -115,10 +138,72 @@ class _Pause:
             m._warn_once(
                 "pause-sync", "fleetscope telemetry: synchronize after %s failed: %s", self._name, exc
             )
-        seconds = perf_counter() - self._t0
+        seconds = self.seconds = perf_counter() - self._t0
         with m._lock:
             m._pause_depth -= 1
         m.add_phase_time(self._name, seconds)
+
+
+class _CheckpointSave(_Pause):
+    """``with monitor.checkpoint(step=..., nbytes=...) as save``: a pause that also counts a save.
+
+    The save succeeded when the block exits without an exception (which goes on unchanged).
+    ``save.nbytes`` may be set inside the block; else the size of ``path`` (a file, or a directory
+    of shards, walked once after the save) when given. Only the outermost of nested saves counts.
+    """
+
+    __slots__ = ("_outer", "nbytes", "path", "step")
+
+    def __init__(
+        self,
+        monitor: TrainingMonitor,
+        step: int | None,
+        nbytes: float | None,
+        path: str | os.PathLike[str] | None,
+    ) -> None:
+        super().__init__(monitor, "checkpoint")
+        self.step = step
+        self.nbytes = nbytes
+        self.path = path
+        self._outer = False
+
+    def __enter__(self) -> _CheckpointSave:
+        m = self._monitor
+        self._outer = m._save_depth == 0
+        m._save_depth += 1
+        super().__enter__()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        m = self._monitor
+        super().__exit__(et, ev, tb)
+        m._save_depth -= 1
+        if not self._outer:
+            return
+        nbytes = self.nbytes
+        if nbytes is None and self.path is not None and et is None:
+            nbytes = checkpoint_size(self.path)
+        m.record_checkpoint_save(self.seconds, success=et is None, step=self.step, nbytes=nbytes)
+
+
+def checkpoint_size(path: str | os.PathLike[str]) -> int | None:
+    """Bytes of a checkpoint file, or of the regular files under a checkpoint directory; None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isdir(path):
+        return st.st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 class _Step:
@@ -208,6 +293,10 @@ class TrainingMonitor:
         engine, ``PipelineModule`` or grid, Megatron's ``parallel_state``). Unknown fields come
         from Megatron-LM/NeMo or DeepSpeed when they are in use, else from
         ``FLEETSCOPE_PIPELINE_STAGE`` and friends (:mod:`.layout`); see also :meth:`set_layout`.
+    ``restart_attempt``
+        ``training_restart_attempt``: 0 for the first run, +1 per restart; default from
+        ``FLEETSCOPE_RESTART_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT`` or ``SLURM_RESTART_COUNT``
+        (:mod:`.process`). See also :meth:`restart`.
     ``cuda_sync``
         Call ``torch.cuda.synchronize()`` at each phase and step boundary so times cover the GPU
         work, not only the kernel launches. Off by default: every sync drains the GPU queue and
@@ -229,6 +318,7 @@ class TrainingMonitor:
         flops_per_step: float = 0.0,
         flops_convention: str | None = None,
         layout: Any = None,
+        restart_attempt: int | None = None,
         cuda_sync: bool = False,
         remove_on_close: bool = True,
         start: bool = True,
@@ -267,6 +357,20 @@ class TrainingMonitor:
         self._pause_depth = 0
         self._layout = LayoutResolver(layout, env)
         self._warned: set[str] = set()
+        #: Inputs refused at the call (NaN, infinite, negative, not a number), by argument name.
+        self.rejected_inputs: dict[str, int] = {}
+        self._saves = dict.fromkeys(contract.CHECKPOINT_RESULTS, 0)
+        self._save_seconds = 0.0
+        self._save_bytes = 0.0
+        self._last_save: float | None = None
+        self._last_save_step: int | None = None
+        self._save_depth = 0
+        self._loads = 0
+        self._load_seconds = 0.0
+        self._resumed_from: int | None = None
+        self._attempt = _process.restart_attempt(env)
+        self._process_start = _process.process_start_time()
+        self._startup: float | None = None
         self._sync: Callable[[], None] | None = _cuda_synchronizer() if cuda_sync else None
         self._pid = os.getpid()
         self._closed = False
@@ -274,6 +378,8 @@ class TrainingMonitor:
         self.writer = RankFileWriter(
             self.directory, self.identity, self.snapshot, self.interval, self.flops_convention
         )
+        if restart_attempt is not None:
+            self.restart(restart_attempt)
         if start:
             self.writer.start()
         atexit.register(self.close)
@@ -312,15 +418,105 @@ class TrainingMonitor:
         """Time an evaluation/validation loop: ``phase="eval"``, taken out of any open step."""
         return _Pause(self, "eval")
 
-    def checkpoint(self) -> _Pause:
-        """Time a checkpoint save: ``phase="checkpoint"``, taken out of any open step."""
-        return _Pause(self, "checkpoint")
+    def checkpoint(
+        self,
+        step: int | None = None,
+        nbytes: float | None = None,
+        path: str | os.PathLike[str] | None = None,
+    ) -> _CheckpointSave:
+        """Time a checkpoint save: ``phase="checkpoint"``, taken out of any open step, and one save.
+
+        The save of global ``step`` (default: the current global step) succeeded when the block
+        exits without an exception; ``nbytes`` (or ``save.nbytes`` set inside the block, or the
+        size of ``path`` after the save) is what this rank wrote. See :meth:`record_checkpoint_save`.
+        """
+        return _CheckpointSave(self, step, nbytes, path)
+
+    def record_checkpoint_save(
+        self,
+        seconds: float,
+        success: bool = True,
+        step: int | None = None,
+        nbytes: float | None = None,
+    ) -> None:
+        """Count one checkpoint save that took ``seconds`` (for callbacks that time it themselves).
+
+        Only the ``training_checkpoint_*`` series: a caller that did not time the save inside
+        :meth:`checkpoint` adds its ``checkpoint`` phase time with :meth:`add_phase_time`.
+        """
+        secs = _number(seconds)
+        if secs is None:
+            self._reject("checkpoint seconds", seconds)
+            secs = 0.0
+        size = None if nbytes is None else _number(nbytes)
+        if nbytes is not None and size is None:
+            self._reject("checkpoint nbytes", nbytes)
+        saved_step = None if step is None else self._step_number("checkpoint step", step)
+        now = time()
+        with self._lock:
+            result = "success" if success else "failure"
+            self._saves[result] += 1
+            self._save_seconds += secs
+            if success:
+                self._save_bytes += size or 0.0
+                self._last_save = now
+                self._last_save_step = self._global_step if saved_step is None else saved_step
+
+    def checkpoint_loaded(self, step: int | None = None, seconds: float | None = None) -> None:
+        """Count one checkpoint load (a resume) of global ``step`` that took ``seconds``.
+
+        Sets ``training_resumed_from_step`` and the global step (steps count on from it).
+        ``seconds=None`` when the load could not be timed (it then shows in the startup time only).
+        """
+        secs = 0.0 if seconds is None else _number(seconds)
+        if secs is None:
+            self._reject("load seconds", seconds)
+            secs = 0.0
+        resumed = None if step is None else self._step_number("load step", step)
+        with self._lock:
+            self._loads += 1
+            self._load_seconds += secs
+            if resumed is not None:
+                self._resumed_from = resumed
+                self._global_step = resumed
+
+    def restart(self, attempt: int) -> None:
+        """Set ``training_restart_attempt`` (0 for the first run, +1 per restart of the job)."""
+        number = self._step_number("restart attempt", attempt)
+        if number is not None:
+            with self._lock:
+                self._attempt = number
+
+    def _step_number(self, what: str, value: Any) -> int | None:
+        """A step or attempt number: a non-negative integer, else refused (counted, logged once)."""
+        number = _number(value)
+        if number is None or number != int(number):
+            self._reject(what, value)
+            return None
+        return int(number)
+
+    def _reject(self, what: str, value: Any) -> None:
+        """Refuse one input at the call: counted in :attr:`rejected_inputs`, logged once per kind."""
+        with self._lock:
+            self.rejected_inputs[what] = self.rejected_inputs.get(what, 0) + 1
+        self._warn_once(
+            f"reject:{what}",
+            "fleetscope telemetry: ignoring %s=%.40r (not a finite non-negative number);"
+            " later ones are counted in monitor.rejected_inputs, not logged",
+            what,
+            value,
+        )
 
     def add_phase_time(self, name: str, seconds: float) -> None:
         """Add measured seconds to a phase (for callbacks that time spans themselves).
 
         Seconds of a pause phase (``eval``, ``checkpoint``) are also taken out of an open step.
         """
+        checked = _number(seconds)
+        if checked is None:
+            self._reject("phase seconds", seconds)
+            return
+        seconds = checked
         with self._lock:
             if name in _PAUSES and self._pause_depth == 0:
                 self._pause_seconds += seconds
@@ -342,9 +538,28 @@ class TrainingMonitor:
         loss: Any = None,
         global_step: int | None = None,
     ) -> None:
-        """Count one completed step that took ``seconds`` (what ``with step()`` calls on exit)."""
+        """Count one completed step that took ``seconds`` (what ``with step()`` calls on exit).
+
+        A NaN, infinite or negative ``seconds``, ``tokens`` or ``flops`` is refused (counted in
+        :attr:`rejected_inputs`, logged once) and counts as 0: the step still counts, and the rank
+        file stays valid. A loss may be anything (a NaN loss is news, not bad telemetry).
+        """
+        secs = _number(seconds)
+        if secs is None:
+            self._reject("seconds", seconds)
+            secs = 0.0
+        ntokens = _number(tokens)
+        if ntokens is None:
+            self._reject("tokens", tokens)
+            ntokens = 0.0
         if flops is None:
-            flops = tokens * self._fpt + self._fps
+            nflops: float | None = ntokens * self._fpt + self._fps
+        else:
+            nflops = _number(flops)
+            if nflops is None:
+                self._reject("flops", flops)
+                nflops = 0.0
+        step = None if global_step is None else self._step_number("global_step", global_step)
         if loss is not None and not isinstance(loss, float | int):
             detach = getattr(loss, "detach", None)  # keep a tensor, not its autograd graph
             if detach is not None:
@@ -352,13 +567,15 @@ class TrainingMonitor:
         now = time()
         with self._lock:
             self._steps += 1
-            self._step_seconds += seconds
-            self._tokens += tokens
-            self._flops += flops
+            self._step_seconds += secs
+            self._tokens += ntokens
+            self._flops += nflops
             if loss is not None:
                 self._loss = loss
-            self._global_step = self._global_step + 1 if global_step is None else global_step
+            self._global_step = self._global_step + 1 if step is None else step
             self._last_step = now
+            if self._startup is None:
+                self._startup = max(now - self._process_start, 0.0)
 
     def begin_step(self) -> None:
         """Mark the start of a step (for loops that cannot wrap the step in ``with``)."""
@@ -407,8 +624,10 @@ class TrainingMonitor:
 
     def set_global_step(self, global_step: int) -> None:
         """Set the global step (e.g. after resuming from a checkpoint); steps then count on from it."""
-        with self._lock:
-            self._global_step = int(global_step)
+        step = self._step_number("global_step", global_step)
+        if step is not None:
+            with self._lock:
+                self._global_step = step
 
     # ---- writer side ------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -423,6 +642,16 @@ class TrainingMonitor:
                 loss=self._loss,
                 global_step=self._global_step,
                 last_step_timestamp=self._last_step,
+                checkpoint_saves=dict(self._saves),
+                checkpoint_save_seconds=self._save_seconds,
+                checkpoint_save_bytes=self._save_bytes,
+                checkpoint_last_success_timestamp=self._last_save,
+                checkpoint_last_success_step=self._last_save_step,
+                checkpoint_loads=self._loads,
+                checkpoint_load_seconds=self._load_seconds,
+                restart_attempt=self._attempt,
+                resumed_from_step=self._resumed_from,
+                startup_seconds=self._startup,
             )
         snap.loss = _to_float(snap.loss)
         try:

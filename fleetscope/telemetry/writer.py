@@ -92,6 +92,29 @@ def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header
     family(contract.TRAINING_GLOBAL_STEP, [(base, snap.global_step)])
     if snap.last_step_timestamp is not None:
         family(contract.TRAINING_LAST_STEP_TIMESTAMP, [(base, snap.last_step_timestamp)])
+    family(
+        contract.TRAINING_CHECKPOINT_SAVES,
+        [
+            (f'{base},{contract.CHECKPOINT_RESULT_LABEL}="{r}"', snap.checkpoint_saves.get(r, 0))
+            for r in contract.CHECKPOINT_RESULTS
+        ],
+    )
+    family(contract.TRAINING_CHECKPOINT_SAVE_SECONDS, [(base, snap.checkpoint_save_seconds)])
+    family(contract.TRAINING_CHECKPOINT_SAVE_BYTES, [(base, snap.checkpoint_save_bytes)])
+    if snap.checkpoint_last_success_timestamp is not None:
+        family(
+            contract.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP,
+            [(base, snap.checkpoint_last_success_timestamp)],
+        )
+    if snap.checkpoint_last_success_step is not None:
+        family(contract.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP, [(base, snap.checkpoint_last_success_step)])
+    family(contract.TRAINING_CHECKPOINT_LOADS, [(base, snap.checkpoint_loads)])
+    family(contract.TRAINING_CHECKPOINT_LOAD_SECONDS, [(base, snap.checkpoint_load_seconds)])
+    family(contract.TRAINING_RESTART_ATTEMPT, [(base, snap.restart_attempt)])
+    if snap.resumed_from_step is not None:
+        family(contract.TRAINING_RESUMED_FROM_STEP, [(base, snap.resumed_from_step)])
+    if snap.startup_seconds is not None:
+        family(contract.TRAINING_STARTUP_SECONDS, [(base, snap.startup_seconds)])
     info = f'{base},flops_convention="{escape_label_value(flops_convention)}"'
     info += "".join(
         f',{key}="{escape_label_value(snap.layout[key])}"'

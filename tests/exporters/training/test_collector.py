@@ -178,6 +178,12 @@ CORRUPTIONS = {
     "unknown_layout_key": lambda t: t.replace(
         'flops_convention="custom"', 'flops_convention="custom",pp="1"'
     ),
+    "no_final_newline": lambda t: t.rstrip("\n"),
+    # a writer that is not atomic, cut in the middle of a number: "... 987" of "... 98765"
+    "cut_number": lambda t: "".join(
+        sorted(t.splitlines(True), key=lambda line: line.startswith("training_steps_total"))
+    ).rstrip("\n")[:-1],
+    "unknown_result": lambda t: t.replace('result="failure"', 'result="maybe"'),
 }
 
 
@@ -284,3 +290,26 @@ def test_exporter_serves_ranks_and_counts_rejections_over_http(tmp_path: Path) -
     )
     lint = promtool("check", "metrics", input=training_only.encode())
     assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
+
+
+def test_checkpoint_and_restart_series_are_served(tmp_path: Path) -> None:
+    m = TrainingMonitor(
+        job_id="ck", rank=0, directory=tmp_path, start=False, remove_on_close=False, env={}, restart_attempt=2
+    )
+    m.checkpoint_loaded(step=100, seconds=3.0)
+    with m.step(tokens=1):
+        pass
+    with m.checkpoint(nbytes=4096):
+        pass
+    m.close()
+    c = make_collector(tmp_path)
+    got = samples(c)
+    saves = {dict(lbl)["result"]: v for (n, lbl), v in got.items() if n == contract.TRAINING_CHECKPOINT_SAVES}
+    assert saves == {"success": 1.0, "failure": 0.0}
+    assert values(c, contract.TRAINING_CHECKPOINT_SAVE_BYTES) == {("ck", "0"): 4096.0}
+    assert values(c, contract.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP) == {("ck", "0"): 101.0}
+    assert values(c, contract.TRAINING_RESUMED_FROM_STEP) == {("ck", "0"): 100.0}
+    assert values(c, contract.TRAINING_RESTART_ATTEMPT) == {("ck", "0"): 2.0}
+    assert values(c, contract.TRAINING_CHECKPOINT_LOAD_SECONDS) == {("ck", "0"): 3.0}
+    assert set(values(c, contract.TRAINING_STARTUP_SECONDS)) == {("ck", "0")}
+    assert c.error_counts() == {}
