@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-MetricType = Literal["gauge", "counter"]
+MetricType = Literal["gauge", "counter", "histogram"]
 
 
 class Metric(str):
@@ -830,3 +830,269 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 def re_label_name(name: str) -> bool:
     """True for a valid Prometheus label name."""
     return bool(_LABEL_NAME.match(name)) and not name.startswith("__")
+
+
+# --------------------------------------------------------------------------------------------
+# INFERENCE: serving engines' own series (vLLM, TGI, Triton / TensorRT-LLM), names as they spell them
+# --------------------------------------------------------------------------------------------
+# fleetscope does not export these: the engines serve them on their own /metrics and Prometheus
+# scrapes them beside the node exporter. The names, types and labels are each engine's, copied from
+# its source and docs (docs/inference.md lists the versions); tests/inference checks them against
+# recorded /metrics pages. A histogram is one :class:`Metric` of type ``histogram`` (the family) plus
+# its ``_bucket``/``_sum``/``_count`` series, which are what PromQL reads.
+
+#: Engines fleetscope understands; the value of :data:`INFERENCE_SERVER_LABEL` on normalised series.
+INFERENCE_ENGINES: tuple[str, ...] = ("vllm", "tgi", "triton")
+#: Label the inference recording rules put on every SLI: which engine the series came from.
+INFERENCE_SERVER_LABEL = "server"
+#: Label the inference recording rules and dashboards group by: the served model. vLLM calls it
+#: ``model_name``, Triton ``model``; TGI has none (one model per server), so its scrape config adds
+#: ``model`` (a relabelling from a pod label or a static target label, docs/inference.md).
+INFERENCE_MODEL_LABEL = "model"
+#: Prometheus' target label ``host:port``; on Slurm/EC2 its host part is the node's Hostname.
+INSTANCE_LABEL = "instance"
+#: Kubernetes target labels Prometheus (Operator PodMonitor/ServiceMonitor or kubernetes_sd
+#: relabelling) puts on a serving pod's series; dcgm-style GPU series carry the same keys as
+#: attribution labels (:data:`GPU_ATTRIBUTION_LABELS`), so a replica joins its GPUs on them.
+K8S_POD_JOIN_LABELS: tuple[str, ...] = ("namespace", "pod")
+
+HISTOGRAM_SUFFIXES: tuple[str, ...] = ("_bucket", "_sum", "_count")
+
+
+class Histogram(Metric):
+    """A histogram family; ``bucket``, ``sum`` and ``observations`` are its ``_bucket``, ``_sum`` and ``_count`` series (also in :data:`METRICS`)."""
+
+    bucket: Metric
+    sum: Metric
+    observations: Metric
+
+
+def _histogram(name: str, help: str, unit: str, labels: tuple[str, ...], origin: str) -> Histogram:
+    if name in METRICS:
+        raise ValueError(f"metric {name} defined twice")
+    family = Histogram(name, "histogram", help, unit, labels, origin)
+    METRICS[name] = family
+    family.bucket = _m(
+        f"{name}_bucket", "counter", f"Cumulative buckets of {name}.", "", labels + ("le",), origin
+    )
+    family.sum = _m(f"{name}_sum", "counter", f"Sum of the observations of {name}.", unit, labels, origin)
+    family.observations = _m(
+        f"{name}_count", "counter", f"Number of observations of {name}.", "", labels, origin
+    )
+    return family
+
+
+# vLLM. V0 engine: vllm/engine/metrics.py (v0.4 .. v0.10; the V0 engine is gone from v0.11). V1
+# engine: vllm/v1/metrics/loggers.py (default from v0.8). prometheus_client adds ``_total`` to
+# counters. Every series carries ``model_name``; V1 adds ``engine`` (the engine-core index).
+VLLM_LABELS: tuple[str, ...] = ("model_name",)
+#: Label keys the V1 engine adds to every series.
+VLLM_V1_EXTRA_LABELS: tuple[str, ...] = ("engine",)
+#: Values of ``finished_reason`` on ``vllm:request_success_total`` (V1 FinishReason; V0 the same
+#: strings). ``abort`` counts client disconnects too, so it is no error signal; HTTP 5xx is.
+VLLM_FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "abort")
+
+
+def _vllm(name: str, type: MetricType, help: str, unit: str = "", extra: tuple[str, ...] = ()) -> Metric:
+    return _m(name, type, help, unit, VLLM_LABELS + extra, "vllm")
+
+
+def _vllm_hist(name: str, help: str, unit: str) -> Histogram:
+    return _histogram(name, help, unit, VLLM_LABELS, "vllm")
+
+
+VLLM_NUM_REQUESTS_RUNNING = _vllm(
+    "vllm:num_requests_running", "gauge", "Requests in model execution batches (V0, V1).", "requests"
+)
+VLLM_NUM_REQUESTS_WAITING = _vllm(
+    "vllm:num_requests_waiting", "gauge", "Requests waiting to be processed (V0, V1).", "requests"
+)
+VLLM_NUM_REQUESTS_SWAPPED = _vllm(
+    "vllm:num_requests_swapped", "gauge", "Requests swapped to CPU (V0 only).", "requests"
+)
+#: V0 and V1 up to v0.10 (V1 deprecated it in 0.9 for :data:`VLLM_KV_CACHE_USAGE`, later hidden).
+VLLM_GPU_CACHE_USAGE = _vllm(
+    "vllm:gpu_cache_usage_perc", "gauge",
+    "GPU KV-cache usage, 1 = 100% (V0; V1 until its rename to vllm:kv_cache_usage_perc).", "ratio",
+)  # fmt: skip
+#: V1 from v0.9 (the rename of :data:`VLLM_GPU_CACHE_USAGE`). Queries read ``kv or gpu``.
+VLLM_KV_CACHE_USAGE = _vllm(
+    "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = 100% (V1 from v0.9).", "ratio"
+)
+VLLM_CPU_CACHE_USAGE = _vllm(
+    "vllm:cpu_cache_usage_perc", "gauge", "CPU (swap) KV-cache usage, 1 = 100% (V0 only).", "ratio"
+)
+VLLM_NUM_PREEMPTIONS = _vllm(
+    "vllm:num_preemptions_total", "counter",
+    "Requests preempted by the engine (KV cache full), cumulative (V0, V1).", "preemptions",
+)  # fmt: skip
+VLLM_PROMPT_TOKENS = _vllm(
+    "vllm:prompt_tokens_total", "counter", "Prefill (prompt) tokens processed (V0, V1).", "tokens"
+)
+VLLM_GENERATION_TOKENS = _vllm(
+    "vllm:generation_tokens_total", "counter", "Generation (output) tokens processed (V0, V1).", "tokens"
+)
+VLLM_REQUEST_SUCCESS = _vllm(
+    "vllm:request_success_total", "counter",
+    "Finished requests by finished_reason (stop, length, abort) (V0, V1).", "requests",
+    ("finished_reason",),
+)  # fmt: skip
+VLLM_PREFIX_CACHE_QUERIES = _vllm(
+    "vllm:prefix_cache_queries_total", "counter", "Prefix-cache queries in tokens (V1 from v0.9).", "tokens"
+)
+VLLM_PREFIX_CACHE_HITS = _vllm(
+    "vllm:prefix_cache_hits_total", "counter", "Prefix-cache hits in tokens (V1 from v0.9).", "tokens"
+)
+VLLM_TIME_TO_FIRST_TOKEN = _vllm_hist(
+    "vllm:time_to_first_token_seconds", "Time to first token (V0, V1).", "s"
+)
+#: V0, and V1 until v0.12 (deprecated in 0.11 for :data:`VLLM_INTER_TOKEN_LATENCY`, removed in 0.13).
+VLLM_TIME_PER_OUTPUT_TOKEN = _vllm_hist(
+    "vllm:time_per_output_token_seconds",
+    "Time between output tokens (V0; V1 until v0.12, renamed vllm:inter_token_latency_seconds).",
+    "s",
+)
+VLLM_INTER_TOKEN_LATENCY = _vllm_hist(
+    "vllm:inter_token_latency_seconds", "Inter-token latency (V1 from v0.11).", "s"
+)
+VLLM_E2E_REQUEST_LATENCY = _vllm_hist(
+    "vllm:e2e_request_latency_seconds", "End-to-end request latency (V0, V1).", "s"
+)
+VLLM_REQUEST_QUEUE_TIME = _vllm_hist(
+    "vllm:request_queue_time_seconds", "Time a request spent WAITING (V0 from v0.7, V1).", "s"
+)
+VLLM_REQUEST_PROMPT_TOKENS = _vllm_hist(
+    "vllm:request_prompt_tokens", "Prompt tokens per request (V0, V1).", "tokens"
+)
+VLLM_REQUEST_GENERATION_TOKENS = _vllm_hist(
+    "vllm:request_generation_tokens", "Generated tokens per request (V0, V1).", "tokens"
+)
+#: vLLM's OpenAI server instruments its FastAPI app (prometheus-fastapi-instrumentator): requests
+#: by ``handler``, ``method`` and ``status`` class (``2xx``, ``4xx``, ``5xx``). No ``model_name``.
+VLLM_HTTP_REQUESTS = _m(
+    "http_requests_total", "counter",
+    "HTTP requests of vLLM's OpenAI-compatible server by handler, method and status class.",
+    "requests", ("handler", "method", "status"), "vllm",
+)  # fmt: skip
+
+#: Series each vLLM engine generation serves (what the recorded pages are checked against).
+VLLM_V0_SERIES: tuple[Metric, ...] = (
+    VLLM_NUM_REQUESTS_RUNNING, VLLM_NUM_REQUESTS_WAITING, VLLM_NUM_REQUESTS_SWAPPED,
+    VLLM_GPU_CACHE_USAGE, VLLM_CPU_CACHE_USAGE, VLLM_NUM_PREEMPTIONS, VLLM_PROMPT_TOKENS,
+    VLLM_GENERATION_TOKENS, VLLM_REQUEST_SUCCESS, VLLM_TIME_TO_FIRST_TOKEN,
+    VLLM_TIME_PER_OUTPUT_TOKEN, VLLM_E2E_REQUEST_LATENCY, VLLM_REQUEST_PROMPT_TOKENS,
+    VLLM_REQUEST_GENERATION_TOKENS,
+)  # fmt: skip
+VLLM_V1_SERIES: tuple[Metric, ...] = (
+    VLLM_NUM_REQUESTS_RUNNING, VLLM_NUM_REQUESTS_WAITING, VLLM_KV_CACHE_USAGE,
+    VLLM_NUM_PREEMPTIONS, VLLM_PROMPT_TOKENS, VLLM_GENERATION_TOKENS, VLLM_REQUEST_SUCCESS,
+    VLLM_PREFIX_CACHE_QUERIES, VLLM_PREFIX_CACHE_HITS, VLLM_TIME_TO_FIRST_TOKEN,
+    VLLM_INTER_TOKEN_LATENCY, VLLM_E2E_REQUEST_LATENCY, VLLM_REQUEST_QUEUE_TIME,
+    VLLM_REQUEST_PROMPT_TOKENS, VLLM_REQUEST_GENERATION_TOKENS,
+)  # fmt: skip
+#: The same quantity under its V0 (and early V1) name and its V1 name: queries read ``new or old``.
+VLLM_RENAMES: tuple[tuple[Metric, Metric], ...] = (
+    (VLLM_GPU_CACHE_USAGE, VLLM_KV_CACHE_USAGE),
+    (VLLM_TIME_PER_OUTPUT_TOKEN, VLLM_INTER_TOKEN_LATENCY),
+)
+
+# Hugging Face text-generation-inference (TGI): router/src (Rust ``metrics`` crate with
+# metrics-exporter-prometheus), listed in docs/source/reference/metrics.md (v2.x). Counters keep
+# their names (no ``_total``); durations are histograms in seconds. No model label (one model per
+# server): the scrape adds ``model``.
+
+
+def _tgi(name: str, type: MetricType, help: str, unit: str = "", labels: tuple[str, ...] = ()) -> Metric:
+    return _m(name, type, help, unit, labels, "tgi")
+
+
+def _tgi_hist(name: str, help: str, unit: str, labels: tuple[str, ...] = ()) -> Histogram:
+    return _histogram(name, help, unit, labels, "tgi")
+
+
+TGI_REQUEST_COUNT = _tgi("tgi_request_count", "counter", "Requests received.", "requests")
+TGI_REQUEST_SUCCESS = _tgi("tgi_request_success", "counter", "Requests answered successfully.", "requests")
+#: ``err``: validation, generation, overloaded, incomplete_generation, ... (the router's error kinds).
+TGI_REQUEST_FAILURE = _tgi(
+    "tgi_request_failure", "counter", "Failed requests by error kind (err).", "requests", ("err",)
+)
+TGI_QUEUE_SIZE = _tgi("tgi_queue_size", "gauge", "Requests waiting in the router's queue.", "requests")
+TGI_BATCH_CURRENT_SIZE = _tgi("tgi_batch_current_size", "gauge", "Requests in the current batch.", "requests")
+TGI_BATCH_CURRENT_MAX_TOKENS = _tgi(
+    "tgi_batch_current_max_tokens", "gauge", "Maximum tokens of the current batch.", "tokens"
+)
+TGI_REQUEST_DURATION = _tgi_hist("tgi_request_duration", "End-to-end request latency.", "s")
+TGI_REQUEST_QUEUE_DURATION = _tgi_hist("tgi_request_queue_duration", "Time a request spent queued.", "s")
+TGI_REQUEST_INFERENCE_DURATION = _tgi_hist(
+    "tgi_request_inference_duration", "Time a request spent in inference.", "s"
+)
+TGI_REQUEST_MEAN_TIME_PER_TOKEN_DURATION = _tgi_hist(
+    "tgi_request_mean_time_per_token_duration", "Mean time per generated token of each request.", "s"
+)
+TGI_REQUEST_INPUT_LENGTH = _tgi_hist("tgi_request_input_length", "Input tokens per request.", "tokens")
+TGI_REQUEST_GENERATED_TOKENS = _tgi_hist(
+    "tgi_request_generated_tokens", "Generated tokens per request.", "tokens"
+)
+TGI_BATCH_FORWARD_DURATION = _tgi_hist(
+    "tgi_batch_forward_duration", "Batch forward time by method (prefill, decode).", "s", ("method",)
+)
+TGI_SERIES: tuple[Metric, ...] = (
+    TGI_REQUEST_COUNT, TGI_REQUEST_SUCCESS, TGI_QUEUE_SIZE, TGI_BATCH_CURRENT_SIZE,
+    TGI_BATCH_CURRENT_MAX_TOKENS, TGI_REQUEST_DURATION, TGI_REQUEST_QUEUE_DURATION,
+    TGI_REQUEST_INFERENCE_DURATION, TGI_REQUEST_MEAN_TIME_PER_TOKEN_DURATION,
+    TGI_REQUEST_INPUT_LENGTH, TGI_REQUEST_GENERATED_TOKENS, TGI_BATCH_FORWARD_DURATION,
+)  # fmt: skip
+
+# NVIDIA Triton Inference Server: docs/user_guide/metrics.md of triton-inference-server/server
+# (the nv_inference_* families since r20.x; durations are cumulative microsecond counters, no
+# histograms unless enabled). Per model and version: labels ``model``, ``version``.
+TRITON_LABELS: tuple[str, ...] = ("model", "version")
+
+
+def _triton(name: str, type: MetricType, help: str, unit: str = "", extra: tuple[str, ...] = ()) -> Metric:
+    return _m(name, type, help, unit, TRITON_LABELS + extra, "triton")
+
+
+TRITON_REQUEST_SUCCESS = _triton(
+    "nv_inference_request_success", "counter", "Successful inference requests.", "requests"
+)
+#: Newer releases add ``reason`` (REJECTED, CANCELED, BACKEND, OTHER); sum it away.
+TRITON_REQUEST_FAILURE = _triton(
+    "nv_inference_request_failure", "counter", "Failed inference requests.", "requests"
+)
+TRITON_INFERENCE_COUNT = _triton(
+    "nv_inference_count", "counter", "Inferences performed (a batch of n counts n).", "inferences"
+)
+TRITON_EXEC_COUNT = _triton(
+    "nv_inference_exec_count", "counter", "Model executions (inference count / exec count = batch size).",
+    "executions",
+)  # fmt: skip
+TRITON_REQUEST_DURATION_US = _triton(
+    "nv_inference_request_duration_us", "counter", "Cumulative end-to-end request time.", "us"
+)
+TRITON_QUEUE_DURATION_US = _triton(
+    "nv_inference_queue_duration_us", "counter", "Cumulative time requests waited in the queue.", "us"
+)
+TRITON_COMPUTE_INPUT_DURATION_US = _triton(
+    "nv_inference_compute_input_duration_us", "counter", "Cumulative input processing time.", "us"
+)
+TRITON_COMPUTE_INFER_DURATION_US = _triton(
+    "nv_inference_compute_infer_duration_us", "counter", "Cumulative model execution time.", "us"
+)
+TRITON_COMPUTE_OUTPUT_DURATION_US = _triton(
+    "nv_inference_compute_output_duration_us", "counter", "Cumulative output processing time.", "us"
+)
+TRITON_PENDING_REQUEST_COUNT = _triton(
+    "nv_inference_pending_request_count", "gauge", "Requests received and not yet executing.", "requests"
+)
+#: Triton's own GPU gauges (per ``gpu_uuid``); fleetscope joins DCGM series instead.
+TRITON_GPU_UTILIZATION = _m(
+    "nv_gpu_utilization", "gauge", "GPU utilization rate (0.0 - 1.0), Triton's view.", "ratio",
+    ("gpu_uuid",), "triton",
+)  # fmt: skip
+TRITON_SERIES: tuple[Metric, ...] = (
+    TRITON_REQUEST_SUCCESS, TRITON_REQUEST_FAILURE, TRITON_INFERENCE_COUNT, TRITON_EXEC_COUNT,
+    TRITON_REQUEST_DURATION_US, TRITON_QUEUE_DURATION_US, TRITON_COMPUTE_INPUT_DURATION_US,
+    TRITON_COMPUTE_INFER_DURATION_US, TRITON_COMPUTE_OUTPUT_DURATION_US,
+    TRITON_PENDING_REQUEST_COUNT, TRITON_GPU_UTILIZATION,
+)  # fmt: skip
