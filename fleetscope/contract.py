@@ -727,11 +727,6 @@ NEURON_DEVICES = _neuron(
     "Neuron devices the latest report lists (neuron_hw_counters, else neuron_hardware_info).", "devices",
     (NODE_LABEL,),
 )  # fmt: skip
-NEURON_MONITOR_UP = _neuron(
-    "fleetscope_neuron_monitor_up", "gauge",
-    "1 while the latest good neuron-monitor report is fresher than the stale limit, else 0.", "bool",
-    (NODE_LABEL,),
-)  # fmt: skip
 NEURON_MONITOR_LAST_REPORT = _neuron(
     "fleetscope_neuron_monitor_last_report_timestamp_seconds", "gauge",
     "Unix time the latest good neuron-monitor report was read (absent before the first).", "s",

@@ -13,7 +13,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from fleetscope.argtypes import positive_float, positive_int
 from fleetscope.errors import FleetscopeError
+
+#: The default of --max-answer-bytes (the loader's, repeated so --help imports no numpy).
+DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
@@ -36,7 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--config", help="YAML/JSON file of detector thresholds to override (see docs/analyzers.md)"
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="HTTP timeout per request, seconds (default 30)"
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds each Prometheus request may take, whole answer included (default 30)",
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_ANSWER_BYTES,
+        metavar="N",
+        help=f"largest Prometheus answer read, in bytes (default {DEFAULT_MAX_ANSWER_BYTES >> 20} MiB)",
     )
     p.add_argument(
         "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
@@ -134,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         region, headers = prometheus_access(args)
         frames = load_prometheus(args.prometheus, args.start or "-1h", args.end or "now", args.step or 15.0,
                                  METRICS_USED, timeout=args.timeout, sigv4_region=region, headers=headers,
-                                 progress=ProgressBar("querying", show))  # fmt: skip
+                                 progress=ProgressBar("querying", show),
+                                 max_answer_bytes=args.max_answer_bytes)  # fmt: skip
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")
     report = analyze(frames, config)

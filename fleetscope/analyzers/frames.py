@@ -8,7 +8,10 @@ therefore absent two steps later (not five minutes later, as a plain selector's 
 have it), which keeps fail-stop detection fast.
 
 Raw samples are cleaned before they are gridded: sorted by time, duplicates of one timestamp
-collapsed to the last one written, NaN samples dropped. Counters are never read raw: :func:`increase`
+collapsed to the last one written, NaN samples dropped. Before that, :func:`drop_bad_samples` takes out
+what outside input can hold but no exporter writes: non-finite timestamps or values, and timestamps far
+from the window (one sample stamped 1970 or 2100 would otherwise stretch the grid over decades).
+:func:`check_grid` bounds the grid before anything is allocated. Counters are never read raw: :func:`increase`
 turns them into per-step increments that survive counter resets (a drop means the counter restarted
 from zero, as in PromQL's ``increase``) and gaps (the increment is taken from the last value seen).
 """
@@ -20,6 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from fleetscope.errors import FleetscopeError
+from fleetscope.times import rfc3339
 
 #: Label keys added by Prometheus at scrape time; never used to identify a node or GPU.
 SCRAPE_LABELS = ("job", "instance")
@@ -122,6 +128,118 @@ class Frames:
         return name in self.metrics and len(self.metrics[name]) > 0
 
 
+#: Most grid times of one window (1 M: 173 days at a 15 s step).
+MAX_GRID_POINTS = 1_000_000
+#: Most grid cells of one window, grid times x series of all metrics together (800 MB of float64).
+MAX_GRID_CELLS = 100_000_000
+#: How far (seconds) a sample may lie from the bulk of a recording's samples (their 1st to 99th
+#: percentile of time) and still be read.
+PLAUSIBLE_MARGIN_S = 86400.0
+
+
+def check_grid(start: float, end: float, step: float, series: int = 1) -> int:
+    """The number of grid times of ``[start, end]`` at ``step``; an error past the limits.
+
+    ``series``: how many series will share the grid (all metrics together), for the cell limit.
+    """
+    if not (np.isfinite(start) and np.isfinite(end) and np.isfinite(step)):
+        raise FleetscopeError("the window's start, end and step must be finite numbers")
+    if step <= 0:
+        raise FleetscopeError("--step must be positive")
+    points = int(np.floor((end - start) / step + 1e-9)) + 1
+    cells = points * max(series, 1)
+    if points > MAX_GRID_POINTS or cells > MAX_GRID_CELLS:
+        raise FleetscopeError(
+            f"the window {_when(start)} to {_when(end)} at a {step:g} s step is {points:,} grid times "
+            f"x {max(series, 1):,} series, over the limit of {MAX_GRID_POINTS:,} times and "
+            f"{MAX_GRID_CELLS:,} cells; narrow it with --start/--end or coarsen it with --step"
+        )
+    return max(points, 1)
+
+
+def _when(ts: float) -> str:
+    try:
+        return rfc3339(ts)
+    except (OverflowError, ValueError, OSError):
+        return f"{ts:g}"
+
+
+@dataclass
+class Skipped:
+    """Samples :func:`drop_bad_samples` took out, by reason."""
+
+    non_finite_time: int = 0
+    non_finite_value: int = 0
+    implausible_time: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.non_finite_time + self.non_finite_value + self.implausible_time
+
+    def message(self, source: str) -> str:
+        """The one warning line (empty when nothing was skipped)."""
+        if not self.total:
+            return ""
+        parts = [
+            f"{n:,} {what}"
+            for n, what in (
+                (self.non_finite_time, "with a non-finite timestamp"),
+                (self.non_finite_value, "with a NaN or infinite value"),
+                (
+                    self.implausible_time,
+                    f"stamped more than {PLAUSIBLE_MARGIN_S / 3600:g} h from the other samples",
+                ),
+            )
+            if n
+        ]
+        plural = "s" if self.total != 1 else ""
+        return f"{source}: skipped {self.total:,} sample{plural} ({', '.join(parts)})"
+
+
+def drop_bad_samples(raw: dict[str, list[RawSeries]]) -> Skipped:
+    """Take out (in place) samples no exporter writes: non-finite times or values, and times more
+    than :data:`PLAUSIBLE_MARGIN_S` outside the bulk of the samples (their 1st to 99th percentile of
+    time, so a few odd stamps move nothing). Series left without samples are removed.
+
+    A window asked for (``--start/--end``) needs no check of its own: the grid spans only it.
+    """
+    skipped = Skipped()
+    for series in raw.values():
+        for s in series:
+            t = np.asarray(s.times, dtype=float)
+            v = np.asarray(s.values, dtype=float)
+            ok_t = np.isfinite(t)
+            ok_v = np.isfinite(v)
+            skipped.non_finite_time += int((~ok_t).sum())
+            skipped.non_finite_value += int((ok_t & ~ok_v).sum())
+            keep = ok_t & ok_v
+            s.times, s.values = (t, v) if keep.all() else (t[keep], v[keep])
+    lo, hi = _plausible_range(raw)
+    for name in list(raw):
+        kept = []
+        for s in raw[name]:
+            inside = (s.times >= lo) & (s.times <= hi)
+            if not inside.all():
+                skipped.implausible_time += int((~inside).sum())
+                s.times, s.values = s.times[inside], s.values[inside]
+            if s.times.size:
+                kept.append(s)
+        if kept:
+            raw[name] = kept
+        else:
+            del raw[name]
+    return skipped
+
+
+def _plausible_range(raw: dict[str, list[RawSeries]]) -> tuple[float, float]:
+    # A sample of every series' times (at most ~1000 each) stands in for all of them.
+    sample = [s.times[:: max(1, s.times.size // 1000)] for ss in raw.values() for s in ss if s.times.size]
+    if not sample:
+        return -np.inf, np.inf
+    lo, hi = np.quantile(np.concatenate(sample), [0.01, 0.99])
+    return float(lo) - PLAUSIBLE_MARGIN_S, float(hi) + PLAUSIBLE_MARGIN_S
+
+
 def make_grid(start: float, end: float, step: float) -> np.ndarray:
     """``start, start+step, ...`` up to ``end`` inclusive (Prometheus' query_range grid)."""
     n = int(np.floor((end - start) / step + 1e-9)) + 1
@@ -168,6 +286,7 @@ def build_frames(
     ``gridded``: the samples are already grid values (a query_range answer), so each one lands on
     its own grid time and the lookback is not applied a second time.
     """
+    check_grid(start, end, step, sum(len(series) for series in raw.values()))
     grid = make_grid(start, end, step)
     lb = 0.0 if gridded else lookback_seconds(step)
     frames = Frames(times=grid, step=step, source=source)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import re
 import zlib
@@ -20,8 +21,10 @@ from typing import BinaryIO, NoReturn
 
 import numpy as np
 
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames
+from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, drop_bad_samples
 from fleetscope.errors import FleetscopeError
+
+log = logging.getLogger(__name__)
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -76,7 +79,9 @@ def read_openmetrics(  # noqa: C901
 ) -> tuple[dict[str, list[RawSeries]], float, float, float]:
     """Parse the file: (raw series by metric, first time, last time, typical sample spacing).
 
-    Only the series of ``metrics`` are kept (all when None).
+    Only the series of ``metrics`` are kept (all when None). Samples no exporter writes (see
+    :func:`~fleetscope.analyzers.frames.drop_bad_samples`) are left out, with one warning that
+    says how many.
     """
     path = Path(path)
     try:
@@ -160,8 +165,6 @@ def read_openmetrics(  # noqa: C901
     if not series:
         raise FleetscopeError(f"{path} holds no samples")
     raw: dict[str, list[RawSeries]] = {}
-    t_min, t_max = np.inf, -np.inf
-    spacings: list[float] = []
     for entry in series.values():
         if not entry[4]:
             continue
@@ -172,17 +175,28 @@ def read_openmetrics(  # noqa: C901
         values = np.concatenate(vchunks)
         times = np.concatenate(tchunks)
         entry[5], entry[6] = [], []
-        if times.size and times.max() > 1e11:  # milliseconds (text-format convention)
+        # Milliseconds (text-format convention), judged by the bulk so one odd stamp decides nothing.
+        finite = times[np.isfinite(times)]
+        if finite.size and np.median(finite) > 1e11:
             times = times / 1000.0
-        t_min = min(t_min, float(times.min()))
-        t_max = max(t_max, float(times.max()))
-        if times.size > 1 and len(spacings) < 200:
-            d = np.diff(np.unique(times))
-            if d.size:
-                spacings.append(float(np.median(d)))
         raw.setdefault(name, []).append(RawSeries(labels, times, values))
     if not raw:
         raise FleetscopeError(f"{path} holds none of the series the analyzers read")
+    skipped = drop_bad_samples(raw)
+    if skipped.total:
+        log.warning("%s", skipped.message(str(path)))
+    if not raw:
+        raise FleetscopeError(f"{path} holds no usable samples of the series the analyzers read")
+    t_min = min(float(s.times.min()) for ss in raw.values() for s in ss)
+    t_max = max(float(s.times.max()) for ss in raw.values() for s in ss)
+    spacings: list[float] = []
+    for s in (s for ss in raw.values() for s in ss):
+        if len(spacings) >= 200:
+            break
+        if s.times.size > 1:
+            d = np.diff(np.unique(s.times))
+            if d.size:
+                spacings.append(float(np.median(d)))
     step = float(np.median(spacings)) if spacings else 15.0
     if progress:
         progress(1.0)

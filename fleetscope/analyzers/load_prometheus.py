@@ -17,12 +17,22 @@ Speed (one service cycle fetches about 40 MB of JSON for a 64-node job's last 30
   status) goes through ``json``. Anything unexpected in the layout falls back to plain ``json``.
 
 The answers are assembled in query order, so the frames are the same whatever order they arrive in.
+
+Limits, because the far end is outside input: ``timeout`` bounds each *whole* request (connecting,
+sending, and reading the last byte of the answer; a server that trickles one byte every two seconds
+is cut off at the deadline, see :class:`_Deadline`), and ``max_answer_bytes`` bounds each answer's
+decoded size (read in chunks, refused past the limit before it is decoded). Both end in one
+:class:`FleetscopeError`. Non-finite sample values in an answer are dropped (with one warning), as
+the file loader drops them.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import logging
 import re
+import socket
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -32,9 +42,21 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
-from fleetscope.analyzers.frames import Frames, MetricFrame, lookback_seconds, make_grid
+from fleetscope.analyzers.frames import (
+    Frames,
+    MetricFrame,
+    Skipped,
+    check_grid,
+    lookback_seconds,
+    make_grid,
+)
 from fleetscope.errors import FleetscopeError
 from fleetscope.times import parse_time, rfc3339
+
+log = logging.getLogger(__name__)
+
+#: Largest answer (decoded bytes) read from Prometheus, by default: 256 MiB.
+DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 #: Points per series per request; Prometheus refuses more than 11,000.
 MAX_POINTS = 10000
@@ -65,9 +87,15 @@ class PrometheusClient:
     threads (each thread gets its own HTTP session)."""
 
     def __init__(self, url: str, timeout: float = 30.0, sigv4_region: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
+                 headers: dict[str, str] | None = None,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:  # fmt: skip
+        if not timeout > 0:
+            raise FleetscopeError("the Prometheus timeout must be positive")
+        if max_answer_bytes < 1:
+            raise FleetscopeError("the largest Prometheus answer must be at least 1 byte")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_answer_bytes = int(max_answer_bytes)
         self.headers = dict(headers or {})
         self.region = sigv4_region
         self._credentials = None
@@ -89,6 +117,9 @@ class PrometheusClient:
             import requests
 
             s = self._local.session = requests.Session()
+            adapter = _watched_adapter()
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
             with self._lock:
                 self._sessions.append(s)
         return s
@@ -108,7 +139,8 @@ class PrometheusClient:
         SigV4Auth(self._credentials, "aps", self.region).add_auth(req)
         return dict(req.headers.items())
 
-    def _send(self, path: str, params: dict[str, str]):
+    def _send(self, path: str, params: dict[str, str]) -> _Answer:
+        """POST one API call; the whole exchange within ``timeout``, the answer within the size limit."""
         import requests
 
         url = f"{self.url}/api/v1/{path}"
@@ -116,20 +148,56 @@ class PrometheusClient:
         headers = {"Content-Type": "application/x-www-form-urlencoded", **self.headers}
         if self._credentials is not None:
             headers.update(self._signed(url, body))
+        deadline = _Deadline(self.timeout)
+        _current.deadline = deadline
         try:
-            resp = self.session.post(url, data=body, headers=headers, timeout=self.timeout)
-        except requests.exceptions.Timeout:
-            raise FleetscopeError(
-                f"Prometheus at {self.url} did not answer within {self.timeout:g} s"
-            ) from None
+            resp = self.session.post(url, data=body, headers=headers, timeout=self.timeout, stream=True)
+            try:
+                content = self._read(resp)
+            finally:
+                resp.close()
         except requests.exceptions.RequestException as exc:
+            if deadline.expired or isinstance(exc, requests.exceptions.Timeout):
+                raise self._too_slow() from None
             reason = type(exc).__name__
             raise FleetscopeError(f"cannot reach Prometheus at {self.url} ({reason})") from None
-        if resp.status_code >= 500:
+        except OSError:
+            if deadline.expired:
+                raise self._too_slow() from None
+            raise FleetscopeError(f"cannot reach Prometheus at {self.url} (connection lost)") from None
+        finally:
+            deadline.finish()
+            _current.deadline = None
+        if deadline.expired:  # the answer ended early because the deadline cut the connection
+            raise self._too_slow()
+        answer = _Answer(resp.status_code, content, resp.reason or "")
+        if answer.status_code >= 500:
             raise FleetscopeError(
-                f"Prometheus at {self.url} answered {resp.status_code}: {_error_text(resp)}"
+                f"Prometheus at {self.url} answered {answer.status_code}: {_error_text(answer)}"
             )
-        return resp
+        return answer
+
+    def _read(self, resp) -> bytes:
+        length = resp.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > self.max_answer_bytes:
+            raise self._too_big()
+        buf = bytearray()
+        for chunk in resp.iter_content(1 << 16):
+            buf += chunk
+            if len(buf) > self.max_answer_bytes:
+                raise self._too_big()
+        return bytes(buf)
+
+    def _too_slow(self) -> FleetscopeError:
+        return FleetscopeError(
+            f"Prometheus at {self.url} did not send a whole answer within {self.timeout:g} s (--timeout)"
+        )
+
+    def _too_big(self) -> FleetscopeError:
+        return FleetscopeError(
+            f"Prometheus at {self.url} sent an answer over {self.max_answer_bytes:,} bytes "
+            "(--max-answer-bytes); narrow the window (--start/--end, --window) or coarsen --step"
+        )
 
     def _check(self, resp, doc) -> dict:
         if not isinstance(doc, dict):
@@ -155,11 +223,113 @@ class PrometheusClient:
         return series
 
 
-def _error_text(resp) -> str:
+class _Answer:
+    """One answer, read whole: status, body bytes, reason phrase."""
+
+    def __init__(self, status_code: int, content: bytes, reason: str) -> None:
+        self.status_code = status_code
+        self.content = content
+        self.reason = reason
+
+
+def _error_text(resp: _Answer) -> str:
     try:
-        return str(resp.json().get("error", ""))[:200]
-    except ValueError:
-        return resp.text.strip()[:200] or resp.reason
+        doc = json.loads(resp.content)
+        return str(doc.get("error", ""))[:200] if isinstance(doc, dict) else resp.reason
+    except (ValueError, UnicodeDecodeError):
+        return resp.content.decode("utf-8", "replace").strip()[:200] or resp.reason
+
+
+# ---------------------------------------------------------------------- the whole-request deadline
+#: The deadline of the request this thread is sending (read by the watched connections).
+_current = threading.local()
+
+
+class _Deadline:
+    """Cuts the connection of one request when its time is up.
+
+    A socket timeout bounds each read, not the request: a server sending a byte a second keeps
+    every read short and the request alive forever. A timer thread therefore shuts the request's
+    socket down at the deadline, which wakes the blocked read at once. The connection is known
+    because the connection classes of :func:`_watched_adapter` register themselves with the
+    deadline of the thread that uses them.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self.conn: object | None = None
+        self._done = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+
+
+def _register(conn: object) -> None:
+    deadline = getattr(_current, "deadline", None)
+    if deadline is not None:
+        deadline.conn = conn
+
+
+_ADAPTER: list = []
+
+
+def _watched_adapter():
+    """A requests adapter whose connections register with the current :class:`_Deadline`."""
+    if not _ADAPTER:
+        from requests.adapters import HTTPAdapter
+        from urllib3.connection import HTTPConnection, HTTPSConnection
+        from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+        def watched(base: type) -> type:
+            def connect(self) -> None:
+                _register(self)
+                base.connect(self)
+
+            def request(self, *args, **kwargs):
+                _register(self)
+                return base.request(self, *args, **kwargs)
+
+            return type(f"Watched{base.__name__}", (base,), {"connect": connect, "request": request})
+
+        pools = {
+            "http": type(
+                "WatchedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": watched(HTTPConnection)}
+            ),
+            "https": type(
+                "WatchedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": watched(HTTPSConnection)}
+            ),
+        }
+
+        class WatchedAdapter(HTTPAdapter):
+            def init_poolmanager(self, *args, **kwargs) -> None:
+                super().init_poolmanager(*args, **kwargs)
+                self.poolmanager.pool_classes_by_scheme = pools
+
+            def proxy_manager_for(self, *args, **kwargs):
+                manager = super().proxy_manager_for(*args, **kwargs)
+                manager.pool_classes_by_scheme = pools
+                return manager
+
+        _ADAPTER.append(WatchedAdapter)
+    return _ADAPTER[0]()
 
 
 # ---------------------------------------------------------------------- decoding a matrix answer
@@ -179,8 +349,6 @@ def decode_matrix(body: bytes) -> tuple[object, list[Series]]:
 
 
 def _decode_json(body: bytes) -> tuple[object, list[Series]]:
-    import json
-
     doc = json.loads(body)
     out: list[Series] = []
     for r in _results(doc):
@@ -207,8 +375,6 @@ def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
     with every values array emptied is decoded by ``json`` for the labels and the status. Every
     count is checked; any surprise returns None.
     """
-    import json
-
     split = _split_values(body)
     if split is None:
         return None
@@ -289,12 +455,15 @@ def metric_query(name: str, lookback_s: float, pushdown: bool = True) -> str:
     return f"max by ({', '.join(keep)}) ({q})" if keep else q
 
 
-def frame_from_grid(series: list[Series], grid: np.ndarray) -> MetricFrame | None:
+def frame_from_grid(
+    series: list[Series], grid: np.ndarray, skipped: Skipped | None = None
+) -> MetricFrame | None:
     """One metric's frame from query_range answers on ``grid`` (all chunks, in query order).
 
     The same result as ``frames.build_frames(..., gridded=True)``: series with the same labels
     (empty values dropped) are merged, a sample counts only on its own grid time (to the
     millisecond), the last one written wins, all-NaN series are left out. None when nothing is left.
+    Non-finite values are dropped like the file loader drops them (counted in ``skipped``).
     """
     keys: dict[tuple, int] = {}
     cols, times, values = [], [], []
@@ -309,9 +478,13 @@ def frame_from_grid(series: list[Series], grid: np.ndarray) -> MetricFrame | Non
     gm = np.round(grid * 1000).astype(np.int64)
     tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
     row = np.minimum(np.searchsorted(gm, tm), T - 1)
-    ok = gm[row] == tm
+    val = np.concatenate(values)
+    finite = np.isfinite(val)
+    if skipped is not None:
+        skipped.non_finite_value += int((~finite).sum())
+    ok = (gm[row] == tm) & finite
     cell = row[ok] * S + np.concatenate(cols)[ok]
-    val = np.concatenate(values)[ok]
+    val = val[ok]
     if np.bincount(cell, minlength=T * S).max(initial=0) > 1:
         _, last_rev = np.unique(cell[::-1], return_index=True)  # the last write of every cell
         keep = cell.size - 1 - last_rev
@@ -337,11 +510,13 @@ def load_prometheus(
     headers: dict[str, str] | None = None,
     progress: Callable[[float], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> Frames:
     """Query every metric over [start, end] on a ``step`` grid and build the frames.
 
     ``concurrency``: range queries in flight at once (1: one after another, in this thread). The
-    first failing query's error is raised; the queries not yet sent are not sent.
+    first failing query's error is raised; the queries not yet sent are not sent. ``timeout``
+    bounds each whole request and ``max_answer_bytes`` each answer (module docstring).
     """
     start_s, end_s = parse_time(start), parse_time(end)
     if end_s < start_s:
@@ -350,7 +525,8 @@ def load_prometheus(
         raise FleetscopeError("--step must be positive")
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
-    client = PrometheusClient(url, timeout, sigv4_region, headers)
+    check_grid(start_s, end_s, step)
+    client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
     grid = make_grid(start_s, end_s, step)
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
@@ -374,13 +550,23 @@ def load_prometheus(
     finally:
         client.close()
     frames = Frames(times=grid, step=step, source=url)
+    by_name = {
+        name: [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []] for name in names
+    }
+    # The cell limit, now that the series are known and before their table is allocated.
+    check_grid(
+        start_s, end_s, step, sum(len({tuple(sorted(s[0].items())) for s in v}) for v in by_name.values())
+    )
     found = False
+    skipped = Skipped()
     for name in names:
-        series = [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []]
+        series = by_name[name]
         found = found or bool(series)
-        frame = frame_from_grid(series, grid)
+        frame = frame_from_grid(series, grid, skipped)
         if frame is not None:
             frames.metrics[name] = frame
+    if skipped.total:
+        log.warning("%s", skipped.message(url))
     if not found:
         raise FleetscopeError(
             f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}"

@@ -75,6 +75,8 @@ class Collector(ABC):
     name: str
     #: One line for ``--help``.
     description: ClassVar[str] = ""
+    #: Series one scrape may yield; beyond it samples are dropped and counted (``series_limit``).
+    max_series: ClassVar[int] = 20_000
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
@@ -94,10 +96,14 @@ class Collector(ABC):
     def close(self) -> None:
         """Release what the collector holds (threads, handles). Called once at shutdown."""
 
-    def skip(self, reason: str, detail: str) -> None:
-        """Count an input that was skipped, and log it the first time this detail is seen."""
+    def deadline(self, default: float) -> float:
+        """Seconds a scrape waits for this collector; ``default`` is ``--collector.timeout``."""
+        return default
+
+    def skip(self, reason: str, detail: str, count: int = 1) -> None:
+        """Count ``count`` inputs that were skipped, and log it the first time this detail is seen."""
         with self._errors_lock:
-            self._errors[reason] += 1
+            self._errors[reason] += count
             # Log each distinct problem once; past 1000 of them, stop logging new ones (still counted).
             first = detail not in self._logged and len(self._logged) < 1000
             if first:

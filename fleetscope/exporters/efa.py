@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 from prometheus_client.samples import Sample
 
 from fleetscope import contract
+from fleetscope.exporters import safe_read
 from fleetscope.exporters.base import Collector, NodeContext
 
 #: Rebuild the cached layout at least this often, even when nothing seems to have changed.
@@ -50,6 +51,11 @@ EFA_NAME = re.compile(r"^(rdmap\d+s\d+(f\d+)?|efa_?\d+)$")
 _COUNTER_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _LIFESPAN = "lifespan"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+#: Counter files read per scrape: a p5.48xlarge has about 1,200; a tree with more (a hostile or
+#: broken sysfs) is cut here and the rest counted as ``series_limit``.
+MAX_COUNTER_FILES = 8192
+#: Bytes read of one counter file: a u64 in decimal and a newline fit in 21.
+_COUNTER_BYTES = 64
 #: errnos that mean "this file or device is gone": relist soon.
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ENXIO}
 
@@ -86,9 +92,8 @@ def is_efa_device(dev_dir: str, name: str) -> bool:
     if driver:
         return driver == "efa"
     try:
-        with open(os.path.join(dev_dir, "device", "vendor"), "rb") as f:
-            vendor = f.read(32).strip().decode("ascii", "replace").lower()
-    except OSError:
+        vendor = safe_read.read_text(os.path.join(dev_dir, "device", "vendor"), 64).strip().lower()
+    except OSError:  # absent, or refused (not a regular file, too long): no vendor to go by
         vendor = ""
     if vendor:
         return vendor == AMAZON_PCI_VENDOR
@@ -153,6 +158,12 @@ class EfaCollector(Collector):
                 ports = []
             for port in ports:
                 files.extend(self._counter_files(os.path.join(ports_dir, port, "hw_counters"), name, port))
+        if len(files) > MAX_COUNTER_FILES:
+            self.skip(
+                "series_limit",
+                f"{self.root}: {len(files)} counter files; reading the first {MAX_COUNTER_FILES}",
+            )
+            files = files[:MAX_COUNTER_FILES]
         return _Layout(tuple(devices), tuple(files))
 
     def _counter_files(self, directory: str, device: str, port: str) -> list[_CounterFile]:
@@ -191,6 +202,10 @@ class EfaCollector(Collector):
                 except ValueError:
                     self.skip("unparsable", f"{cf.path}: {raw[:40]!r}")
                     continue
+            if not safe_read.kernel_u64(value):
+                # The driver prints u64 counters: nan, inf, negative or huge is not a reading.
+                self.skip("out_of_range", f"{cf.path}: {raw[:40]!r}")
+                continue
             if cf.counter == _LIFESPAN:
                 lifespan.samples.append(Sample(cf.sample_name, cf.labels, value / 1000.0))
                 continue
@@ -211,7 +226,7 @@ class EfaCollector(Collector):
         fd = self._fds.get(path)
         if fd is not None:
             try:
-                return os.pread(fd, 64, 0)
+                return os.pread(fd, _COUNTER_BYTES, 0)
             except OSError as exc:
                 self._forget(path)
                 self._read_failed(path, exc)
@@ -227,7 +242,7 @@ class EfaCollector(Collector):
                 # A FIFO, socket or directory where a counter should be: never block on it.
                 self.skip("unreadable", f"{path}: not a regular file")
                 return None
-            raw = os.pread(fd, 64, 0)
+            raw = os.pread(fd, _COUNTER_BYTES, 0)
             keep = len(self._fds) < self._fd_budget
             if keep:
                 self._fds[path] = fd

@@ -17,6 +17,10 @@ What varies between versions and files, and is accepted here:
 * 0, 3 or 4 numbers follow the unit; SUMSQ may exceed 2**63 (Python ints hold it);
 * counters with 0 samples are omitted by the kernel, so a name may be absent.
 
+The kernel prints the count and SUMSQ as ``%llu`` and MIN, MAX and SUM as ``%lld``; a number outside
+those ranges (400 digits, say) cannot come from it, and its line is reported ``out_of_range``
+rather than exported (a value that large would also fail the exposition).
+
 A line that fits none of these is *reported*, not fatal: the result keeps every good line and lists
 the bad ones in :attr:`Stats.problems` so the caller can count them. A last line without its
 newline is a truncated read (seq_file output always ends with ``\\n``) and is reported, never used:
@@ -27,6 +31,7 @@ This module is pure (text in, values out) and imports only the standard library.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -44,6 +49,11 @@ _HEADER = re.compile(
 #: Units that measure time, and how many of them make a second. Lustre writes ``usec`` in 2.10
 #: osc/mdc stats and ``usecs`` in 2.14+ llite stats; both are microseconds.
 TIME_UNITS_PER_SECOND: dict[str, int] = {"usec": 10**6, "usecs": 10**6, "nsec": 10**9, "nsecs": 10**9}
+_U64_MAX = 2**64 - 1
+_S64_MIN, _S64_MAX = -(2**63), 2**63 - 1
+#: Digits (and a sign) of the longest number the kernel prints: longer text is never parsed as int
+#: (Python refuses int() of over 4,300 digits, and would spend time on a long one).
+_MAX_NUMBER_CHARS = 21
 
 
 def units_per_second(unit: str) -> int | None:
@@ -70,7 +80,7 @@ class Counter:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """A line that was not used: ``reason`` is ``malformed``, ``truncated``, ``duplicate`` or ``empty``."""
+    """A line that was not used: ``malformed``, ``truncated``, ``duplicate``, ``out_of_range`` or ``empty``."""
 
     line_no: int
     line: str
@@ -115,20 +125,40 @@ def parse_stats(text: str) -> Stats:
             if name in stats.counters:
                 stats.problems.append(Problem(line_no, raw, "duplicate"))
                 continue
-            has_sum = m["sum"] is not None
-            stats.counters[name] = Counter(
-                name=name,
-                samples=int(m["samples"]),
-                unit=m["unit"].strip(),
-                min=int(m["min"]) if has_sum else None,
-                max=int(m["max"]) if has_sum else None,
-                sum=int(m["sum"]) if has_sum else None,
-                sumsq=int(m["sumsq"]) if m["sumsq"] is not None else None,
-            )
+            counter = _counter(m)
+            if counter is None:
+                stats.problems.append(Problem(line_no, raw, "out_of_range"))
+                continue
+            stats.counters[name] = counter
             continue
         h = _HEADER.match(line)
         if h is not None:
-            setattr(stats, h["key"], float(h["value"]))
+            value = float(h["value"]) if len(h["value"]) <= 64 else math.inf
+            if not math.isfinite(value):
+                stats.problems.append(Problem(line_no, raw, "out_of_range"))
+                continue
+            setattr(stats, h["key"], value)
             continue
         stats.problems.append(Problem(line_no, raw, "malformed"))
     return stats
+
+
+def _int(text: str | None, low: int, high: int) -> int | None:
+    if text is None or len(text) > _MAX_NUMBER_CHARS:
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
+def _counter(m: re.Match[str]) -> Counter | None:
+    """The counter of a matched line; ``None`` if a number is outside what the kernel can print."""
+    samples = _int(m["samples"], 0, _U64_MAX)
+    if samples is None:
+        return None
+    if m["sum"] is None:
+        return Counter(name=m["name"], samples=samples, unit=m["unit"].strip())
+    lo, hi, total = (_int(m[k], _S64_MIN, _S64_MAX) for k in ("min", "max", "sum"))
+    sumsq = _int(m["sumsq"], 0, _U64_MAX) if m["sumsq"] is not None else None
+    if lo is None or hi is None or total is None or (m["sumsq"] is not None and sumsq is None):
+        return None
+    return Counter(m["name"], samples, m["unit"].strip(), lo, hi, total, sumsq)

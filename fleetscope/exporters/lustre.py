@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope import contract
+from fleetscope.exporters import safe_read
 from fleetscope.exporters.base import Collector, NodeContext
 from fleetscope.exporters.lprocfs import Stats, parse_stats, units_per_second
 
@@ -50,6 +51,16 @@ _NOT_OPERATIONS = frozenset({"read_bytes", "write_bytes", "opencount", "openclos
 _ZERO_FILL = contract.LUSTRE_METADATA_OPERATIONS
 #: How often an unresolved mount is looked up again, in seconds.
 _MOUNT_RETRY_S = 60.0
+#: Bytes read of one llite ``stats`` file (about 4 KiB on a real client); a larger one is refused
+#: whole (``too_large``), as a cut-off file could pass a truncated number as a valid one.
+STATS_LIMIT = 256 * 1024
+#: Bytes read of a mount table (a node with thousands of container mounts has a few MB).
+MOUNT_TABLE_LIMIT = 16 << 20
+#: llite instances read per scrape (a real client has one per mount); more are counted, not read.
+MAX_INSTANCES = 64
+#: Operation names exported per instance (the llite opcode table has about 40); the rest are
+#: counted (``series_limit``), so a stats file full of invented names cannot create series.
+MAX_OPERATIONS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,27 +199,29 @@ class LustreCollector(Collector):
                     found.setdefault(name, []).append(base / name)
         return found
 
-    def _read(self, path: Path) -> str | None:
-        """The text of a file; ``None`` if it does not exist; skipped (and ``None``) if unreadable."""
+    def _read(self, path: Path, limit: int = safe_read.DEFAULT_LIMIT) -> str | None:
+        """The text of a file; ``None`` if it does not exist; skipped (and ``None``) if unreadable.
+
+        Read through :mod:`.safe_read`: a FIFO, a device or an endless file where a Lustre file
+        should be is refused (``not_regular_file``, ``too_large``), never waited on.
+        """
         try:
-            with open(path, encoding="ascii", errors="replace") as f:
-                return f.read()
+            return safe_read.read_text(path, limit)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            self.skip("unreadable", f"{path}: {exc.strerror or exc}")
+            self.skip(safe_read.reason(exc), f"{path}: {exc.strerror or exc}")
             return None
 
     def _stats(self, inst: str, dirs: list[Path]) -> Stats | None:
         for d in dirs:
             path = d / "stats"
             try:
-                with open(path, encoding="ascii", errors="replace") as f:
-                    text = f.read()
+                text = safe_read.read_text(path, STATS_LIMIT)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as exc:
-                self.skip("unreadable", f"{path}: {exc.strerror or exc}")
+                self.skip(safe_read.reason(exc), f"{path}: {exc.strerror or exc}")
                 return None
             stats = parse_stats(text)
             for p in stats.problems:
@@ -248,8 +261,8 @@ class LustreCollector(Collector):
     def _read_mount_table(self) -> list[LustreMount]:
         for path, parse in self._mount_tables:
             try:
-                text = path.read_text(errors="replace")
-            except OSError:  # missing (hidepid, fixture tree) or not ours to read: try the next
+                text = safe_read.read_text(path, MOUNT_TABLE_LIMIT)
+            except OSError:  # missing (hidepid, fixture tree), not ours to read, refused: the next
                 continue
             return parse(text)
         self.log.debug("no readable mount table under %s", self.ctx.procfs)
@@ -271,14 +284,23 @@ class LustreCollector(Collector):
         operations = _counter(contract.LUSTRE_CLIENT_OPERATIONS, [*labels, "operation"])
         seconds = _counter(contract.LUSTRE_CLIENT_OPERATION_SECONDS, [*labels, "operation"])
         mount_points = self._mounts(instances) if instances else {}
-        for inst in sorted(instances):
+        names = sorted(instances)
+        if len(names) > MAX_INSTANCES:
+            self.skip("series_limit", f"{len(names)} llite instances; reading the first {MAX_INSTANCES}")
+            names = names[:MAX_INSTANCES]
+        for inst in names:
             stats = self._stats(inst, instances[inst])
             if stats is None:
                 continue
             match = _INSTANCE.match(inst)
             fs = match["fs"] if match else inst
             base = [node, fs, mount_points.get(inst, inst)]
-            _add_llite(stats, base, read_bytes, write_bytes, operations, seconds)
+            dropped = _add_llite(stats, base, read_bytes, write_bytes, operations, seconds)
+            if dropped:
+                self.skip(
+                    "series_limit",
+                    f"llite {inst}: {dropped} operation names beyond the first {MAX_OPERATIONS} not exported",
+                )
         families: list[MetricFamily] = [read_bytes, write_bytes, operations, seconds]
         if healthy is not None:
             health = GaugeMetricFamily(
@@ -326,8 +348,8 @@ def _add_llite(
     write_bytes: CounterMetricFamily,
     operations: CounterMetricFamily,
     seconds: CounterMetricFamily,
-) -> None:
-    """Add one llite instance's series.
+) -> int:
+    """Add one llite instance's series; returns how many operation names were over the limit.
 
     Absent counters are exported as 0 only when the whole file parsed cleanly: a truncated or
     malformed file may have lost the very line, and a false 0 would look like a counter reset.
@@ -347,7 +369,14 @@ def _add_llite(
         if timed:
             for op in _ZERO_FILL:
                 times.setdefault(op, 0.0)
-    for op in sorted(counts):
+    kept = sorted(counts)
+    dropped = max(0, len(kept) - MAX_OPERATIONS)
+    if dropped:
+        # The operations every version has come first, then the others in name order.
+        known = {*_ZERO_FILL, "read", "write"}
+        kept = sorted(kept, key=lambda op: (op not in known, op))[:MAX_OPERATIONS]
+    for op in sorted(kept):
         operations.add_metric([*base, op], counts[op])
-    for op in sorted(times):
-        seconds.add_metric([*base, op], times[op])
+        if op in times:
+            seconds.add_metric([*base, op], times[op])
+    return dropped

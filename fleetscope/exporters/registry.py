@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope import __version__, contract
 from fleetscope.exporters.base import Collector, NodeContext
+from fleetscope.exporters.gpu.deadline import Busy, DeadlineExceeded, DeadlineWorker
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,121 @@ def build_collectors(names: Iterable[str], ctx: NodeContext) -> list[Collector]:
     return collectors
 
 
+#: Seconds a scrape waits for the collectors (all run at once); Prometheus' default scrape
+#: timeout is 10 s, so the self-metrics still get out in time.
+DEFAULT_TIMEOUT = 8.0
+
+
+def _collect(c: Collector) -> tuple[list[MetricFamily], float]:
+    start = time.perf_counter()
+    families = list(c.collect())
+    return families, time.perf_counter() - start
+
+
+def renderable(value: object) -> bool:
+    """True if the text format can print ``value`` (a float, or an int within float range)."""
+    if type(value) is float:
+        return True
+    if isinstance(value, str | bytes | bytearray):
+        return False  # float() would parse some, the encoder would not
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def vet(c: Collector, families: list[MetricFamily]) -> list[MetricFamily]:
+    """``families`` without the samples that cannot be rendered or exceed ``c.max_series``.
+
+    Both are counted in ``fleetscope_collector_errors_total{reason="unrenderable"|"series_limit"}``,
+    so one bad value never fails the scrape (the text encoder would raise on it, losing every
+    collector's series) and one collector cannot flood the exposition.
+    """
+    budget = c.max_series
+    dropped_bad = dropped_over = 0
+    for family in families:
+        samples = family.samples
+        if not all(type(s.value) is float for s in samples):
+            good = [s for s in samples if renderable(s.value)]
+            if len(good) != len(samples):
+                dropped_bad += len(samples) - len(good)
+                bad = next(s for s in samples if not renderable(s.value))
+                c.skip(
+                    "unrenderable", f"{bad.name}: value {str(bad.value)[:40]!r}...", len(samples) - len(good)
+                )
+            samples = family.samples = good
+        if len(samples) > budget:
+            dropped_over += len(samples) - budget
+            family.samples = samples[:budget]
+        budget -= len(family.samples)
+    if dropped_over:
+        c.skip("series_limit", f"over {c.max_series} series in one scrape; the rest dropped", dropped_over)
+    return [f for f in families if f.samples] if dropped_bad or dropped_over else families
+
+
 class NodeCollector:
     """Runs every enabled collector on each scrape; a collector that raises never fails the scrape.
+
+    Each collector runs in its own :class:`~fleetscope.exporters.gpu.deadline.DeadlineWorker`, all
+    at once, and the scrape waits for them at most ``timeout`` seconds (a collector may ask for
+    more with :meth:`Collector.deadline`). One that misses the deadline is reported
+    ``success 0`` (reason ``deadline``) and the others are served; until its stuck call returns, it
+    is not started again (``success 0``, reason ``still_running``), so a read that never returns
+    costs one thread, never one per scrape.
 
     Scrapes are serialised with a lock: collectors keep small caches (NVML handles, file offsets)
     and Prometheus scrapes one target at a time anyway.
     """
 
-    def __init__(self, collectors: list[Collector]) -> None:
+    def __init__(self, collectors: list[Collector], timeout: float = DEFAULT_TIMEOUT) -> None:
         self.collectors = collectors
+        self.timeout = timeout
         self._lock = threading.Lock()
+        self._workers: dict[int, tuple[Collector, DeadlineWorker]] = {}
+
+    def _worker(self, c: Collector) -> DeadlineWorker:
+        entry = self._workers.get(id(c))
+        if entry is None or entry[0] is not c:
+            entry = self._workers[id(c)] = (c, DeadlineWorker(f"collector-{c.name}"))
+        return entry[1]
+
+    def _run_all(self) -> list[tuple[Collector, list[MetricFamily], float, float]]:
+        """``(collector, families, success, seconds)`` of every collector, in their order."""
+        began = time.monotonic()
+        started = []
+        for c in self.collectors:
+            worker = self._worker(c)
+            try:
+                job = worker.submit(_collect, c)
+            except Busy:
+                job = None
+            started.append((c, worker, job))
+        out = []
+        for c, worker, job in started:
+            families: list[MetricFamily] = []
+            ok = 0.0
+            if job is None:
+                c.skip(
+                    "still_running",
+                    f"collector {c.name}: the last scrape's run has not returned; not started again",
+                )
+                seconds = 0.0
+            else:
+                wait = max(0.0, began + c.deadline(self.timeout) - time.monotonic())
+                try:
+                    families, seconds = worker.wait(job, wait)
+                    families, ok = vet(c, families), 1.0
+                except DeadlineExceeded:
+                    seconds = time.monotonic() - began
+                    c.skip("deadline", f"collector {c.name}: no answer within {c.deadline(self.timeout):g}s")
+                except Exception as exc:
+                    seconds = time.monotonic() - began
+                    log.warning(
+                        "collector %s failed: %s", c.name, exc, exc_info=log.isEnabledFor(logging.DEBUG)
+                    )
+            out.append((c, families, ok, seconds))
+        return out
 
     def collect(self) -> Iterator[MetricFamily]:
         with self._lock:
@@ -91,17 +197,8 @@ class NodeCollector:
                 contract.COLLECTOR_ERRORS.help,
                 labels=["collector", "reason"],
             )
-            for c in self.collectors:
-                start = time.perf_counter()
-                try:
-                    families = list(c.collect())
-                    ok = 1.0
-                except Exception as exc:
-                    log.warning(
-                        "collector %s failed: %s", c.name, exc, exc_info=log.isEnabledFor(logging.DEBUG)
-                    )
-                    families, ok = [], 0.0
-                duration.add_metric([c.name], time.perf_counter() - start)
+            for c, families, ok, seconds in self._run_all():
+                duration.add_metric([c.name], seconds)
                 success.add_metric([c.name], ok)
                 for reason, count in sorted(c.error_counts().items()):
                     errors.add_metric([c.name, reason], count)
@@ -121,3 +218,6 @@ class NodeCollector:
                 c.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("collector %s did not close cleanly: %s", c.name, exc)
+        for _, worker in self._workers.values():
+            worker.close()
+        self._workers.clear()

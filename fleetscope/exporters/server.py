@@ -31,8 +31,15 @@ from fleetscope.textformat import escape_label_value
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: Seconds a client may take to finish the TLS handshake or send its request.
-REQUEST_TIMEOUT = 30.0
+#: Seconds a client may take to finish the TLS handshake, or stay silent while sending its request.
+REQUEST_TIMEOUT = 10.0
+#: Connections served at once (one thread each); more are answered 503 and closed at once.
+#: A node is scraped by one or two Prometheus servers, plus a person with curl now and then.
+DEFAULT_MAX_CONNECTIONS = 64
+#: The listen backlog: connections the kernel queues before the accept loop takes them. A fleet's
+#: Prometheus pairs may all hit one node in the same second; Go's default is the kernel's somaxconn.
+LISTEN_BACKLOG = 128
+_BUSY_RESPONSE = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 _LANDING = f"""<!doctype html><html><head><title>fleetscope exporter</title></head>
 <body><h1>fleetscope exporter {__version__}</h1>
@@ -80,19 +87,37 @@ def render_text(collector: SupportsCollect) -> bytes:
     Same series, names, HELP and TYPE lines as ``generate_latest``; plain gauges and counters take a
     fast path (label sets rendered once and cached; integers printed as integers), any other family
     (histograms, summaries, info, ``_created`` samples) is rendered by ``generate_latest`` itself.
+
+    It never raises on what a collector yields: a sample whose value cannot be printed (an int
+    beyond float range, a string) or a family the fallback cannot render is dropped and logged
+    (:class:`~fleetscope.exporters.registry.NodeCollector` has already dropped and counted those of
+    its collectors; this is the last guard, so one bad value can never turn a scrape into a 500).
     """
     out: list[str] = []
     append = out.append
+    dropped = 0
     for metric in collector.collect():
         mtype = _TYPES.get(metric.type)
         sample_name = metric.name + "_total" if metric.type == "counter" else metric.name
         if mtype is None or any(s.name != sample_name for s in metric.samples):
-            append(generate_latest(_One(metric)).decode())
+            try:
+                append(generate_latest(_One(metric)).decode())
+            except Exception as exc:  # noqa: BLE001 - one family must not fail the scrape
+                dropped += len(metric.samples)
+                log.warning("family %s not rendered: %s", metric.name, exc)
             continue
-        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        append(f"# HELP {sample_name} {doc}\n# TYPE {sample_name} {mtype}\n")
+        lines = []
         for s in metric.samples:
-            append(f"{sample_name}{_labelstr(s.labels)} {_value(s.value)}\n")
+            try:
+                lines.append(f"{sample_name}{_labelstr(s.labels)} {_value(s.value)}\n")
+            except (TypeError, ValueError, OverflowError):
+                dropped += 1
+        if lines or not metric.samples:
+            doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            append(f"# HELP {sample_name} {doc}\n# TYPE {sample_name} {mtype}\n")
+            out.extend(lines)
+    if dropped:
+        log.warning("dropped %d sample(s) that could not be rendered", dropped)
     return "".join(out).encode()
 
 
@@ -109,7 +134,40 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
     ssl_context: ssl.SSLContext | None = None
+    max_connections = DEFAULT_MAX_CONNECTIONS
+    _slots: threading.BoundedSemaphore | None = None
+    #: Connections refused because every slot was taken (tests and logs read it).
+    refused = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Called by the accept loop: a connection over the cap is refused here, before a thread.
+        if self._slots is None:
+            self._slots = threading.BoundedSemaphore(self.max_connections)
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            log.debug("refused %s: %d connections already open", client_address, self.max_connections)
+            if self.ssl_context is None:
+                try:
+                    request.setblocking(False)
+                    request.send(_BUSY_RESPONSE)
+                except OSError:
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            assert self._slots is not None
+            self._slots.release()
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind() resolves the host's FQDN, which can hang on a node without DNS.
@@ -154,13 +212,29 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
+    """The WSGI app: rate limit (429), method (405), auth (401), then ``/metrics``, ``/`` or 404.
+
+    ``HEAD`` is answered like ``GET`` (same status and headers, ``Content-Length`` included) without
+    the body, as Go's ``net/http`` does; any other method is ``405 Method Not Allowed``.
+    """
     extra_headers = list(web_config.headers.items())
+    limiter = web_config.rate_limiter()
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        head = environ.get("REQUEST_METHOD", "GET") == "HEAD"
+
         def respond(status: str, headers: list[tuple[str, str]], body: bytes) -> list[bytes]:
             start_response(status, [*headers, *extra_headers, ("Content-Length", str(len(body)))])
-            return [body]
+            return [] if head else [body]
 
+        if limiter is not None and not limiter.allow():
+            return respond("429 Too Many Requests", [("Content-Type", "text/plain")], b"Too Many Requests\n")
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            return respond(
+                "405 Method Not Allowed",
+                [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")],
+                b"Method Not Allowed\n",
+            )
         if not web_config.authorized(environ.get("HTTP_AUTHORIZATION")):
             return respond(
                 "401 Unauthorized",
@@ -185,7 +259,15 @@ def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
 class ExporterServer:
     """Binds at construction (so a port in use is reported before anything else starts)."""
 
-    def __init__(self, address: str, collector: SupportsCollect, web_config: WebConfig) -> None:
+    def __init__(
+        self,
+        address: str,
+        collector: SupportsCollect,
+        web_config: WebConfig,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        if max_connections < 1:
+            raise FleetscopeError(f"--web.max-connections must be at least 1, not {max_connections}")
         host, port = parse_listen_address(address)
         server_class = _IPv6Server if ":" in host else _ThreadingWSGIServer
         ctx = web_config.ssl_context()  # a bad certificate is reported before binding
@@ -195,6 +277,7 @@ class ExporterServer:
             why = "address already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
             raise FleetscopeError(f"cannot listen on {address}: {why}") from None
         self.httpd.ssl_context = ctx
+        self.httpd.max_connections = max_connections
         self.httpd.set_app(make_app(collector, web_config))
         self.scheme = "https" if ctx else "http"
         self._thread: threading.Thread | None = None

@@ -8,6 +8,16 @@ does, so a typo does not silently disable auth; so are the toolkit options fleet
 (``client_allowed_sans``, ``cipher_suites``, ``curve_preferences``, inline ``cert``/``key``), rather
 than pretending to apply them. The file is read once at startup (the toolkit re-reads it per request).
 
+``rate_limit`` is the toolkit's: one token bucket for the whole server, refilled one request per
+``interval`` (a Go duration: ``100ms``, ``1s``, ``1m30s``; ``0`` disables it) and holding up to
+``burst`` requests; a request beyond it is answered ``429 Too Many Requests`` before any
+authentication work.
+
+Basic auth follows the toolkit too: one bcrypt check at a time (bcrypt costs ~50 ms of CPU on
+purpose), and every answer cached by (user, password) in a bounded cache, failures included, so a
+flood of one wrong password costs one bcrypt, not one per request. Successes are kept apart from
+failures, so a flood of distinct wrong passwords cannot evict the scrapers' cached success.
+
 Example::
 
     tls_server_config:
@@ -23,8 +33,11 @@ import base64
 import binascii
 import hashlib
 import logging
+import re
 import ssl
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +56,7 @@ _TLS_KEYS = {
 #: Toolkit options that exist but that fleetscope does not implement: refused, never ignored.
 _TLS_UNSUPPORTED = {"client_allowed_sans", "cipher_suites", "curve_preferences", "cert", "key", "client_ca"}
 _HTTP_KEYS = {"http2", "headers"}
+_RATE_KEYS = {"interval", "burst"}
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
     "RequestClientCert": ssl.CERT_OPTIONAL,
@@ -59,6 +73,41 @@ _TLS_VERSIONS = {
 #: A syntactically valid bcrypt hash that matches nothing: checked against for unknown users so
 #: that user names cannot be probed by timing.
 _DUMMY_HASH = b"$2b$10$" + b"." * 53
+#: Cached bcrypt answers: successes (a handful of scrapers) and failures, each bounded (LRU).
+_SUCCESS_CACHE = 256
+_FAILURE_CACHE = 4096
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+class TokenBucket:
+    """golang.org/x/time/rate's ``Limiter.Allow`` (what the toolkit uses): ``1/interval`` per second."""
+
+    def __init__(self, interval: float, burst: int) -> None:
+        self.interval = interval
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._at) / self.interval)
+            self._at = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
 
 
 @dataclass
@@ -69,8 +118,20 @@ class WebConfig:
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     base_dir: Path = Path(".")
-    _verified: dict[tuple[str, bytes], bool] = field(default_factory=dict, repr=False)
+    #: ``rate_limit``: seconds per request and burst; ``interval`` 0 means no limit.
+    rate_interval: float = 0.0
+    rate_burst: int = 0
+    _ok: OrderedDict[tuple[str, bytes], None] = field(default_factory=OrderedDict, repr=False)
+    _failed: OrderedDict[tuple[str, bytes], None] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: One bcrypt at a time, as the toolkit: a flood of guesses gets one core, never all of them.
+    _bcrypt_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: bcrypt checks done (the cache's misses); tests and debugging read it.
+    bcrypt_checks: int = 0
+
+    def rate_limiter(self) -> TokenBucket | None:
+        """The server's token bucket, or ``None`` without ``rate_limit``."""
+        return TokenBucket(self.rate_interval, self.rate_burst) if self.rate_interval > 0 else None
 
     @property
     def tls_enabled(self) -> bool:
@@ -100,32 +161,48 @@ class WebConfig:
         return str(p if p.is_absolute() else self.base_dir / p)
 
     def check_password(self, user: str, password: str) -> bool:
-        """bcrypt check, cached per (user, password digest): bcrypt is slow on purpose."""
-        hashed = self.users.get(user)
-        if hashed is None:
-            _checkpw(password.encode(), _DUMMY_HASH)
-            return False
+        """bcrypt check, its answer cached per (user, password digest): bcrypt is slow on purpose.
+
+        An unknown user is checked against a dummy hash (so user names cannot be probed by timing)
+        and cached like any failure.
+        """
         key = (user, hashlib.sha256(password.encode()).digest())
         with self._lock:
-            cached = self._verified.get(key)
-        if cached is None:
-            cached = _checkpw(password.encode(), hashed)
-            with self._lock:
-                if len(self._verified) > 1024:
-                    self._verified.clear()
-                self._verified[key] = cached
-        return cached
+            if key in self._ok:
+                self._ok.move_to_end(key)
+                return True
+            if key in self._failed:
+                self._failed.move_to_end(key)
+                return False
+        hashed = self.users.get(user)
+        with self._bcrypt_lock:
+            self.bcrypt_checks += 1
+            ok = _checkpw(password.encode(), hashed if hashed is not None else _DUMMY_HASH)
+        ok = ok and hashed is not None
+        with self._lock:
+            cache, size = (self._ok, _SUCCESS_CACHE) if ok else (self._failed, _FAILURE_CACHE)
+            cache[key] = None
+            while len(cache) > size:
+                cache.popitem(last=False)
+        return ok
 
     def authorized(self, header: str | None) -> bool:
-        """True when no users are configured, or the Authorization header names a valid user."""
+        """True when no users are configured, or the Authorization header names a valid user.
+
+        The scheme is case-insensitive (RFC 9110 section 11.1), as Go's ``Request.BasicAuth``.
+        """
         if not self.users:
             return True
-        if not header or not header.startswith("Basic "):
+        if not header:
+            return False
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() != "basic":
             return False
         try:
-            user, sep, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
             return False
+        user, sep, password = decoded.partition(":")
         return bool(sep) and self.check_password(user, password)
 
 
@@ -200,8 +277,7 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     if http.get("http2"):
         log.info("web config: http2 requested; fleetscope serves HTTP/1.x")
     headers = _mapping(http.get("headers"), "http_server_config.headers", p)
-    if data.get("rate_limit"):
-        log.warning("web config: rate_limit is not implemented by fleetscope and is ignored")
+    interval, burst = _rate_limit(_mapping(data.get("rate_limit"), "rate_limit", p), p)
 
     users: dict[str, bytes] = {}
     for user, hashed in _mapping(data.get("basic_auth_users"), "basic_auth_users", p).items():
@@ -214,4 +290,44 @@ def load_web_config(path: str | Path | None) -> WebConfig:
         users=users,
         headers={str(k): str(v) for k, v in headers.items()},
         base_dir=p.parent,
+        rate_interval=interval,
+        rate_burst=burst,
     )
+
+
+def parse_duration(value: object) -> float | None:
+    """A Go duration (``1m30s``, ``250ms``, ``0``) in seconds; ``None`` if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value == 0 else None  # Go wants a unit on anything but 0
+    text = str(value).strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if m is None:
+            return None
+        total += float(m[1]) * _DURATION_UNITS[m[2]]
+        pos = m.end()
+    return total if text else None
+
+
+def _rate_limit(section: dict, p: Path) -> tuple[float, int]:
+    """``rate_limit`` checked: (seconds per request, burst); (0, 0) when absent or disabled."""
+    _check_keys(section, _RATE_KEYS, "rate_limit", p)
+    if not section:
+        return 0.0, 0
+    interval = parse_duration(section.get("interval", 0))
+    if interval is None:
+        raise FleetscopeError(
+            f"web config {p}: rate_limit.interval {section.get('interval')!r} is not a duration (e.g. 1s, 100ms)"
+        )
+    burst = section.get("burst", 0)
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+        raise FleetscopeError(f"web config {p}: rate_limit.burst must be a whole number >= 0, not {burst!r}")
+    if interval > 0 and burst < 1:
+        # Go's limiter with burst 0 refuses every request: that is a typo, not a policy.
+        raise FleetscopeError(f"web config {p}: rate_limit.burst must be at least 1 when interval is set")
+    return interval, burst

@@ -57,6 +57,10 @@ REQUEUE_S = 90.0  # scheduler requeue and container start after an abort
 CKPT_BYTES_PER_S = 2.5e9  # per node, on a healthy FSx for Lustre file system
 STEP_BYTES = 2.4e9  # EFA bytes per node per step (gradient all-reduce, DP across nodes)
 ALWAYS = math.inf
+#: Where a job's GPU-seconds go (the true account the analyzers' goodput account is scored against).
+GOODPUT_CATEGORIES: tuple[str, ...] = (
+    "productive", "checkpoint", "recovery", "rework", "stall", "eval", "slowdown", "idle",
+)  # fmt: skip
 #: Fault kinds of the GPUs themselves (the rest act on the network, data path, CPU or file system).
 _GPU_FAULTS = frozenset(
     {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "pcie_width_drop"}
@@ -99,6 +103,10 @@ class Job:
     events: list[tuple[float, FaultSpec]] = field(default_factory=list)
     t0: float = 4.3  # healthy step time (s), set at start
     ck_len: float = 45.0  # length of the checkpoint in progress
+    #: The true goodput account: category (:data:`GOODPUT_CATEGORIES`) -> GPU-seconds so far.
+    goodput: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GOODPUT_CATEGORIES, 0.0))
+    pending_gs: float = 0.0  # GPU-seconds of the step in progress (classified when it completes)
+    high_step: float = 0.0  # the highest global step reached (steps below it after a resume: rework)
 
     @property
     def world(self) -> int:
@@ -328,7 +336,9 @@ class RealisticModel(ClusterModel):
             return
         job.state = "hang"
         job.hang = f
-        job.pending = None  # the step in progress never completes
+        job.goodput["stall"] += job.pending_gs  # the step in progress never completes
+        job.pending_gs = 0.0
+        job.pending = None
         job.pause = None
         job.abort_at = job.jt + f.stall_s
         if f.cause == "xid79":
@@ -343,6 +353,8 @@ class RealisticModel(ClusterModel):
     def _stop(self, job: Job) -> None:
         """The job's processes exit: their rank files (training series) go, the GPUs idle."""
         job.state = "down"
+        job.goodput["recovery"] += job.pending_gs
+        job.pending_gs = 0.0
         job.pending = None
         job.pause = None
         self.r_alive[job.slots] = False
@@ -411,7 +423,9 @@ class RealisticModel(ClusterModel):
             f, mode = job.restart_after
             self._restart(job, f, mode)
             return
-        job.jt = min(job.down_until, limit)
+        end = min(job.down_until, limit)
+        job.goodput["recovery"] += (end - job.jt) * job.world  # the allocation waits for the requeue
+        job.jt = end
 
     def _advance_hang(self, job: Job, limit: float) -> None:
         """A hung job: its GPUs spin until the NCCL watchdog aborts every rank."""
@@ -423,6 +437,7 @@ class RealisticModel(ClusterModel):
             return
         piece = min(job.abort_at, limit) - job.jt
         self.acc["hang"][job.slots] += piece
+        job.goodput["stall"] += piece * job.world
         job.jt += piece
 
     def _advance_pause(self, job: Job, pause: tuple[str, float], limit: float) -> None:
@@ -431,6 +446,7 @@ class RealisticModel(ClusterModel):
         kind, end = pause
         piece = min(end, limit) - job.jt
         self.acc[kind][sl] += piece
+        job.goodput["recovery" if kind == "warmup" else kind] += piece * job.world
         if kind == "checkpoint":
             self.r_phase["checkpoint"][sl] += piece
             self.acc_ck_bytes[job.nodes] += piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
@@ -457,11 +473,13 @@ class RealisticModel(ClusterModel):
                 return
             step = self._step(job, eff, self.rng)
             step["start"], step["end"] = job.jt, job.jt + step["T"]
+            step["slowed"] = _slowed(eff, job)
             job.pending = step
         step = job.pending
         end = min(step["end"], limit)
         piece = end - job.jt
         acc["train"][sl] += piece
+        job.pending_gs += piece * job.world
         acc["busy"][sl] += piece * step["busy"]
         self.acc_steps[sl] += piece / step["T"]
         job.jt = end
@@ -481,7 +499,30 @@ class RealisticModel(ClusterModel):
         flops = job.spec.mfu * self.peak.get("bf16", 0.9895e15) * job.t0
         self.r_flops[live] += flops
         self.r_last_ts[live] = self.t - (self.elapsed - step["end"])
+        self._account_step(job, step)
         job.global_step += 1
+
+    def _account_step(self, job: Job, step: dict) -> None:
+        """The true account of a completed step: rework below the high-water mark, else productive
+        time plus, while a fault slows the job, the time over the job's healthy step."""
+        gs, job.pending_gs = job.pending_gs, 0.0
+        if job.global_step < job.high_step:
+            job.goodput["rework"] += gs
+            return
+        job.high_step = job.global_step + 1
+        slow = max(0.0, (step["T"] - job.t0) * job.world) if step["slowed"] else 0.0
+        slow = min(slow, gs)
+        job.goodput["slowdown"] += slow
+        job.goodput["productive"] += gs - slow
+
+    def goodput_truth(self) -> dict[str, dict[str, float]]:
+        """Job id -> category -> GPU-seconds so far (a step in progress counts as productive)."""
+        out = {}
+        for job in self.jobs:
+            acct = dict(job.goodput)
+            acct["productive"] += job.pending_gs
+            out[job.spec.job_id] = {k: round(v, 3) for k, v in acct.items()}
+        return out
 
     # ------------------------------------------------------------------ gauges and counters
     def _gauges(self, eff: dict, dt: float, sdt: float) -> None:
@@ -647,3 +688,12 @@ class RealisticModel(ClusterModel):
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
+
+
+def _slowed(eff: dict, job: Job) -> bool:
+    """Whether a fault acting now slows ``job``'s steps (its GPUs, data path, host CPU or network)."""
+    sl = job.slots
+    return bool(
+        (eff["slow"][sl] > 1.0).any() or (eff["data_add"][sl] > 0).any() or (eff["opt_add"][sl] > 0).any()
+        or eff["net_add"].get(job.index, 0.0) > 0
+    )  # fmt: skip

@@ -32,6 +32,8 @@ class Recording:
         self.labels: dict[str, tuple[str, ...]] = {}
         self._blocks: dict[str, list[tuple[list, list[float], list[np.ndarray]]]] = {}
         self.times: list[float] = []
+        #: The realistic model's true goodput account at the end (job id -> category -> GPU-seconds).
+        self.goodput: dict[str, dict[str, float]] | None = None
 
     def add(self, t: float, series: dict) -> None:
         self.times.append(t)
@@ -78,6 +80,8 @@ def simulate(
         rec.add(model.t, model.series())
         if progress and i % 20 == 0:
             progress((i + 1) / n)
+    truth = getattr(model, "goodput_truth", None)
+    rec.goodput = truth() if truth is not None else None
     return rec
 
 
@@ -175,12 +179,19 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def ground_truth(spec: ScenarioSpec) -> dict[str, Any]:
-    """The faults injected, where and when, and the findings they should produce."""
-    if spec.realistic:
-        from fleetscope.simulate.truth import realistic_truth
+def ground_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """The faults injected, where and when, and the findings they should produce.
 
-        return realistic_truth(spec)
+    ``goodput``: the simulated true account (:attr:`Recording.goodput`), written as the truth's
+    ``goodput`` block (realistic specs only).
+    """
+    if spec.realistic:
+        from fleetscope.simulate.truth import goodput_block, realistic_truth
+
+        truth = realistic_truth(spec)
+        if goodput is not None:
+            truth["goodput"] = goodput_block(goodput)
+        return truth
     end_window = spec.start + (spec.duration_s // spec.step_s) * spec.step_s
     faults = []
     for f in spec.faults:
@@ -234,5 +245,5 @@ def write_scenario(spec: ScenarioSpec, out: str | Path, truth: str | Path | None
     truth = Path(truth) if truth else out.with_name(out.name.split(".")[0] + ".truth.json")
     rec = simulate(spec, progress)
     write_openmetrics(rec, out)
-    truth.write_text(json.dumps(ground_truth(spec), indent=2) + "\n")
+    truth.write_text(json.dumps(ground_truth(spec, rec.goodput), indent=2) + "\n")
     return out, truth

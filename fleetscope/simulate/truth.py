@@ -11,6 +11,10 @@ An expectation is ``{kind, cause, node, gpu}`` plus flags the scoring reads
   on it does not match (and is a false positive);
 * ``job_id``: the job the finding belongs to (several jobs on one cluster).
 
+The truth's ``goodput`` block holds, per job, where its GPU-seconds went in the window as the
+simulation spent them (:data:`fleetscope.simulate.jobs.GOODPUT_CATEGORIES`), scored against the
+analyzers' goodput account.
+
 Events that are not faults (checkpoints, even slow ones on a saturated file system, evaluation,
 GC pauses, scheduler drains, exporter gaps) expect nothing, or an optional ``info`` finding.
 """
@@ -127,3 +131,11 @@ _SLOW = frozenset(
     {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "efa_degraded", "data_slow",
      "cpu_contention", "data_stall", "fsx_saturation"}
 )  # fmt: skip
+
+
+def goodput_block(account: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Job id -> ``{"gpu_seconds": {category: GPU-seconds}, "whole_gpu_seconds": total}``."""
+    return {
+        job: {"gpu_seconds": dict(acct), "whole_gpu_seconds": round(sum(acct.values()), 3)}
+        for job, acct in sorted(account.items())
+    }

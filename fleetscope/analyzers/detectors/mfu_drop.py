@@ -273,10 +273,13 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
     cp = [fmt_time(times[idx[s[0]]]) for s in segs[1:]]
     if cp:
         ev["change_points"] = ", ".join(cp)
-    failing = [f for f in prior if f.kind == "failing_node" and f.severity == "critical"
+    nodes = {str(n) for n in feat.ranks.keys[c.NODE_LABEL].to_numpy()[job_columns(feat, job)]}
+    ours = [f for f in prior if f.job_id == job or (f.job_id is None and f.node in nodes)]
+    failing = [f for f in ours if f.kind == "failing_node" and f.severity == "critical"
                and t0 - margin <= f.start <= t1]  # fmt: skip
     stalled = any(sa <= b and sb >= a for sa, sb in stalls)
-    slow = [f for f in prior if f.kind == "straggler" and f.start <= t1 and (f.end is None or f.end >= t0)]
+    slow = [f for f in ours if f.kind == "straggler" and f.start <= t1
+            and (f.end is None or f.end >= t0)]  # fmt: skip
     if failing:
         cause = "failing_node"
         ev["failing_node"] = ", ".join(sorted({f"{f.node} gpu {f.gpu} ({f.cause})" for f in failing}))
@@ -309,9 +312,21 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
                 cause = "storage"
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
     sev = "critical" if lvl <= base * 0.5 else "warning"
-    return Finding(kind="mfu_drop", severity=sev, node=None, job_id=job, start=t0,
+    node, gpu = (
+        _culprit(failing or slow) if cause in ("failing_node", "straggler", "network") else (None, None)
+    )
+    return Finding(kind="mfu_drop", severity=sev, node=node, gpu=gpu, job_id=job, start=t0,
                    end=None if b >= last - 1 else t1, score=round(lvl / base, 3), cause=cause, evidence=ev,
                    action=_ACTIONS[cause])  # fmt: skip
+
+
+def _culprit(causes: Sequence[Finding]) -> tuple[str | None, str | None]:
+    """A job-level slowdown that one node causes is that node's: its name, and its GPU when one."""
+    where = {(f.node, f.gpu) for f in causes}
+    if len({n for n, _ in where}) != 1:
+        return None, None
+    node, gpu = next(iter(where))
+    return node, gpu if len(where) == 1 else None
 
 
 def _mean_range(x: np.ndarray, a: int, b: int) -> float:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetscope.exporters import safe_read
+
 if TYPE_CHECKING:
     import grpc
 
@@ -184,13 +186,15 @@ def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+#: Bytes read of a cgroup file or a job mapping file (a few lines each).
+_SMALL_FILE = 64 * 1024
 _JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
 
 
 def slurm_job_from_cgroup(procfs: Path, pid: int) -> str | None:
     """The Slurm job id in ``<procfs>/<pid>/cgroup`` (``.../job_<id>/...``), or None."""
     try:
-        content = (procfs / str(pid) / "cgroup").read_text()
+        content = safe_read.read_text(procfs / str(pid) / "cgroup", _SMALL_FILE)
     except OSError:
         return None
     for line in content.splitlines():
@@ -203,7 +207,9 @@ def slurm_job_from_cgroup(procfs: Path, pid: int) -> str | None:
 def jobs_from_mapping_dir(directory: Path, name: str) -> list[str] | None:
     """Job ids in ``<dir>/<name>`` (one a line), or None when there is no such file."""
     try:
-        content = (directory / name).read_text()
+        # Written by the Slurm prolog, but the directory may be writable by others: never block on
+        # a FIFO there, never read more than a job list needs.
+        content = safe_read.read_text(directory / name, _SMALL_FILE)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:

@@ -414,6 +414,10 @@ class GpuCollector(Collector):
         )
         self._lost_logged: set[int] = set()
 
+    def deadline(self, default: float) -> float:
+        """At least the NVML deadline and a second: a hung GPU is reported lost, not the collector."""
+        return max(default, self.session.timeout + 1.0)
+
     def collect(self) -> Iterable[MetricFamily]:
         s = self.session
         s.ensure_started()

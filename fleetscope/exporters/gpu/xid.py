@@ -45,11 +45,14 @@ from fleetscope.exporters.gpu.session import NvmlUnavailable
 from fleetscope.xids import message
 
 KMSG_DEFAULT = "/dev/kmsg"
+#: Longest kmsg line kept while waiting for its newline (the kernel's records are under 1 KiB).
+_MAX_LINE = 64 * 1024
 DEDUPE_SECONDS = 5.0
 XID_FALLEN_OFF_BUS = 79
 
 #: ``NVRM: Xid (PCI:0000:53:00): 79, pid=...`` anywhere in a kmsg record or a dmesg line.
-KMSG_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+#: The XID is at most 10 digits (an XID is a small number; a longer run is no XID line).
+KMSG_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]{1,64})\): (\d{1,10})(?!\d)")
 
 
 def parse_kmsg_line(line: str) -> tuple[str, int] | None:
@@ -196,9 +199,9 @@ class XidCollector(Collector):
         with open(path, errors="replace") as f:
             pending = ""
             while not self._stop.is_set():
-                chunk = f.readline()
+                chunk = f.readline(_MAX_LINE)
                 if chunk:
-                    pending += chunk
+                    pending = (pending + chunk)[-_MAX_LINE:]  # an endless line costs 64 KiB, no more
                     if pending.endswith("\n"):
                         self.handle_kmsg_line(pending)
                         pending = ""
