@@ -190,7 +190,8 @@ class PrometheusClient:
 
     def _too_slow(self) -> FleetscopeError:
         return FleetscopeError(
-            f"Prometheus at {self.url} did not send a whole answer within {self.timeout:g} s (--timeout)"
+            f"Prometheus at {self.url} did not answer within {self.timeout:g} s "
+            "(the whole answer, by --timeout)"
         )
 
     def _too_big(self) -> FleetscopeError:
@@ -478,17 +479,18 @@ def frame_from_grid(
     gm = np.round(grid * 1000).astype(np.int64)
     tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
     row = np.minimum(np.searchsorted(gm, tm), T - 1)
-    val = np.concatenate(values)
-    finite = np.isfinite(val)
-    if skipped is not None:
-        skipped.non_finite_value += int((~finite).sum())
-    ok = (gm[row] == tm) & finite
+    ok = gm[row] == tm
     cell = row[ok] * S + np.concatenate(cols)[ok]
-    val = val[ok]
+    val = np.concatenate(values)[ok]
     if np.bincount(cell, minlength=T * S).max(initial=0) > 1:
         _, last_rev = np.unique(cell[::-1], return_index=True)  # the last write of every cell
         keep = cell.size - 1 - last_rev
         cell, val = cell[keep], val[keep]
+    bad = ~np.isfinite(val)  # a NaN written last still wins its cell, as in ``build_frames``
+    if bad.any():
+        if skipped is not None:
+            skipped.non_finite_value += int(bad.sum())
+        val = np.where(bad, np.nan, val)
     out = np.full(T * S, np.nan)
     out[cell] = val
     table = out.reshape(T, S)
