@@ -1,0 +1,710 @@
+"""An independent generator of small recordings that look like real clusters, for red-teaming the analyzers.
+
+It shares nothing with ``fleetscope.simulate``'s models (written beside the detectors, so they share
+their assumptions); only the file layout comes from ``fleetscope.simulate.record.write_samples``.
+Everything is built from plain numpy arrays, one row per scrape, one column per GPU or rank, and
+turned into the exporter's cumulative counters and gauges:
+
+* synchronous data-parallel steps: every rank's own work (data, forward, backward, host optimizer
+  work) differs, the collective ends when the slowest arrives, and host-side timers put the wait in
+  ``backward`` (DDP) or in ``forward`` and ``backward`` (FSDP all-gathers); counters move in whole
+  steps, so a step longer than the scrape interval leaves some scrapes without a step;
+* per-interval jitter, per-GPU speed spread, periodic blocking checkpoints counted in the
+  ``checkpoint`` phase, each node scraped at its own offset within the interval with a little jitter;
+* the things real clusters do that the project's simulator does not: other scrape intervals,
+  exporter restarts (counters from 0), HA Prometheus pairs, one collector failing, SW power capping
+  all the time, jobs that start or end mid-window, mixed GPU models, node replacement, kernel panics.
+
+A case is a :class:`Cluster` with jobs and events, plus what the analyzers must and must not report.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fleetscope.simulate.record import write_samples
+
+GPUS = 8
+T0 = 1_780_000_000.0  # window start (Unix seconds), a whole minute
+MIN = 60.0
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    sm_clock: float  # MHz at full boost under load
+    idle_clock: float
+    peak_bf16: float  # dense FLOP/s
+    tdp: float  # W
+
+
+H100 = GpuModel("NVIDIA H100 80GB HBM3", 1980.0, 345.0, 989e12, 700.0)
+A100 = GpuModel("NVIDIA A100-SXM4-80GB", 1410.0, 210.0, 312e12, 400.0)
+
+
+@dataclass
+class Segment:
+    """One run of a job's processes: counters start from 0 at ``start_s``."""
+
+    start_s: float
+    end_s: float
+    nodes: list[int]  # node indices, 8 ranks each, in rank order
+
+
+@dataclass
+class Job:
+    job_id: str
+    segments: list[Segment]
+    step_s: float = 5.0
+    fsdp: bool = False  # the fast ranks' wait shows in forward (all-gather) too
+    rank0_host_extra: float = 0.0  # share of the step rank 0 spends on extra host work
+    ckpt_every_s: float = 600.0
+    ckpt_s: float = 40.0
+    startup_s: float = 60.0  # loading the checkpoint after a (re)start: no steps
+    epoch_at_s: list[float] = field(default_factory=list)  # data phase spikes on every rank
+    epoch_spike_s: float = 60.0
+    hangs: list[tuple[float, float]] = field(default_factory=list)  # no steps, GPUs spin at 100%
+    mfu: float = 0.40
+
+
+@dataclass
+class Cluster:
+    """Nodes x 8 GPUs over ``duration_s``, scraped every ``scrape_s``; faults are edits of its arrays."""
+
+    n_nodes: int
+    duration_s: float = 40 * MIN
+    scrape_s: float = 15.0
+    seed: int = 0
+    models: list[GpuModel] | None = None  # one per node (default H100)
+    node_names: list[str] | None = None
+    jobs: list[Job] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self.t = np.arange(0.0, self.duration_s + 1e-9, self.scrape_s)
+        K, N = len(self.t), self.n_nodes
+        G = N * GPUS
+        self.names = self.node_names or [f"node-{i}" for i in range(N)]
+        self.model = self.models or [H100] * N
+        self.speed = 1.0 + self.rng.normal(0.0, 0.012, G)  # compute time factor per GPU (few % spread)
+        self.slow = np.ones((K, G))  # compute time multiplier (fault)
+        self.clock_f = np.ones((K, G))  # SM clock multiplier (fault)
+        self.bits = np.zeros((K, G), dtype=np.int64)  # extra clock-event reason bits (fault)
+        self.temp_add = np.zeros((K, G))
+        self.thermal_viol = np.zeros((K, G))  # share of the interval throttled (thermal violation)
+        self.sw_power_cap_all = False
+        self.absent: dict[str, np.ndarray] = {
+            k: np.zeros((K, N), dtype=bool) for k in ("gpu", "train", "efa", "lustre")
+        }
+        self.resets: list[tuple[int, float]] = []  # (node, t): the node's exporter restarts
+        self.xids: list[tuple[int, int, int, float]] = []  # (node, gpu, xid, t)
+        self.gpu_down: list[tuple[int, int, float]] = []
+        self.replicas = 0  # 2: an HA Prometheus pair (label replica a/b); -2: both merged, no label
+        self.node_offset = self.rng.uniform(0.0, 0.8 * self.scrape_s, N)
+
+    # ------------------------------------------------------------------ helpers for cases
+    def k(self, t_s: float) -> int:
+        return int(np.searchsorted(self.t, t_s - 1e-9))
+
+    def gcol(self, node: int, gpu: int) -> int:
+        return node * GPUS + gpu
+
+    def vanish(self, node: int, t_from: float, t_to: float | None = None, what: tuple[str, ...] = ("gpu", "train", "efa", "lustre")) -> None:  # fmt: skip
+        a, b = self.k(t_from), (len(self.t) if t_to is None else self.k(t_to))
+        for w in what:
+            self.absent[w][a:b, node] = True
+
+    # ------------------------------------------------------------------ the model
+    def build(self) -> dict[str, dict[Labels, tuple[np.ndarray, np.ndarray]]]:
+        K, N = len(self.t), self.n_nodes
+        G = N * GPUS
+        rng = self.rng
+        # Per-GPU activity over time: 0 idle, 1 training, 2 checkpoint, 3 hang, 4 startup.
+        state = np.zeros((K, G), dtype=np.int8)
+        busy = np.zeros((K, G))  # own compute share of the step (tensor activity, power)
+        out: dict[str, dict[Labels, tuple[np.ndarray, np.ndarray]]] = {}
+        train: list[tuple[Job, int, int, int, dict[str, np.ndarray]]] = []  # job, rank, node, gpu, counters
+        for job in self.jobs:
+            self._run_job(job, state, busy, train, rng)
+        self._gpu_series(out, state, busy, rng)
+        self._efa_lustre(out, state, rng)
+        for job, rank, node, gpu, cnt in train:
+            lab = self._rank_labels(job.job_id, rank, node, gpu)
+            m = ~np.isnan(cnt["steps"])
+            m &= ~self.absent["train"][:, node]
+            for name, key in (("training_steps_total", "steps"), ("training_step_seconds_total", "step_s"),
+                              ("training_tokens_total", "tokens"), ("training_model_flops_total", "flops")):  # fmt: skip
+                self._put(out, name, lab, node, cnt[key], m, counter=True)
+            for ph in ("data", "forward", "backward", "optimizer", "checkpoint"):
+                self._put(
+                    out,
+                    "training_phase_seconds_total",
+                    lab + (("phase", ph),),
+                    node,
+                    cnt[ph],
+                    m,
+                    counter=True,
+                )
+            info = lab + (("flops_convention", "megatron"),)
+            self._put(out, "training_info", info, node, np.ones(K), m, counter=False)
+        return out
+
+    def _run_job(self, job: Job, state, busy, train, rng) -> None:
+        K = len(self.t)
+        dt = self.scrape_s
+        for seg in job.segments:
+            cols = [self.gcol(n, g) for n in seg.nodes for g in range(GPUS)]
+            R = len(cols)
+            model = self.model[seg.nodes[0]]
+            live = (self.t >= seg.start_s) & (self.t < seg.end_s)
+            st = np.where(live, 1, 0).astype(np.int8)
+            since = self.t - seg.start_s
+            st[live & (since < job.startup_s)] = 4
+            tr = live & (since >= job.startup_s)
+            ck_phase = (since - job.startup_s) % job.ckpt_every_s
+            ck = tr & (since - job.startup_s >= job.ckpt_every_s - 1) & (ck_phase < job.ckpt_s)
+            st[ck] = 2
+            for a, b in job.hangs:
+                st[live & (self.t >= a) & (self.t < b)] = 3
+            # Per-interval own work of every rank (seconds per step).
+            S0 = job.step_s
+            n_per = max(1.0, dt / S0)  # steps averaged into one scrape interval
+            jit = 0.02 / np.sqrt(n_per)
+            common = 1.0 + rng.normal(0.0, jit, (K, 1))
+            comp = 0.78 * S0 * self.speed[cols][None, :] * self.slow[:, cols] * common
+            comp = comp * (1.0 + rng.normal(0.0, 0.6 * jit, (K, R)))
+            data = 0.03 * S0 * (1.0 + 0.15 * rng.standard_normal((K, R)).clip(-2, 2))
+            for e in job.epoch_at_s:
+                spike = (self.t >= e) & (self.t < e + job.epoch_spike_s)
+                data[spike] += 0.8 * S0 * (1.0 + 0.1 * rng.standard_normal((int(spike.sum()), R)))
+            opt = np.full((K, R), 0.05 * S0) * (1.0 + 0.05 * rng.standard_normal((K, R)))
+            if job.rank0_host_extra:
+                opt[:, 0] += job.rank0_host_extra * S0
+            comm = 0.10 * S0
+            own = data + comp + opt
+            S = own.max(axis=1, keepdims=True) + comm  # the collective ends when the slowest arrives
+            wait = S - own - comm
+            fwd_share = 0.4 if job.fsdp else 0.0
+            per_step = {
+                "data": data,
+                "forward": comp / 3 + fwd_share * (wait + 0.5 * comm),
+                "backward": 2 * comp / 3 + (1 - fwd_share) * (wait + 0.5 * comm),
+                "optimizer": opt + 0.5 * comm,
+            }
+            # Progress in whole steps; each node is scraped at its own offset within the interval.
+            rate_ = np.where(st == 1, 1.0 / S[:, 0], 0.0)
+            prog = np.concatenate([[0.0], np.cumsum(rate_[:-1] * dt)])  # steps done at each scrape
+            ckpt_time = np.concatenate([[0.0], np.cumsum((st[:-1] == 2) * dt)])
+            for r in range(R):
+                node, gpu = seg.nodes[r // GPUS], r % GPUS
+                off = self.node_offset[node] / dt
+                p = prog + off * np.concatenate([np.diff(prog), [0.0]])
+                steps = np.floor(p + 1e-9)
+                inc = np.diff(np.concatenate([[0.0], steps]))
+                cnt = {"steps": steps}
+                for ph, x in per_step.items():
+                    cnt[ph] = np.cumsum(inc * x[:, r])
+                cnt["checkpoint"] = ckpt_time.copy()
+                cnt["step_s"] = np.cumsum(inc * S[:, 0])
+                tok = 8192 * 4
+                cnt["tokens"] = steps * tok
+                cnt["flops"] = np.cumsum(inc * job.mfu * model.peak_bf16 * S0)
+                for key in cnt:
+                    cnt[key] = np.where(live, cnt[key], np.nan)
+                train.append((job, r, node, gpu, cnt))
+            for j, c in enumerate(cols):
+                state[live, c] = st[live]
+                busy[live, c] = (comp[:, j] / S[:, 0])[live]
+
+    def _gpu_labels(self, node: int, gpu: int) -> Labels:
+        m = self.model[node]
+        uuid = f"GPU-{self.seed:04x}{node:04x}-{gpu:04x}-4c1e-9a2b-{zlib.crc32(self.names[node].encode()) % 10**12:012d}"
+        return (("gpu", str(gpu)), ("UUID", uuid), ("pci_bus_id", f"00000000:{0x18 + 0x10 * gpu:02X}:00.0"),
+                ("device", f"nvidia{gpu}"), ("modelName", m.name), ("Hostname", self.names[node]),
+                ("DCGM_FI_DRIVER_VERSION", "550.127.05"))  # fmt: skip
+
+    def _rank_labels(self, job_id: str, rank: int, node: int, gpu: int) -> Labels:
+        return (("job_id", job_id), ("rank", str(rank)), ("local_rank", str(gpu)),
+                ("Hostname", self.names[node]), ("gpu", str(gpu)))  # fmt: skip
+
+    def _put(
+        self, out, name: str, lab: Labels, node: int, v: np.ndarray, mask: np.ndarray, counter: bool
+    ) -> None:
+        """Store one series: the node's scrape times, with counter resets at its exporter restarts."""
+        v = np.asarray(v, dtype=float).copy()
+        mask = mask & ~np.isnan(v)
+        if counter:
+            for rn, rt in self.resets:
+                if rn == node:
+                    a = self.k(rt)
+                    base = v[a - 1] if a > 0 and not np.isnan(v[a - 1]) else 0.0
+                    v[a:] = v[a:] - base
+                    mask[a] = False  # the scrape during the restart fails
+        if not mask.any():
+            return
+        t = T0 + self.t + self.node_offset[node] + self._jitter(node)
+        series = out.setdefault(name, {})
+
+        def add(key: Labels, tt: np.ndarray, vv: np.ndarray) -> None:
+            # A job restart reuses a rank's labels: its new samples continue the same series.
+            if key in series:
+                tt, vv = np.concatenate([series[key][0], tt]), np.concatenate([series[key][1], vv])
+            order = np.argsort(tt, kind="stable")
+            series[key] = (tt[order], vv[order])
+
+        if self.replicas == 2:
+            for rep, shift in (("a", 0.0), ("b", 1.7)):
+                add(lab + (("replica", rep),), t[mask] + shift, v[mask])
+        elif self.replicas == -2:
+            add(lab, np.concatenate([t[mask], t[mask] + 1.7]), np.concatenate([v[mask], v[mask]]))
+        else:
+            add(lab, t[mask], v[mask])
+
+    def _jitter(self, node: int) -> np.ndarray:
+        if not hasattr(self, "_jit"):
+            self._jit = np.round(self.rng.normal(0.0, 0.04, (len(self.t), self.n_nodes)), 3)
+        return self._jit[:, node]
+
+    def _gpu_series(self, out, state, busy, rng) -> None:
+        K, G = state.shape
+        dt = self.scrape_s
+        up = np.ones((K, G))
+        for n, g, t in self.gpu_down:
+            up[self.k(t) :, self.gcol(n, g)] = 0.0
+        temp_off = rng.normal(0.0, 3.0, G)
+        for c in range(G):
+            node, gpu = divmod(c, GPUS)
+            m = self.model[node]
+            s = state[:, c]
+            lab = self._gpu_labels(node, gpu)
+            mask = ~self.absent["gpu"][:, node]
+            lost = up[:, c] == 0
+            training = s == 1
+            util = np.select(
+                [s == 1, s == 2, s == 3, s == 4],
+                [100 - np.abs(rng.normal(0, 1.2, K)), rng.uniform(0, 25, K), 100 - np.abs(rng.normal(0, 0.3, K)),
+                 rng.uniform(10, 40, K)],
+                0.0,
+            ).round()  # fmt: skip
+            b = np.where(training, busy[:, c], 0.0)
+            power = np.select([s == 1, s == 2, s == 3, s == 4],
+                              [m.tdp * (0.45 + 0.45 * b), m.tdp * 0.3, m.tdp * 0.42, m.tdp * 0.25],
+                              m.tdp * 0.11) * (1 + rng.normal(0, 0.02, K))  # fmt: skip
+            clock = np.where(s == 0, m.idle_clock, m.sm_clock) * self.clock_f[:, c]
+            clock = clock * (1 - np.abs(rng.normal(0, 0.003, K)))
+            reasons = np.where(s == 0, 0x1, 0).astype(np.int64) | self.bits[:, c]
+            pviol = np.zeros(K)
+            if self.sw_power_cap_all:
+                capped = training
+                reasons = np.where(capped, reasons | 0x4, reasons)
+                clock = np.where(capped, clock * (0.955 + 0.01 * rng.standard_normal(K)), clock)
+                power = np.where(capped, np.minimum(power, m.tdp * 0.99), power)
+                pviol = np.where(
+                    capped, rng.uniform(0.3, 0.7, K), 0.0
+                )  # DCGM counts SW capping as power violation
+            else:
+                blip = training & (rng.random(K) < 0.01)  # a short SW power cap now and then
+                reasons = np.where(blip, reasons | 0x4, reasons)
+            clock = np.round(clock)
+            temp = (
+                32
+                + 40 * (util / 100) * (0.6 + 0.4 * b)
+                + temp_off[c]
+                + self.temp_add[:, c]
+                + rng.normal(0, 0.7, K)
+            )
+            tensor = np.where(training, 0.62 * b * (1 + rng.normal(0, 0.03, K)), 0.0)
+            tensor = np.where(s == 2, 0.01, tensor)
+            gauges = {
+                "DCGM_FI_DEV_SM_CLOCK": clock,
+                "DCGM_FI_DEV_GPU_UTIL": util,
+                "DCGM_FI_DEV_GPU_TEMP": np.round(temp),
+                "DCGM_FI_DEV_POWER_USAGE": np.round(power, 3),
+                "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": reasons.astype(float),
+                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": np.round(tensor, 6),
+                "DCGM_FI_DEV_PCIE_LINK_WIDTH": np.full(K, 16.0),
+                "DCGM_FI_DEV_ROW_REMAP_FAILURE": np.zeros(K),
+                "DCGM_FI_DEV_GPU_RECOVERY_ACTION": np.zeros(K),
+            }
+            gmask = mask & ~lost
+            for name, v in gauges.items():
+                self._put(out, name, lab, node, v, gmask, counter=False)
+            self._put(out, "fleetscope_gpu_up", lab, node, up[:, c], mask, counter=False)
+            self._put(out, "fleetscope_gpu_peak_flops", lab + (("dtype", "bf16"),), node, np.full(K, m.peak_bf16),
+                      mask, counter=False)  # fmt: skip
+            # DCGM's violation counters are driver-cumulative (ns); they do not move at exporter restarts.
+            for name, share in (("DCGM_FI_DEV_POWER_VIOLATION", pviol), ("DCGM_FI_DEV_THERMAL_VIOLATION",
+                                                                        self.thermal_viol[:, c])):  # fmt: skip
+                base = 3.1e12 + 1e9 * c
+                v = base + np.concatenate([[0.0], np.cumsum(share[:-1] * dt * 1e9)])
+                self._put(out, name, lab, node, np.round(v), gmask, counter=False)
+            for name in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"):
+                self._put(out, name, lab, node, np.zeros(K), gmask, counter=False)
+        # XIDs: a series appears at the first occurrence of each code (the exporter's counter).
+        for n, g in sorted({(n, g) for n, g, _, _ in self.xids}):
+            for x in sorted({x for nn, gg, x, _ in self.xids if (nn, gg) == (n, g)}):
+                v = np.zeros(K)
+                for nn, gg, xx, t in self.xids:
+                    if (nn, gg, xx) == (n, g, x):
+                        v[self.k(t) :] += 1
+                lab = self._gpu_labels(n, g) + (("xid", str(x)),)
+                first = int(np.nonzero(v > 0)[0][0])
+                m = ~self.absent["gpu"][:, n] & (np.arange(K) >= first)
+                self._put(out, "fleetscope_gpu_xid_errors_total", lab, n, v, m, counter=True)
+
+    def _efa_lustre(self, out, state, rng) -> None:
+        K = state.shape[0]
+        dt = self.scrape_s
+        for n in range(self.n_nodes):
+            s = state[:, n * GPUS : (n + 1) * GPUS]
+            training = (s == 1).mean(axis=1)
+            ckpt = (s == 2).mean(axis=1)
+            for d in range(4):
+                lab = (("Hostname", self.names[n]), ("device", f"rdmap{79 + 16 * d}s0"), ("port", "1"))
+                pps = 180_000 * training * (1 + rng.normal(0, 0.03, K)) + 50
+                tx = np.concatenate([[0.0], np.cumsum(pps[:-1] * dt)]) + 7.3e9
+                retr = np.floor(tx * 2e-6)
+                mask = ~self.absent["efa"][:, n]
+                self._put(out, "efa_tx_pkts_total", lab, n, np.round(tx), mask, counter=True)
+                self._put(out, "efa_retrans_pkts_total", lab, n, retr, mask, counter=True)
+                for name in ("efa_retrans_timeout_events_total", "efa_impaired_remote_conn_events_total",
+                             "efa_unresponsive_remote_events_total"):  # fmt: skip
+                    self._put(out, name, lab, n, np.zeros(K), mask, counter=True)
+            lab = (("Hostname", self.names[n]), ("fs", "fsx"), ("mount", "/fsx"))
+            rd = 2.0e8 * training * (1 + rng.normal(0, 0.1, K)).clip(0)
+            wr = 1.5e9 * ckpt * (1 + rng.normal(0, 0.1, K)).clip(0) + 1e5
+            mask = ~self.absent["lustre"][:, n]
+            self._put(out, "lustre_client_read_bytes_total", lab, n,
+                      np.round(np.concatenate([[0.0], np.cumsum(rd[:-1] * dt)]) + 1e12), mask, counter=True)  # fmt: skip
+            self._put(out, "lustre_client_write_bytes_total", lab, n,
+                      np.round(np.concatenate([[0.0], np.cumsum(wr[:-1] * dt)]) + 4e11), mask, counter=True)  # fmt: skip
+
+    def write(self, path: str | Path) -> Path:
+        write_samples(self.build(), path)
+        return Path(path)
+
+
+# ---------------------------------------------------------------------- expectations
+@dataclass(frozen=True)
+class Want:
+    """A finding that must appear: ``gpu`` None = any GPU or none, "-" = node-level (gpu null)."""
+
+    kind: str
+    node: str | None = None
+    gpu: str | None = None
+    cause: str | None = None
+
+    def matches(self, f) -> bool:
+        if f.kind != self.kind or (self.node is not None and f.node != self.node):
+            return False
+        if self.gpu == "-":
+            if f.gpu is not None:
+                return False
+        elif self.gpu is not None and f.gpu != self.gpu:
+            return False
+        return self.cause is None or f.cause == self.cause
+
+
+@dataclass
+class Case:
+    name: str
+    build: Callable[[], Cluster]
+    must: tuple[Want, ...] = ()
+    #: Besides the ``must`` findings (and any finding on their nodes of their kind), no finding of
+    #: these severities may appear; ``allow`` lists kinds that may (an MFU drop a real fault causes).
+    forbid: tuple[str, ...] = ("warning", "critical")
+    allow: tuple[str, ...] = ()
+
+    def judge(self, findings) -> list[str]:
+        """Problems with the findings (empty: as expected)."""
+        problems = []
+        for w in self.must:
+            if not any(w.matches(f) for f in findings):
+                problems.append(f"missing {w}")
+        for f in findings:
+            if f.severity not in self.forbid or f.kind in self.allow:
+                continue
+            if any(f.kind == w.kind and (w.node is None or f.node == w.node) for w in self.must):
+                continue
+            problems.append(
+                f"unexpected {f.severity} {f.kind} node={f.node} gpu={f.gpu} rank={f.rank} job={f.job_id} "
+                f"cause={f.cause} score={f.score} start=+{(f.start - T0) / 60:.1f}min"
+            )
+        return problems
+
+
+# ---------------------------------------------------------------------- the cases
+def _one_job(n: int, *, step_s: float = 5.0, dur: float = 40 * MIN, scrape: float = 15.0, seed: int = 1,
+             **job) -> Cluster:  # fmt: skip
+    cl = Cluster(n, duration_s=dur, scrape_s=scrape, seed=seed)
+    cl.jobs.append(Job("llm-a", [Segment(0.0, dur + 1, list(range(n)))], step_s=step_s, **job))
+    return cl
+
+
+def _hot_gpu(cl: Cluster, node: int, gpu: int, at: float, slow: float = 0.15, bits: int = 0x40) -> None:
+    """One GPU slower from ``at``: HW thermal bit, lower SM clock, warmer, thermal violation counting."""
+    a, c = cl.k(at), cl.gcol(node, gpu)
+    cl.slow[a:, c] *= 1 + slow
+    cl.clock_f[a:, c] *= 1 / (1 + slow)
+    cl.bits[a:, c] |= bits
+    cl.temp_add[a:, c] += 9
+    cl.thermal_viol[a:, c] = 0.6
+
+
+def _silent_slow(cl: Cluster, node: int, gpu: int, at: float, slow: float = 0.15) -> None:
+    a = cl.k(at)
+    cl.slow[a:, cl.gcol(node, gpu)] *= 1 + slow
+
+
+def c01_scrape30() -> Cluster:
+    return _one_job(4, scrape=30.0, seed=11)
+
+
+def c01_scrape60() -> Cluster:
+    return _one_job(4, scrape=60.0, dur=45 * MIN, seed=12)
+
+
+def c01_scrape30_fault() -> Cluster:
+    cl = _one_job(4, scrape=30.0, seed=13)
+    _hot_gpu(cl, 2, 5, 15 * MIN)
+    return cl
+
+
+def c02_long_steps() -> Cluster:
+    return _one_job(4, step_s=40.0, dur=45 * MIN, seed=21)
+
+
+def c02_long_steps_fault() -> Cluster:
+    cl = _one_job(4, step_s=30.0, dur=45 * MIN, seed=22)
+    _silent_slow(cl, 1, 3, 15 * MIN, 0.2)
+    return cl
+
+
+def c03_fsdp() -> Cluster:
+    return _one_job(4, fsdp=True, seed=31)
+
+
+def c03_fsdp_fault() -> Cluster:
+    cl = _one_job(4, fsdp=True, seed=32)
+    _silent_slow(cl, 3, 6, 12 * MIN, 0.15)
+    return cl
+
+
+def c04_rank0_host() -> Cluster:
+    return _one_job(4, rank0_host_extra=0.05, seed=41)
+
+
+def c05_epoch() -> Cluster:
+    return _one_job(4, epoch_at_s=[13 * MIN, 29 * MIN], epoch_spike_s=75.0, seed=51)
+
+
+def c06_exporter_restart() -> Cluster:
+    cl = _one_job(4, seed=61)
+    cl.resets.append((2, 17 * MIN))
+    return cl
+
+
+def c07_ha_pair() -> Cluster:
+    cl = _one_job(4, seed=71)
+    cl.replicas = 2
+    return cl
+
+
+def c07_ha_merged() -> Cluster:
+    cl = _one_job(4, seed=72)
+    cl.replicas = -2
+    return cl
+
+
+def _xid79_restart(cl: Cluster, node: int, gpu: int, at: float) -> None:
+    """XID 79 on one GPU: it is lost, its rank vanishes, the job hangs 5 min and restarts without the node."""
+    cl.xids.append((node, gpu, 79, at))
+    cl.gpu_down.append((node, gpu, at))
+    job = cl.jobs[0]
+    seg = job.segments[0]
+    end = seg.end_s
+    seg.end_s = at + 5 * MIN
+    job.hangs.append((at, at + 5 * MIN))
+    job.segments.append(Segment(at + 6 * MIN, end, [n for n in seg.nodes if n != node]))
+    cl.vanish(node, at, at + 6 * MIN, what=("train",))  # the lost GPU's node: ranks die with the GPU
+
+
+def c07_ha_pair_fault() -> Cluster:
+    cl = _one_job(4, seed=73)
+    cl.replicas = 2
+    _xid79_restart(cl, 1, 4, 18 * MIN)
+    return cl
+
+
+def c08_efa_collector_down() -> Cluster:
+    cl = _one_job(4, seed=81)
+    cl.vanish(3, 14 * MIN, 24 * MIN, what=("efa",))
+    return cl
+
+
+def c09_app_xids() -> Cluster:
+    cl = _one_job(4, seed=91)
+    cl.xids += [(1, 2, 13, 8 * MIN), (1, 2, 13, 8.5 * MIN), (2, 0, 31, 15 * MIN), (2, 0, 43, 15.2 * MIN),
+                (3, 7, 63, 22 * MIN)]  # fmt: skip
+    return cl
+
+
+def c10_power_cap() -> Cluster:
+    cl = _one_job(4, seed=101)
+    cl.sw_power_cap_all = True
+    a = cl.k(20 * MIN)
+    cl.bits[a : a + 3, cl.gcol(1, 1)] |= 0x8  # HW slowdown for 45 s once
+    cl.clock_f[a : a + 3, cl.gcol(1, 1)] *= 0.8
+    return cl
+
+
+def c11_start_end() -> Cluster:
+    dur = 40 * MIN
+    cl = Cluster(6, duration_s=dur, seed=111)
+    cl.jobs.append(Job("late", [Segment(10 * MIN, dur + 1, [0, 1, 2])], step_s=5.0))
+    cl.jobs.append(Job("early", [Segment(0.0, 35 * MIN, [3, 4, 5])], step_s=6.0))
+    return cl
+
+
+def _mixed(seed: int) -> Cluster:
+    dur = 40 * MIN
+    cl = Cluster(6, duration_s=dur, seed=seed, models=[H100] * 3 + [A100] * 3)
+    cl.jobs.append(Job("h100-job", [Segment(0.0, dur + 1, [0, 1, 2])], step_s=4.0))
+    cl.jobs.append(Job("a100-job", [Segment(0.0, dur + 1, [3, 4, 5])], step_s=11.0, mfu=0.5))
+    return cl
+
+
+def c12_mixed() -> Cluster:
+    return _mixed(121)
+
+
+def c12_mixed_fault() -> Cluster:
+    cl = _mixed(122)
+    _silent_slow(cl, 4, 2, 14 * MIN, 0.15)
+    return cl
+
+
+def c13_node_replaced() -> Cluster:
+    dur = 40 * MIN
+    names = [f"node-{i}" for i in range(4)] + ["node-9"]
+    cl = Cluster(5, duration_s=dur, seed=131, node_names=names)
+    cl.jobs.append(
+        Job("llm-a", [Segment(0.0, 20 * MIN, [0, 1, 2, 3]), Segment(24 * MIN, dur + 1, [0, 1, 2, 4])])
+    )
+    cl.vanish(3, 20 * MIN)
+    cl.vanish(4, 0.0, 24 * MIN)
+    return cl
+
+
+def c13_node_replaced_linger() -> Cluster:
+    """As above, but the surviving ranks' processes take 90 s to exit after node-3 is gone (GPUs idle)."""
+    dur = 40 * MIN
+    names = [f"node-{i}" for i in range(4)] + ["node-9"]
+    cl = Cluster(5, duration_s=dur, seed=132, node_names=names)
+    job = Job("llm-a", [Segment(0.0, 21.5 * MIN, [0, 1, 2, 3]), Segment(24 * MIN, dur + 1, [0, 1, 2, 4])],
+              hangs=[(20 * MIN, 21.5 * MIN)])  # fmt: skip
+    cl.jobs.append(job)
+    cl.vanish(3, 20 * MIN)
+    cl.vanish(4, 0.0, 24 * MIN)
+    return cl
+
+
+def c14_thermal_drift() -> Cluster:
+    cl = _one_job(4, seed=141, dur=45 * MIN)
+    c = cl.gcol(2, 3)
+    t = cl.t
+    cl.temp_add[:, c] += 0.5 * t / MIN
+    a = cl.k(25 * MIN)
+    cl.bits[a:, c] |= 0x20
+    drop = np.clip(0.01 * (t - 25 * MIN) / MIN, 0, None)
+    cl.clock_f[:, c] *= 1 - drop
+    cl.slow[:, c] *= 1 / (1 - drop)
+    cl.thermal_viol[a:, c] = 0.5
+    return cl
+
+
+def c15_kernel_panic() -> Cluster:
+    dur = 42 * MIN
+    cl = Cluster(5, duration_s=dur, seed=151)
+    cl.jobs.append(Job("llm-a", [Segment(0.0, 30 * MIN, [0, 1, 2, 3, 4]), Segment(31 * MIN, dur + 1, [0, 1, 3, 4])],
+                       hangs=[(20 * MIN, 30 * MIN)]))  # fmt: skip
+    cl.vanish(2, 20 * MIN)
+    return cl
+
+
+def c16_tiny_jobs_fault() -> Cluster:
+    dur = 40 * MIN
+    cl = Cluster(3, duration_s=dur, seed=161)
+    cl.jobs.append(Job("two-node", [Segment(0.0, dur + 1, [0, 1])], step_s=5.0))
+    cl.jobs.append(Job("one-node", [Segment(0.0, dur + 1, [2])], step_s=3.0))
+    _silent_slow(cl, 1, 5, 12 * MIN, 0.2)
+    return cl
+
+
+def c16_tiny_jobs() -> Cluster:
+    dur = 40 * MIN
+    cl = Cluster(3, duration_s=dur, seed=162)
+    cl.jobs.append(Job("two-node", [Segment(0.0, dur + 1, [0, 1])], step_s=5.0))
+    cl.jobs.append(Job("one-node", [Segment(0.0, dur + 1, [2])], step_s=3.0))
+    return cl
+
+
+CASES: list[Case] = [
+    Case("01_scrape30_healthy", c01_scrape30),
+    Case("01_scrape60_healthy", c01_scrape60),
+    Case(
+        "01_scrape30_hot_gpu",
+        c01_scrape30_fault,
+        (Want("straggler", "node-2", "5", "thermal_throttle"),),
+        allow=("mfu_drop",),
+    ),
+    Case("02_long_steps_healthy", c02_long_steps),
+    Case(
+        "02_long_steps_straggler",
+        c02_long_steps_fault,
+        (Want("straggler", "node-1", "3"),),
+        allow=("mfu_drop",),
+    ),
+    Case("03_fsdp_healthy", c03_fsdp),
+    Case("03_fsdp_slow_gpu", c03_fsdp_fault, (Want("straggler", "node-3", "6"),), allow=("mfu_drop",)),
+    Case("04_rank0_host_work", c04_rank0_host),
+    Case("05_epoch_boundary", c05_epoch),
+    Case("06_exporter_restart", c06_exporter_restart),
+    Case("07_ha_pair_healthy", c07_ha_pair),
+    Case("07_ha_merged_healthy", c07_ha_merged),
+    Case("07_ha_pair_xid79", c07_ha_pair_fault, (Want("failing_node", "node-1", "4"),), allow=("mfu_drop",)),
+    Case("08_efa_collector_down", c08_efa_collector_down),
+    Case("09_application_xids", c09_app_xids),
+    Case("10_sw_power_cap_everywhere", c10_power_cap),
+    Case("11_job_starts_and_ends", c11_start_end),
+    Case("12_mixed_gpu_models", c12_mixed),
+    Case(
+        "12_mixed_gpu_models_slow_a100",
+        c12_mixed_fault,
+        (Want("straggler", "node-4", "2"),),
+        allow=("mfu_drop",),
+    ),
+    Case("13_node_replaced", c13_node_replaced),
+    Case("13_node_replaced_slow_teardown", c13_node_replaced_linger),
+    Case(
+        "14_thermal_drift",
+        c14_thermal_drift,
+        (Want("straggler", "node-2", "3", "thermal_throttle"),),
+        allow=("mfu_drop",),
+    ),
+    Case("15_kernel_panic", c15_kernel_panic, (Want("failing_node", "node-2"),), allow=("mfu_drop",)),
+    Case(
+        "16_two_node_job_slow_rank",
+        c16_tiny_jobs_fault,
+        (Want("straggler", "node-1", "5"),),
+        allow=("mfu_drop",),
+    ),
+    Case("16_tiny_jobs_healthy", c16_tiny_jobs),
+]
