@@ -8,7 +8,9 @@ The ``Hostname`` label must be the scheduler's node name (Slurm NodeName, Kubern
 Safety rules, in this order:
 
 * Nothing runs unless :func:`execute` is called (``--execute`` on the CLI); commands run as argument
-  lists, never through a shell. The printed form quotes every argument with :func:`shlex.quote`.
+  lists, never through a shell. The printed form quotes every argument with :func:`shlex.quote`, and
+  its comments hold text from the findings only through :func:`_comment` (one line, printable, no
+  way out of the comment), so the script stays safe to paste whatever the findings JSON says.
 * A node name that is not a plain host name (letters, digits, ``.``, ``_``, ``-``) is never put into a
   command: label values come from the scrape and cannot be trusted.
 * At most ``floor(max_fraction x cluster size)`` nodes are drained at once; the worst findings go
@@ -35,7 +37,8 @@ SCHEDULERS = ("slurm", "kubernetes")
 DEFAULT_MAX_FRACTION = 0.1
 #: Taint key for Kubernetes; its value is the cause (a valid label value).
 TAINT_KEY = "fleetscope.io/failing"
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+#: Matched with ``fullmatch``: ``$`` alone would let a trailing newline through.
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 _REASON_MAX = 120
 
@@ -108,20 +111,26 @@ class DrainPlan:
         """The plan as a commented shell script (what ``fleetscope plan`` prints)."""
         n_failing = len(self.actions) + len(self.held_back)
         lines = [
-            f"# fleetscope drain plan ({self.scheduler}): {n_failing} failing of {self.cluster_size} nodes; "
-            f"at most {self.limit} at once (max fraction {self.max_fraction:g})"
+            f"# fleetscope drain plan ({_comment(self.scheduler)}): {n_failing} failing of "
+            f"{self.cluster_size} nodes; at most {self.limit} at once (max fraction {self.max_fraction:g})"
         ]
         if not self.actions and not self.held_back:
             lines.append("# nothing to drain")
         for a in self.actions:
             c = a.candidate
-            lines.append(f"# {c.node}: {c.severity} {c.cause}; {c.action or 'drain'}")
+            lines.append(_comment(f"# {c.node}: {c.severity} {c.cause}; {c.action or 'drain'}"))
             lines.extend(a.shell())
         for c in self.held_back:
-            lines.append(f"# held back by the limit: {c.node} ({c.severity} {c.cause})")
+            lines.append(_comment(f"# held back by the limit: {c.node} ({c.severity} {c.cause})"))
         for node, why in self.rejected:
-            lines.append(f"# not drained: {node!r}: {why}")
+            lines.append(_comment(f"# not drained: {node!r}: {why}"))
         return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    """``text`` as one shell comment line: every character that is not printable (newlines, carriage
+    returns, other line breaks, escapes) becomes ``?``, so nothing after it can become a command."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def drain_limit(cluster_size: int, max_fraction: float) -> int:
@@ -178,7 +187,7 @@ def build_plan(
     limit = drain_limit(cluster_size, max_fraction)
     plan = DrainPlan(scheduler, cluster_size, max_fraction, limit)
     for c in sorted(candidates, key=DrainCandidate.sort_key):
-        if not _NODE_NAME.match(c.node):
+        if not _NODE_NAME.fullmatch(c.node):
             plan.rejected.append((c.node, "not a plain host name; refusing to put it in a command"))
         elif len(plan.actions) < limit:
             plan.actions.append(DrainAction(c, commands_for(scheduler, c)))

@@ -62,6 +62,14 @@ def _from_findings_json(doc: object, cluster_size: int | None, path: Path):
         findings = [Finding.from_dict(d) for d in doc["findings"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FleetscopeError(f"{path}: malformed finding ({type(exc).__name__}: {exc})") from None
+    for k, f in enumerate(findings):
+        texts = (f.kind, f.severity, f.cause, f.action)
+        if not all(isinstance(t, str) for t in texts) or not isinstance(f.node, str | None):
+            raise FleetscopeError(
+                f"{path}: finding {k}: kind, severity, node, cause and action must be strings"
+            )
+        if f.gpu is not None and not isinstance(f.gpu, str | int):
+            raise FleetscopeError(f"{path}: finding {k}: gpu must be a string or a number")
     listed = doc.get("nodes")
     if cluster_size is None and isinstance(listed, list | dict):
         cluster_size = len(listed)
