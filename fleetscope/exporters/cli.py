@@ -48,6 +48,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="exporter-toolkit style YAML with tls_server_config and basic_auth_users (bcrypt)",
     )
+    p.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=int,
+        default=64,
+        help="connections served at once; more are answered 503 and closed (default %(default)s)",
+    )
+    p.add_argument(
+        "--collector.timeout",
+        dest="collector_timeout",
+        type=float,
+        default=8.0,
+        metavar="SECONDS",
+        help="how long a scrape waits for the collectors (all run at once); one that is late is "
+        "reported with success 0 and not started again until it returns (default %(default)s)",
+    )
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys", help="sysfs mount point (default /sys)")
     p.add_argument("--path.procfs", dest="procfs", default="/proc", help="procfs mount point (default /proc)")
     p.add_argument(
@@ -159,15 +175,17 @@ def run(args: argparse.Namespace) -> int:
     web_config = load_web_config(args.web_config_file)
     ctx = node_context(args)
     names = enabled_collectors(args)
+    if not args.collector_timeout > 0:
+        raise FleetscopeError(f"--collector.timeout must be > 0, not {args.collector_timeout}")
     raise_open_file_limit()
-    node = NodeCollector([])
+    node = NodeCollector([], timeout=args.collector_timeout)
     try:
         if args.once:
             node.collectors = build_collectors(names, ctx)
             sys.stdout.write(render_text(node).decode())
             return 0
         # Bind first: a port in use is reported before any collector starts (NVML, threads).
-        server = ExporterServer(args.listen_address, node, web_config)
+        server = ExporterServer(args.listen_address, node, web_config, args.max_connections)
         node.collectors = build_collectors(names, ctx)
         log.info(
             "serving %s://%s/metrics for node %s=%s with collectors %s",

@@ -240,7 +240,7 @@ class EfaCollector(Collector):
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 # A FIFO, socket or directory where a counter should be: never block on it.
-                self.skip("unreadable", f"{path}: not a regular file")
+                self.skip("not_regular_file", f"{path}: not a regular file")
                 return None
             raw = os.pread(fd, _COUNTER_BYTES, 0)
             keep = len(self._fds) < self._fd_budget

@@ -33,6 +33,8 @@ KNOWN_COLLECTORS: dict[str, tuple[str, bool]] = {
     "training": ("fleetscope.exporters.training:TrainingCollector", True),
     # Server-side FSx metrics from CloudWatch: needs AWS credentials and boto3, so opt-in.
     "fsx_cloudwatch": ("fleetscope.exporters.fsx_cloudwatch:FsxCloudWatchCollector", False),
+    # AWS Trainium/Inferentia: runs neuron-monitor (or reads a sidecar's reports), so opt-in.
+    "neuron": ("fleetscope.exporters.neuron:NeuronCollector", False),
 }
 
 

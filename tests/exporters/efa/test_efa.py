@@ -116,16 +116,30 @@ def test_bad_files_are_skipped_counted_and_never_fatal(p5_copy: Path) -> None:
     recv_wrs = counter_path(p5_copy, "rdmap79s0", "recv_wrs")
     recv_wrs.unlink()
     recv_wrs.symlink_to("/nonexistent/recv_wrs")  # dangling link: ENOENT
+    rdma_read = counter_path(p5_copy, "rdmap79s0", "rdma_read_bytes")
+    rdma_read.unlink()
+    rdma_read.symlink_to("/dev/zero")  # endless: refused, never read
+    counter_path(p5_copy, "rdmap79s0", "rx_drops").write_text("9" * 400 + "\n")  # beyond u64
+    counter_path(p5_copy, "rdmap79s0", "tx_pkts").write_text("nan\n")  # float() takes it; no kernel prints it
     c = collector(p5_copy)
     got = samples(c)
-    for name in ("tx_bytes", "rx_bytes", "rx_pkts", "send_wrs", "recv_wrs"):
+    for name in (
+        "tx_bytes",
+        "rx_bytes",
+        "rx_pkts",
+        "send_wrs",
+        "recv_wrs",
+        "rdma_read_bytes",
+        "rx_drops",
+        "tx_pkts",
+    ):
         series = got[contract.efa_metric_name(name)]
         assert ("rdmap79s0", "1") not in series, name
         assert len(series) == 31, name  # the other devices are unaffected
-    assert got["efa_tx_pkts_total"][("rdmap79s0", "1")] > 0
-    assert c.error_counts() == {"unparsable": 2, "unreadable": 3}
+    assert got["efa_recv_bytes_total"][("rdmap79s0", "1")] > 0  # its good files are still read
+    assert c.error_counts() == {"unparsable": 2, "unreadable": 1, "not_regular_file": 3, "out_of_range": 2}
     samples(c)  # skipped again on every scrape, counted again
-    assert c.error_counts() == {"unparsable": 4, "unreadable": 6}
+    assert c.error_counts() == {"unparsable": 4, "unreadable": 2, "not_regular_file": 6, "out_of_range": 4}
 
 
 def test_no_infiniband_class_means_no_series_and_no_error(tmp_path: Path) -> None:

@@ -170,7 +170,7 @@ def test_unreadable_stats_file_is_skipped_other_mount_kept(tmp_path: Path) -> No
     found = samples(node.collect())
     assert set(series(found, READ, mount="/fsx")) == {""}
     assert series(found, READ, mount="/scratch") == {}
-    assert collector.error_counts() == {"unreadable": 1}
+    assert collector.error_counts() == {"not_regular_file": 1}
     assert found[(contract.COLLECTOR_SUCCESS, frozenset({("collector", "lustre")}))] == 1.0
 
 
