@@ -23,6 +23,16 @@ them after a step's ``on_step_end``, in the order log, evaluate, save:
 
 Only evaluations during ``train()`` count; ``trainer.evaluate()`` outside training is no pause.
 
+Checkpoints and restarts (``training_checkpoint_*``, ``training_resumed_from_step``):
+
+* each ``on_save`` is one successful save of ``state.global_step`` that took the ``checkpoint``
+  pause; the world-process-zero rank counts the size of ``<output_dir>/checkpoint-<step>``. A save
+  that raises ends ``train()`` before any callback event, so failed saves are not seen here;
+* a ``train(resume_from_checkpoint=...)`` is a load of the restored ``state.global_step``. The
+  Trainer loads before its first callback event, so the load is not timed: its time shows in
+  ``training_startup_seconds`` (process start to the first step), which the monitor measures;
+* the restart attempt comes from the launcher's environment (:mod:`..process`).
+
 Tokens per step: the increase of ``state.num_input_tokens_seen`` divided by the world size when the
 Trainer counts tokens (``include_num_input_tokens_seen=True``, which counts every rank's), else
 ``tokens_per_step``. The loss gauge follows the Trainer's logged ``loss``.
@@ -30,13 +40,18 @@ Trainer counts tokens (``include_num_input_tokens_seen=True``, which counts ever
 
 from __future__ import annotations
 
+import logging
+import os
 from time import perf_counter
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from fleetscope.telemetry._integration import MonitorHolder
-from fleetscope.telemetry.monitor import TrainingMonitor
+from fleetscope.telemetry.monitor import TrainingMonitor, checkpoint_size
+
+log = logging.getLogger("fleetscope.telemetry")
 
 
 class FleetscopeTrainerCallback(TrainerCallback):
@@ -72,6 +87,8 @@ class FleetscopeTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         m = self._holder.ensure(rank=args.process_index, local_rank=max(args.local_process_index, 0))
         m.set_global_step(state.global_step)
+        if state.global_step > 0:  # the Trainer restored its state from a checkpoint
+            m.checkpoint_loaded(state.global_step)
         self._tokens_seen = state.num_input_tokens_seen
         if model is not None and hasattr(model, "register_forward_hook"):
             self._hooks = [
@@ -131,15 +148,27 @@ class FleetscopeTrainerCallback(TrainerCallback):
         self._in_step = False
         self._mark = now
 
-    def _pause(self, phase: str) -> None:
+    def _pause(self, phase: str) -> float | None:
         """Count the time since the last mark (the step's end, or the previous pause) as ``phase``."""
         if self.monitor is not None and self._mark is not None and self._training and not self._in_step:
             now = perf_counter()
-            self.monitor.add_phase_time(phase, now - self._mark)
+            seconds = now - self._mark
+            self.monitor.add_phase_time(phase, seconds)
             self._mark = now
+            return seconds
+        return None
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._pause("checkpoint")
+        seconds = self._pause("checkpoint")
+        m = self.monitor
+        if seconds is None or m is None:
+            return
+        nbytes = None
+        if state.is_world_process_zero and args.output_dir:
+            nbytes = checkpoint_size(
+                os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            )
+        m.record_checkpoint_save(seconds, success=True, step=state.global_step, nbytes=nbytes)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._pause("eval")

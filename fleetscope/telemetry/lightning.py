@@ -18,6 +18,15 @@ Pauses (``contract.PAUSE_PHASES``), never part of a step's time nor of ``data``:
 * ``checkpoint``: every ``trainer.save_checkpoint`` call (what ``ModelCheckpoint`` uses), timed
   around the call: gathering the state, writing it and the barrier after it.
 
+Checkpoints and restarts (``training_checkpoint_*``, ``training_resumed_from_step``):
+
+* every ``trainer.save_checkpoint`` call is one save of ``trainer.global_step``, a failure when it
+  raises; the global-zero rank counts the size of the file (or directory) it wrote, the others none
+  (a sharded strategy's ranks each write a shard but the path names the whole checkpoint);
+* ``fit(ckpt_path=...)`` is a load: ``trainer.strategy.load_checkpoint`` is timed, and the
+  checkpoint's ``global_step`` becomes the resumed-from step;
+* the restart attempt and the startup time come from the monitor (:mod:`..process`).
+
 A step is an optimizer step (``trainer.global_step`` advancing), so with gradient accumulation its
 tokens and time cover all its micro-batches; its time runs from the data wait of its first
 micro-batch to the end of its last, less any pause in between. Tokens per batch come from
@@ -36,7 +45,7 @@ from time import perf_counter
 from typing import Any
 
 from fleetscope.telemetry._integration import MonitorHolder, TokenCount
-from fleetscope.telemetry.monitor import TrainingMonitor
+from fleetscope.telemetry.monitor import TrainingMonitor, checkpoint_size
 
 
 def _lightning() -> Any:
@@ -77,6 +86,9 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
         self._trainer: Any = None
         self._save: Callable[..., Any] | None = None
         self._shadowed: Callable[..., Any] | None = None  # an instance attribute we replaced
+        self._strategy: Any = None
+        self._load: Callable[..., Any] | None = None
+        self._load_shadowed: Callable[..., Any] | None = None
 
     @property
     def monitor(self) -> TrainingMonitor | None:
@@ -93,10 +105,12 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
         if mesh is not None:
             m.set_layout(mesh)
         self._time_checkpoint_saves(trainer)
+        self._time_checkpoint_loads(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
             self._restore_save_checkpoint()
+            self._restore_load_checkpoint()
             self._holder.release()
 
     # ---- pauses ---------------------------------------------------------------------------
@@ -121,8 +135,11 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
         @functools.wraps(original)
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
             t0 = perf_counter()
+            ok = False
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                ok = True
+                return result
             finally:
                 now = perf_counter()
                 if self._eval_t0 is None:  # a save inside validation is validation time already
@@ -130,6 +147,7 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
                     self._mark = now
                 elif self.monitor is not None:
                     self.monitor.add_phase_time("checkpoint", now - t0)
+                self._count_save(trainer, now - t0, ok, args[0] if args else kwargs.get("filepath"))
 
         try:
             trainer.save_checkpoint = save_checkpoint
@@ -137,6 +155,57 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
             log.warning("fleetscope: cannot time checkpoint saves on this trainer: %s", exc)
             return
         self._trainer, self._save, self._shadowed = trainer, save_checkpoint, shadowed
+
+    def _count_save(self, trainer: Any, seconds: float, ok: bool, path: Any) -> None:
+        m = self.monitor
+        if m is None:
+            return
+        nbytes = None
+        try:
+            if ok and path is not None and trainer.is_global_zero:
+                nbytes = checkpoint_size(path)
+            step = trainer.global_step
+        except Exception as exc:  # noqa: BLE001 - a remote path (s3://...) has no local size
+            log.debug("fleetscope: checkpoint size unknown: %s", exc)
+            step = None
+        m.record_checkpoint_save(seconds, success=ok, step=step, nbytes=nbytes)
+
+    def _time_checkpoint_loads(self, trainer: Any) -> None:
+        """Wrap this trainer's strategy's ``load_checkpoint`` (what ``fit(ckpt_path=...)`` calls)."""
+        if self._load is not None:
+            return
+        try:
+            strategy = trainer.strategy
+            original = strategy.load_checkpoint
+            shadowed = vars(strategy).get("load_checkpoint")
+        except (AttributeError, TypeError):
+            return
+
+        @functools.wraps(original)
+        def load_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            t0 = perf_counter()
+            loaded = original(*args, **kwargs)
+            m = self.monitor
+            if m is not None:
+                step = loaded.get("global_step") if isinstance(loaded, dict) else None
+                m.checkpoint_loaded(step, perf_counter() - t0)
+            return loaded
+
+        try:
+            strategy.load_checkpoint = load_checkpoint
+        except Exception as exc:  # noqa: BLE001 - a strategy that forbids it: no load telemetry
+            log.warning("fleetscope: cannot time checkpoint loads on this strategy: %s", exc)
+            return
+        self._strategy, self._load, self._load_shadowed = strategy, load_checkpoint, shadowed
+
+    def _restore_load_checkpoint(self) -> None:
+        strategy, self._strategy = self._strategy, None
+        if strategy is not None and vars(strategy).get("load_checkpoint") is self._load:
+            if self._load_shadowed is not None:
+                strategy.load_checkpoint = self._load_shadowed
+            else:
+                del strategy.load_checkpoint
+        self._load = self._load_shadowed = None
 
     def _restore_save_checkpoint(self) -> None:
         trainer, self._trainer = self._trainer, None
