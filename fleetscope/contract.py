@@ -1085,9 +1085,20 @@ TRITON_GPU_UTILIZATION = _m(
     "nv_gpu_utilization", "gauge", "GPU utilization rate (0.0 - 1.0), Triton's view.", "ratio",
     ("gpu_uuid",), "triton",
 )  # fmt: skip
+#: TensorRT-LLM backend gauges (tensorrtllm_backend README, Triton 23.11+): KV-cache blocks by
+#: ``kv_cache_block_type`` (max, free, used, tokens_per) and requests by ``request_type`` (active,
+#: max, scheduled, context).
+TRTLLM_KV_CACHE_BLOCK_STATISTICS = _triton(
+    "nv_trt_llm_kv_cache_block_statistics", "gauge", "TRT LLM KV cache block metrics.", "blocks",
+    ("kv_cache_block_type",),
+)  # fmt: skip
+TRTLLM_REQUEST_STATISTICS = _triton(
+    "nv_trt_llm_request_statistics", "gauge", "TRT LLM request metrics.", "requests", ("request_type",)
+)
+#: What the recorded Triton page (TensorRT-LLM backend, GPU metrics off) is checked against.
 TRITON_SERIES: tuple[Metric, ...] = (
     TRITON_REQUEST_SUCCESS, TRITON_REQUEST_FAILURE, TRITON_INFERENCE_COUNT, TRITON_EXEC_COUNT,
     TRITON_REQUEST_DURATION_US, TRITON_QUEUE_DURATION_US, TRITON_COMPUTE_INPUT_DURATION_US,
     TRITON_COMPUTE_INFER_DURATION_US, TRITON_COMPUTE_OUTPUT_DURATION_US,
-    TRITON_PENDING_REQUEST_COUNT, TRITON_GPU_UTILIZATION,
+    TRITON_PENDING_REQUEST_COUNT, TRTLLM_KV_CACHE_BLOCK_STATISTICS, TRTLLM_REQUEST_STATISTICS,
 )  # fmt: skip

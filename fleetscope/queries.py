@@ -122,3 +122,142 @@ def rank_compute_seconds_per_step(window: str = "5m") -> str:
     phases = _phase_regex(contract.COMPUTE_PHASES)
     compute = f'sum without (phase) (rate({contract.TRAINING_PHASE_SECONDS}{{phase=~"{phases}"}}[{window}]))'
     return f"{compute} / (rate({contract.TRAINING_STEPS}[{window}]) > 0)"
+
+
+# --------------------------------------------------------------------------------------------
+# inference: serving engines (vLLM, TGI, Triton) and the join of a replica to its GPUs and node.
+# Every per-engine term is label_replace'd with ``server`` and, for vLLM, ``model`` (from
+# ``model_name``), so the engines' terms union with ``or`` and sum by model without colliding.
+# vLLM's renamed series are read as ``new or old`` so one expression covers V0 and V1.
+# --------------------------------------------------------------------------------------------
+
+_SERVER = contract.INFERENCE_SERVER_LABEL
+_MODEL = contract.INFERENCE_MODEL_LABEL
+
+
+def _tag(expr: str, server: str, model_from: str = "") -> str:
+    """``expr`` with ``server="<server>"`` and, when ``model_from`` names a label, ``model`` copied from it."""
+    out = f'label_replace({expr}, "{_SERVER}", "{server}", "", "")'
+    if model_from:
+        out = f'label_replace({out}, "{_MODEL}", "$1", "{model_from}", "(.*)")'
+    return out
+
+
+def vllm_either(new: str, old: str, matchers: str = "") -> str:
+    """A vLLM series under its V1 name, or its V0 name where a server has only that."""
+    return f"({new}{matchers} or {old}{matchers})"
+
+
+def vllm_kv_cache_usage(matchers: str = "") -> str:
+    """KV-cache use (0-1) of each vLLM engine, V0 or V1 spelling."""
+    return vllm_either(contract.VLLM_KV_CACHE_USAGE, contract.VLLM_GPU_CACHE_USAGE, matchers)
+
+
+def vllm_itl_bucket(matchers: str = "") -> str:
+    """Inter-token latency buckets, V1 (inter_token_latency) or V0/early V1 (time_per_output_token)."""
+    return vllm_either(
+        contract.VLLM_INTER_TOKEN_LATENCY.bucket, contract.VLLM_TIME_PER_OUTPUT_TOKEN.bucket, matchers
+    )
+
+
+def histogram_quantile_by(q: float, bucket: str, window: str, by: tuple[str, ...]) -> str:
+    """``histogram_quantile`` over ``bucket``'s rate, keeping ``by`` (``le`` is added)."""
+    return f"histogram_quantile({q}, sum by ({', '.join(by + ('le',))}) (rate({bucket}[{window}])))"
+
+
+def le_matcher(seconds: float) -> str:
+    """Matcher for the bucket whose upper bound is ``seconds``, whichever way ``le`` is spelled
+    (prometheus_client writes ``1.0``, Prometheus 3 normalises to ``1``, Rust writes ``1``)."""
+    text = repr(float(seconds))
+    short = text.removesuffix(".0")
+    return f'le=~"{short}|{text}"'.replace(".", "\\\\.")
+
+
+def model_requests_rate(window: str = "5m") -> str:
+    """Finished requests per second of each served model, all engines."""
+    vllm = _tag(
+        f"sum by ({_MODEL_NAME}) (rate({contract.VLLM_REQUEST_SUCCESS}[{window}]))", "vllm", _MODEL_NAME
+    )
+    tgi = _tag(f"sum by ({_MODEL}) (rate({contract.TGI_REQUEST_COUNT}[{window}]))", "tgi")
+    triton = _tag(
+        f"sum by ({_MODEL}) (rate({contract.TRITON_REQUEST_SUCCESS}[{window}])"
+        f" + ignoring (reason) rate({contract.TRITON_REQUEST_FAILURE}[{window}]))",
+        "triton",
+    )
+    return f"sum by ({_MODEL}, {_SERVER}) ({vllm} or {tgi} or {triton})"
+
+
+_MODEL_NAME = contract.VLLM_LABELS[0]
+
+
+def model_error_ratio(window: str = "5m") -> str:
+    """Failed requests per request of each model: vLLM HTTP 5xx on its OpenAI routes (joined to the
+    model through the target), TGI ``tgi_request_failure``, Triton ``nv_inference_request_failure``."""
+    http = contract.VLLM_HTTP_REQUESTS
+    target = f"{contract.INSTANCE_LABEL}, job"
+    model_of_target = f"group by ({target}, {_MODEL_NAME}) ({contract.VLLM_NUM_REQUESTS_RUNNING})"
+    errors = f'sum by ({target}) (rate({http}{{handler=~"/v1/.*", status="5xx"}}[{window}]))'
+    total = f'sum by ({target}) (rate({http}{{handler=~"/v1/.*"}}[{window}]))'
+    per_model = (
+        f"sum by ({_MODEL_NAME}) ({errors} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target})"
+        f" / (sum by ({_MODEL_NAME}) ({total} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target}) > 0)"
+    )
+    vllm = _tag(per_model, "vllm", _MODEL_NAME)
+    tgi = _tag(
+        f"sum by ({_MODEL}) (rate({contract.TGI_REQUEST_FAILURE}[{window}]))"
+        f" / (sum by ({_MODEL}) (rate({contract.TGI_REQUEST_COUNT}[{window}])) > 0)",
+        "tgi",
+    )
+    fail = f"sum by ({_MODEL}) (rate({contract.TRITON_REQUEST_FAILURE}[{window}]))"
+    ok = f"sum by ({_MODEL}) (rate({contract.TRITON_REQUEST_SUCCESS}[{window}]))"
+    triton = _tag(f"{fail} / (({fail} + {ok}) > 0)", "triton")
+    return f"max by ({_MODEL}, {_SERVER}) ({vllm} or {tgi} or {triton})"
+
+
+def vllm_slow_ratio(bucket_expr: str, count_expr: str, seconds: float, window: str = "5m") -> str:
+    """Fraction of vLLM observations slower than ``seconds`` per model (1 - bucket{le}/count).
+    ``seconds`` must be one of the histogram's bucket bounds."""
+    good = f"sum by ({_MODEL_NAME}) (rate({bucket_expr}[{window}]))"
+    total = f"sum by ({_MODEL_NAME}) (rate({count_expr}[{window}]))"
+    return _tag(f"1 - {good} / ({total} > 0)", "vllm", _MODEL_NAME)
+
+
+def vllm_ttft_slow_ratio(seconds: float, window: str = "5m") -> str:
+    """Share of requests whose time to first token exceeds ``seconds`` (a vLLM TTFT bucket bound)."""
+    h = contract.VLLM_TIME_TO_FIRST_TOKEN
+    return vllm_slow_ratio(f"{h.bucket}{{{le_matcher(seconds)}}}", h.observations, seconds, window)
+
+
+def vllm_itl_slow_ratio(seconds: float, window: str = "5m") -> str:
+    """Share of inter-token gaps longer than ``seconds`` (a vLLM ITL/TPOT bucket bound), V0 or V1."""
+    new, old = contract.VLLM_INTER_TOKEN_LATENCY, contract.VLLM_TIME_PER_OUTPUT_TOKEN
+    m = f"{{{le_matcher(seconds)}}}"
+    # rate() needs a selector, not a parenthesised `or`: take each spelling's rate, then `or` them.
+    good = f"sum by ({_MODEL_NAME}) (rate({new.bucket}{m}[{window}]) or rate({old.bucket}{m}[{window}]))"
+    total = (
+        f"sum by ({_MODEL_NAME}) (rate({new.observations}[{window}]) or rate({old.observations}[{window}]))"
+    )
+    return _tag(f"1 - {good} / ({total} > 0)", "vllm", _MODEL_NAME)
+
+
+# The join of a serving replica to the GPUs and node it runs on.
+
+
+def instance_hostname(expr: str) -> str:
+    """``expr`` with ``Hostname`` set from the host part of ``instance`` (Slurm/EC2 static targets:
+    ``node-7:8000`` -> ``node-7``; an IPv6 ``[::1]:8000`` keeps its brackets off)."""
+    return f'label_replace({expr}, "{_NODE}", "$1", "{contract.INSTANCE_LABEL}", "\\\\[?([^\\\\]]+?)\\\\]?(?::[0-9]+)?")'
+
+
+def replica_gpus_k8s(gpu_metric: str) -> str:
+    """A DCGM GPU series restricted to serving pods' GPUs, joined on (namespace, pod): the
+    exporter's attribution labels on the GPU side, the scrape's target labels on the serving side."""
+    on = ", ".join(contract.K8S_POD_JOIN_LABELS)
+    serving = f"group by ({on}, {_MODEL_NAME}) ({contract.VLLM_NUM_REQUESTS_RUNNING})"
+    return f"{gpu_metric} * on ({on}) group_left ({_MODEL_NAME}) {serving}"
+
+
+def replica_gpus_host(gpu_metric: str) -> str:
+    """A DCGM GPU series of the nodes that run a vLLM replica, joined on Hostname from ``instance``."""
+    serving = f"group by ({_NODE}, {_MODEL_NAME}) ({instance_hostname(contract.VLLM_NUM_REQUESTS_RUNNING)})"
+    return f"{gpu_metric} * on ({_NODE}) group_left ({_MODEL_NAME}) {serving}"
