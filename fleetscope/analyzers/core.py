@@ -28,10 +28,13 @@ from fleetscope.analyzers.detectors.straggler import rank_scores
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import Frames
+from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.times import rfc3339
 
 Progress = Callable[[float], None]
+#: What the loaders fetch: the detectors' series and the goodput account's.
+LOADED: tuple[str, ...] = METRICS_USED + tuple(m for m in GOODPUT_METRICS if m not in METRICS_USED)
 
 
 def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
@@ -50,6 +53,7 @@ def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
         straggler_scores=_scores(feat),
         jobs=_jobs(feat, findings),
     )
+    report.goodput = goodput_accounts(feat, findings)
     report.features = feat
     return report
 
@@ -89,7 +93,7 @@ def analyze_file(
     """Load a recorded OpenMetrics file (gzip allowed) and :func:`analyze` it."""
     from fleetscope.analyzers.load_file import load_file
 
-    return analyze(load_file(path, METRICS_USED, step=step, start=start, end=end, progress=progress), config)
+    return analyze(load_file(path, LOADED, step=step, start=start, end=end, progress=progress), config)
 
 
 def analyze_prometheus(
@@ -112,7 +116,7 @@ def analyze_prometheus(
     from fleetscope.analyzers.load_prometheus import load_prometheus
 
     frames = load_prometheus(
-        url, start, end, step, METRICS_USED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
+        url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
         progress=progress,
     )  # fmt: skip
     return analyze(frames, config)

@@ -48,6 +48,78 @@ class JobSummary:
 
 
 @dataclass
+class BadputItem:
+    """One line of a job's badput: GPU-seconds of one category lost to one cause, in one period.
+
+    ``finding`` names the finding the loss is attributed to (``kind cause on node gpu``), None when
+    no finding explains it (a checkpoint, an evaluation, a restart no detector saw).
+    """
+
+    category: str
+    gpu_seconds: float
+    start: float | None = None
+    end: float | None = None
+    finding: str | None = None
+    text: str = ""
+
+
+@dataclass
+class CheckpointAdvice:
+    """The checkpoint interval that minimises the expected loss (docs/analyzers.md#goodput).
+
+    Times in seconds; intervals are wall time between the starts of two checkpoints. ``waste_*``
+    are the expected fractions of the job's GPU time lost to checkpoints and recomputation.
+    """
+
+    save_s: float
+    saves: int
+    nodes: int
+    failures: int
+    node_hours: float
+    failures_per_node_hour: float
+    prior: bool
+    mtbf_s: float
+    young_s: float
+    daly_s: float
+    recommended_s: float
+    current_s: float | None = None
+    waste_current: float | None = None
+    waste_recommended: float = 0.0
+    #: GPU-hours per day of the job's allocation the recommended interval saves against the current.
+    gain_gpu_hours_per_day: float | None = None
+
+
+@dataclass
+class GoodputAccount:
+    """Where one job's GPU-hours went in the window: the parts of :data:`GOODPUT_CATEGORIES`
+    (GPU-seconds) sum to ``whole_gpu_seconds`` exactly (``idle`` is the unexplained remainder)."""
+
+    job_id: str
+    start: float
+    end: float
+    gpus: float
+    whole_gpu_seconds: float
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
+    #: Meta's Llama 3 effective training time: time in steps that advanced the model / elapsed.
+    effective_training_ratio: float = 0.0
+    #: Productive share: effective training time without the slowdown lost to stragglers and MFU drops.
+    goodput_ratio: float = 0.0
+    baseline_step_s: float | None = None
+    restarts: int = 0
+    #: Which inputs the account used: ``checkpoint_telemetry``, ``global_step`` (True when read,
+    #: False when inferred from phase times and step counters).
+    inputs: dict[str, bool] = field(default_factory=dict)
+    items: list[BadputItem] = field(default_factory=list)
+    advice: CheckpointAdvice | None = None
+
+
+#: The account's categories, in report order.
+GOODPUT_CATEGORIES: tuple[str, ...] = (
+    "productive", "checkpoint", "recovery", "rework", "stall", "eval", "slowdown", "idle",
+)  # fmt: skip
+
+
+@dataclass
 class Report:
     """The result of one analysis over a window [start, end] (Unix seconds).
 
@@ -61,6 +133,8 @@ class Report:
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)
     straggler_scores: list[StragglerScore] = field(default_factory=list)
     jobs: dict[str, JobSummary] = field(default_factory=dict)
+    #: Job id -> its goodput account (docs/analyzers.md#goodput).
+    goodput: dict[str, GoodputAccount] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         #: The signals the detectors read, for reports that plot them (HTML). Not a dataclass field

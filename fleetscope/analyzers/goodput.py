@@ -1,0 +1,431 @@
+"""The goodput account: where each job's GPU-hours went in the window, and who cost them.
+
+The whole is the job's GPUs x time over the window (its ranks on the grid; while the job is down,
+the allocation it held before). It is split into :data:`~fleetscope.analyzers.report.GOODPUT_CATEGORIES`:
+
+* ``checkpoint``: save time (``training_checkpoint_save_seconds_total``, else the ``checkpoint``
+  phase) and load time on restart (``training_checkpoint_load_seconds_total``);
+* ``eval``: the ``eval`` phase;
+* ``stall`` and ``recovery``: the time no step completes and no phase counts (a *gap*). A gap in
+  which the job stops (every rank's series gone, a counter reset, the global step going back, the
+  restart attempt going up) is a failure: the time from the last step to the abort is ``stall``
+  (the hang), from the abort to the first step after the restart ``recovery`` (requeue, startup,
+  communicator setup). A gap without a restart is a ``stall``; the job's first start is recovery;
+* ``rework``: steps recomputed after resuming from an older checkpoint (the global step went back
+  from S1 to S0: the step time until S1 is reached again; without the global step, the steps since
+  the last checkpoint began before the failure);
+* ``slowdown``: while a straggler or MFU-drop finding of the job is open, the step time above the
+  job's baseline step (the median step of the rest of the window);
+* ``productive``: the rest of the step time; ``idle``: what no counter explains.
+
+Step, phase and checkpoint time come from counters (exact, whatever the grid); only the edges of a
+gap are estimated from the grid (half a step of a stopped series). Every badput line names the
+finding it is attributed to. See docs/analyzers.md#goodput.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.analyzers.features import RANK_KEY, Features, job_columns
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import increase_steps, iter_runs
+from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
+
+#: The series the account reads besides the detectors' (the loaders fetch them too).
+GOODPUT_METRICS: tuple[str, ...] = (
+    c.TRAINING_GLOBAL_STEP,
+    c.TRAINING_CHECKPOINT_SAVES,
+    c.TRAINING_CHECKPOINT_SAVE_SECONDS,
+    c.TRAINING_CHECKPOINT_LOAD_SECONDS,
+    c.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP,
+    c.TRAINING_RESTART_ATTEMPT,
+    c.TRAINING_RESUMED_FROM_STEP,
+)
+#: A rank absent for at most this many grid steps missed scrapes; it still holds its GPU.
+BRIDGE_STEPS = 3
+#: Slowness findings whose open time counts as slowdown, most specific first.
+SLOW_KINDS: tuple[str, ...] = ("straggler", "failing_node", "mfu_drop")
+#: Findings that explain a stall or a restart, most specific first.
+FAIL_KINDS: tuple[str, ...] = ("failing_node", "job_hang")
+
+
+@dataclass
+class _Gap:
+    a: int  # first interval of the gap
+    b: int  # last interval of the gap
+    gpu_s: float = 0.0  # its GPU-seconds, the edges of the busy runs around it included
+    restart: bool = False
+    stall: float = 0.0
+    recovery: float = 0.0
+    rework: float = 0.0
+
+
+def _aligned(feat: Features, name: str, cols: np.ndarray, how: str = "max") -> np.ndarray | None:
+    """``name`` on the job's rank columns (T x ranks), None when the window lacks it."""
+    f = feat.frames.get(name)
+    if not len(f):
+        return None
+    r = feat.ranks
+    index = {tuple(row): i for i, row in enumerate(r.keys.itertuples(index=False, name=None))}
+    lab, vals = f.group(RANK_KEY, how)
+    out = np.full(r.steps.shape, np.nan)
+    for j, row in enumerate(lab.itertuples(index=False, name=None)):
+        k = index.get(tuple(row))
+        if k is not None:
+            out[:, k] = vals[:, j]
+    out = out[:, cols]
+    return None if np.isnan(out).all() else out
+
+
+def _sum(x: np.ndarray | None) -> np.ndarray:
+    """Per grid time, the sum over the columns (NaN as 0)."""
+    if x is None:
+        return np.array(0.0)
+    return np.nansum(np.nan_to_num(x, nan=0.0), axis=1)
+
+
+def _job_level(x: np.ndarray | None) -> np.ndarray | None:
+    """One value per grid time from per-rank gauges that all ranks share (their max)."""
+    if x is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(x, axis=1)
+
+
+def _bridge(present: np.ndarray, k: int) -> np.ndarray:
+    """Fill each column's interior absences of at most ``k`` grid steps (missed scrapes)."""
+    out = present.copy()
+    for j in range(present.shape[1]):
+        col = present[:, j]
+        seen = np.nonzero(col)[0]
+        if seen.size < 2:
+            continue
+        for a, b in iter_runs(~col):
+            if a > seen[0] and b < seen[-1] and b - a + 1 <= k:
+                out[a : b + 1, j] = True
+    return out
+
+
+def finding_label(f: Finding) -> str:
+    """How a badput line names its finding: ``XID 79 on node X gpu 3``, ``straggler thermal_throttle ...``."""
+    xid = next((k for k in f.evidence if k.startswith("XID ")), None)
+    what = f"{xid} ({f.cause})" if xid else f"{f.kind} {f.cause}"
+    where = f" on {f.node}" if f.node else f" of job {f.job_id}" if f.job_id else ""
+    gpu = f" gpu {f.gpu}" if f.gpu is not None else ""
+    return f"{what}{where}{gpu}"
+
+
+def goodput_accounts(feat: Features, findings: Sequence[Finding]) -> dict[str, GoodputAccount]:
+    """The goodput account of every job of the window (jobs without a rank on the grid: none)."""
+    out = {}
+    for job in feat.jobs:
+        acct = job_account(feat, findings, job)
+        if acct is not None:
+            out[job] = acct
+    return out
+
+
+def _mine(f: Finding, job: str, nodes: set[str]) -> bool:
+    return f.job_id == job or (f.job_id is None and f.node in nodes)
+
+
+class _Job:
+    """The per-interval counters of one job; interval ``i`` is grid time ``t[i-1]`` to ``t[i]``."""
+
+    def __init__(self, feat: Features, job: str) -> None:
+        r = feat.ranks
+        self.feat = feat
+        self.cols = cols = job_columns(feat, job)
+        self.t = feat.times
+        self.step = feat.step
+        present = r.present[:, cols]
+        self.raw_g = present.sum(axis=1)
+        g = _bridge(present, BRIDGE_STEPS).sum(axis=1).astype(float)
+        seen = np.nonzero(g > 0)[0]
+        self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
+        for i in range(self.first + 1, self.last + 1):
+            if g[i] == 0:
+                g[i] = g[i - 1]  # down: the job holds (waits for) its allocation
+        self.g = g
+        nodes = r.keys[cols][c.NODE_LABEL] if cols.any() else []
+        self.nodes = {str(n) for n in nodes}
+        self.steps = _sum(r.steps[:, cols])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self.job_steps = np.nan_to_num(np.nanmedian(r.steps[:, cols], axis=1), nan=0.0)
+        step_s = r.step_seconds[:, cols]
+        if np.isnan(step_s).all():  # no step timer: the phases of the step
+            step_s = sum((r.phases[p][:, cols] for p in c.TRAINING_PHASES if p not in c.PAUSE_PHASES
+                          and p in r.phases), np.zeros(step_s.shape))  # fmt: skip
+        self.train = _sum(step_s) * np.ones(len(self.t))
+        ck_phase = (
+            _sum(r.phases["checkpoint"][:, cols]) if "checkpoint" in r.phases else np.zeros(len(self.t))
+        )
+        save = _aligned(feat, c.TRAINING_CHECKPOINT_SAVE_SECONDS, cols)
+        load = _aligned(feat, c.TRAINING_CHECKPOINT_LOAD_SECONDS, cols)
+        self.ck_telemetry = save is not None
+        self.save = np.maximum(ck_phase, _sum(increase_steps(save))) if save is not None else ck_phase
+        self.load = (
+            _sum(increase_steps(load)) * np.ones(len(self.t)) if load is not None else np.zeros(len(self.t))
+        )
+        self.ev = _sum(r.phases["eval"][:, cols]) if "eval" in r.phases else np.zeros(len(self.t))
+        self.gstep = _job_level(_aligned(feat, c.TRAINING_GLOBAL_STEP, cols))
+        self.resumed = _job_level(_aligned(feat, c.TRAINING_RESUMED_FROM_STEP, cols))
+        self.attempt = _job_level(_aligned(feat, c.TRAINING_RESTART_ATTEMPT, cols))
+        self.saves = _aligned(feat, c.TRAINING_CHECKPOINT_SAVES, cols, "sum")
+        raw = feat.frames.get(c.TRAINING_STEPS)
+        _lab, steps_raw = raw.group(RANK_KEY)
+        self.steps_raw = (
+            steps_raw[:, cols] if steps_raw.shape[1] == len(cols) else np.full((len(self.t), 0), np.nan)
+        )
+        iv = np.zeros(len(self.t), dtype=bool)
+        iv[self.first + 1 : self.last + 1] = True
+        self.iv = iv
+        self.whole = np.where(iv, self.g * self.step, 0.0)
+        for name in ("train", "save", "load", "ev", "steps", "job_steps"):
+            setattr(self, name, np.where(iv, getattr(self, name), 0.0))
+        self.rem = self.whole - self.train - self.save - self.load - self.ev
+
+    def step_time(self) -> float:
+        """The median wall time of one step over the intervals that complete steps."""
+        ok = self.steps > 0
+        return float(np.median(self.train[ok] / self.steps[ok])) if ok.any() else self.step
+
+    def resets(self) -> np.ndarray:
+        """Per grid time: did the job restart there (a step counter or the global step fell, a new
+        rank series began, the restart attempt went up)."""
+        T = len(self.t)
+        out = np.zeros(T, dtype=bool)
+        for x, sign in ((self.steps_raw, -1.0), (self.gstep, -1.0), (self.attempt, 1.0)):
+            if x is None or not x.size:
+                continue
+            x2 = x.reshape(T, -1)
+            prev = _ffill_prev(x2)
+            with np.errstate(invalid="ignore"):
+                out |= np.any(sign * (x2 - prev) > 0.5, axis=1)
+        if self.steps_raw.size:
+            born = np.argmax(~np.isnan(self.steps_raw), axis=0)
+            for i in born[born > self.first]:
+                out[i] = True
+        return out
+
+
+def _ffill_prev(x: np.ndarray) -> np.ndarray:
+    """Each column's last value before each row (NaN when none)."""
+    import pandas as pd
+
+    return pd.DataFrame(x).ffill().shift(1).to_numpy()
+
+
+def _gaps(j: _Job) -> tuple[list[_Gap], float]:
+    """The gaps (no step, no phase) of the job, each with its GPU-seconds and its split, and the
+    GPU-seconds of the busy runs' edges that belong to no gap (a step begun before the window or
+    still running at its end: productive)."""
+    busy = (j.steps > 0) | (j.save + j.load + j.ev > 0)
+    idle = j.iv & ~busy
+    gaps = [_Gap(a, b) for a, b in iter_runs(idle)]
+    edges = 0.0
+    tstep = j.step_time()
+    resets = j.resets()
+    runs = list(iter_runs(j.iv & busy))
+    for p, q in runs:
+        total = float(j.rem[p : q + 1].sum())
+        before = next((g for g in gaps if g.b == p - 1), None)
+        after = next((g for g in gaps if g.a == q + 1), None)
+        head = 0.0
+        if before is None and after is None:
+            edges += total
+        elif after is None:
+            edges += total - min(max(float(j.rem[p]) - j.g[p] * tstep / 2, 0.0), max(total, 0.0))
+        if before is not None:
+            head = min(max(float(j.rem[p]) - j.g[p] * tstep / 2, 0.0), max(total, 0.0))
+            before.gpu_s += head
+        if after is not None:
+            after.gpu_s += total - head
+            after.stall = total - head  # provisional: the run's tail, the step the gap lost
+    for g in gaps:
+        g.gpu_s += float(j.rem[g.a : g.b + 1].sum())
+        _split(j, g, resets)
+    return gaps, edges
+
+
+def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
+    """Split a gap into stall (last step to the abort) and recovery (abort to the first step)."""
+    tail = g.stall
+    g.stall = 0.0
+    leading = g.a == j.first + 1
+    absent = [i for i in range(g.a, g.b + 1) if j.raw_g[i] == 0]
+    reset = [i for i in range(g.a, min(g.b + 2, len(j.t))) if resets[i]]
+    g.restart = bool(absent or reset)
+    total = max(g.gpu_s, 0.0)
+    if leading and not tail:
+        g.recovery = total  # the job's start: startup until its first step
+        return
+    if not g.restart:
+        g.stall = total
+        return
+    gprev = j.g[g.a - 1] if g.a > 0 else j.g[g.a]
+    last_step = j.t[g.a - 1] - (tail / gprev if gprev else 0.0)
+    # A stopped series stays on the grid one step more: it stopped ~1.5 steps before it went.
+    abort = j.t[absent[0]] - 1.5 * j.step if absent else j.t[reset[0] - 1]
+    g.stall = min(max(gprev * (abort - last_step), 0.0), total)
+    g.recovery = total - g.stall
+
+
+def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
+    """Steps recomputed after the restart gap ``g``; their GPU-seconds go into ``g.rework`` and,
+    per interval, into ``per``."""
+    nxt = g.b + 1
+    if nxt >= len(j.t) or not j.iv[nxt]:
+        return 0.0
+    lost = 0.0
+    if j.gstep is not None and np.isfinite(j.gstep[: g.a]).any():
+        s1 = float(np.nanmax(j.gstep[: g.b + 1][np.isfinite(j.gstep[: g.b + 1])]))
+        after = j.gstep[g.a : min(nxt + 4, len(j.t))]
+        resumed = j.resumed[g.a : min(nxt + 4, len(j.t))] if j.resumed is not None else None
+        if resumed is not None and np.isfinite(resumed).any():
+            s0 = float(np.nanmin(resumed))
+        elif np.isfinite(after).any():
+            # the first value after the restart, less the steps done by then in its interval
+            vals = np.where(np.isfinite(after), after, np.inf)
+            k = int(np.argmin(vals))
+            s0 = float(vals[k]) - float(j.job_steps[g.a + k])
+        else:
+            s0 = s1
+        lost = max(s1 - s0, 0.0)
+    else:
+        ck = [i for i in range(j.first + 1, g.a) if j.save[i] > 0]
+        if ck:
+            u = ck[-1]
+            while u - 1 in ck:
+                u -= 1
+            lost = float(j.job_steps[u + 1 : g.a].sum())
+    need = lost
+    i = nxt
+    while need > 1e-9 and i < len(j.t) and j.iv[i]:
+        n = j.job_steps[i]
+        if n > 0:
+            frac = min(1.0, need / n)
+            per[i] += frac * j.train[i]
+            g.rework += frac * j.train[i]
+            need -= frac * n
+        i += 1
+    return lost
+
+
+def _slowdown(j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray
+              ) -> tuple[float | None, list[tuple[Finding, float, float, float]]]:  # fmt: skip
+    """The job's baseline step time and, per slowness finding, (finding, GPU-seconds over the
+    baseline, first, last grid time it counted)."""
+    mid = j.t - j.step / 2
+    owner = np.full(len(j.t), -1)
+    slow = [f for k in SLOW_KINDS for f in findings
+            if f.kind == k and f.severity != "info" and _mine(f, job, j.nodes)]  # fmt: skip
+    for n, f in reversed(list(enumerate(slow))):  # the most specific finding owns an interval
+        end = j.t[-1] + j.step if f.end is None else f.end
+        owner[(mid >= f.start) & (mid <= end) & j.iv] = n
+    clean = j.iv & (j.steps > 0) & (owner < 0) & (rework == 0)
+    per_step = np.where(j.steps > 0, j.train / np.maximum(j.steps, 1e-9), np.nan)
+    if clean.sum() >= 5:
+        base = float(np.median(per_step[clean]))
+    elif (j.steps > 0).any():
+        base = float(np.percentile(per_step[j.steps > 0], 25))
+    else:
+        return None, []
+    out = []
+    for n, f in enumerate(slow):
+        sel = (owner == n) & (rework == 0)
+        if not sel.any():
+            continue
+        lost = float((j.train[sel] - j.steps[sel] * base).sum())
+        idx = np.nonzero(sel)[0]
+        if lost > 0:
+            out.append((f, lost, float(j.t[idx[0] - 1]), float(j.t[idx[-1]])))
+    return base, out
+
+
+def _cause(gap: _Gap, j: _Job, findings: Sequence[Finding], job: str, lookback: float) -> Finding | None:
+    """The finding that explains a gap: a failing node or a hang that began around it."""
+    lo, hi = j.t[max(gap.a - 1, 0)] - lookback, j.t[min(gap.b + 1, len(j.t) - 1)]
+    for kind in FAIL_KINDS:
+        hits = [f for f in findings if f.kind == kind and f.severity != "info" and _mine(f, job, j.nodes)
+                and lo <= f.start <= hi]  # fmt: skip
+        if hits:
+            return min(hits, key=lambda f: (f.severity != "critical", f.start))
+    return None
+
+
+def job_account(feat: Features, findings: Sequence[Finding], job: str) -> GoodputAccount | None:
+    """The goodput account of ``job`` (None when none of its ranks is on the grid)."""
+    j = _Job(feat, job)
+    if j.last <= j.first:
+        return None
+    rework = np.zeros(len(j.t))
+    gaps, edges = _gaps(j)
+    restarts = [g for g in gaps if g.restart]
+    for g in restarts:
+        _rework(j, g, rework)
+    base, slow = _slowdown(j, findings, job, rework)
+    parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
+    parts["checkpoint"] = float(j.save.sum() + j.load.sum())
+    parts["eval"] = float(j.ev.sum())
+    parts["stall"] = sum(g.stall for g in gaps)
+    parts["recovery"] = sum(g.recovery for g in gaps)
+    parts["rework"] = float(rework.sum())
+    parts["slowdown"] = sum(x[1] for x in slow)
+    parts["productive"] = float(j.train.sum()) - parts["rework"] - parts["slowdown"] + edges
+    whole = float(j.whole.sum())
+    parts["idle"] = whole - sum(v for k, v in parts.items() if k != "idle")
+    if parts["idle"] < 0:  # counters a little ahead of the grid: the steps were productive
+        parts["productive"] += parts["idle"]
+        parts["idle"] = 0.0
+    parts["idle"] = whole - sum(v for k, v in parts.items() if k != "idle")
+    items = _items(j, gaps, slow, findings, job)
+    useful = parts["productive"] + parts["slowdown"]
+    span = float(j.t[j.last] - j.t[j.first])
+    return GoodputAccount(
+        job_id=job, start=float(j.t[j.first]), end=float(j.t[j.last]), gpus=whole / span if span else 0.0,
+        whole_gpu_seconds=whole, gpu_seconds=parts,
+        effective_training_ratio=useful / whole if whole else 0.0,
+        goodput_ratio=parts["productive"] / whole if whole else 0.0,
+        baseline_step_s=None if base is None else round(base, 4), restarts=len(restarts),
+        inputs={"checkpoint_telemetry": j.ck_telemetry, "global_step": j.gstep is not None},
+        items=items,
+    )  # fmt: skip
+
+
+def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], job: str) -> list[BadputItem]:
+    """Every badput line of the job, attributed to its finding where one explains it."""
+    lookback = j.feat.config.hang_lookback_s
+    items = []
+    for g in gaps:
+        f = _cause(g, j, findings, job, lookback)
+        label = finding_label(f) if f is not None else None
+        who = label or ("the job's start" if g.a == j.first + 1 and not g.restart
+                        else "a restart no finding explains" if g.restart else "a stall no finding explains")  # fmt: skip
+        a, b = float(j.t[g.a - 1]), float(j.t[g.b])
+        for cat in ("stall", "recovery", "rework"):
+            v = getattr(g, cat)
+            if v > 0:
+                items.append(BadputItem(cat, v, a, b, label, f"{who} cost {v / 3600:.2f} GPU-hours of {cat}"))
+    for f, lost, a, b in slow:
+        label = finding_label(f)
+        items.append(
+            BadputItem("slowdown", lost, a, b, label, f"{label} cost {lost / 3600:.2f} GPU-hours of slowdown")
+        )
+    ck, ld, ev = float(j.save.sum()), float(j.load.sum()), float(j.ev.sum())
+    if ck > 0:
+        items.append(BadputItem("checkpoint", ck, text=f"checkpoint saves cost {ck / 3600:.2f} GPU-hours"))
+    if ld > 0:
+        items.append(BadputItem("checkpoint", ld, text=f"checkpoint loads cost {ld / 3600:.2f} GPU-hours"))
+    if ev > 0:
+        items.append(BadputItem("eval", ev, text=f"evaluation cost {ev / 3600:.2f} GPU-hours"))
+    items.sort(key=lambda x: -x.gpu_seconds)
+    return items
