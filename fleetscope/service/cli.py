@@ -46,7 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--step", type=positive, default=15.0, metavar="S", help="query resolution in seconds (15)"
     )
     parser.add_argument(
-        "--timeout", type=positive, default=30.0, metavar="S", help="timeout of each Prometheus request (30)"
+        "--timeout",
+        type=positive,
+        default=30.0,
+        metavar="S",
+        help="seconds each Prometheus request may take, whole answer included (30)",
     )
     parser.add_argument(
         "--stale-after",
@@ -127,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
+    from fleetscope.service.server import server_options
 
     token = load_token(args.token_file)
     if token is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -147,9 +152,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
-    config = uvicorn.Config(
-        app, log_config=None, log_level="warning", access_log=False, server_header=False, lifespan="on"
-    )
+    config = uvicorn.Config(app, **server_options())
     log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs", host, port, url, args.interval)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

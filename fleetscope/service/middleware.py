@@ -25,7 +25,8 @@ SECURITY_HEADERS = [
 
 
 class SecurityHeaders:
-    """Adds the security headers to every answer (pure ASGI: cheap)."""
+    """Adds the security headers to every answer (pure ASGI: cheap); a header the app already set
+    is replaced, never doubled."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -37,7 +38,9 @@ class SecurityHeaders:
 
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+                own = {k for k, _ in SECURITY_HEADERS}
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in own]
+                message["headers"] = kept + SECURITY_HEADERS
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -68,13 +71,13 @@ async def reject_unknown_query(request: Request) -> None:
 
 
 def add_middleware(app: FastAPI, token: str | None) -> None:
-    """The security headers; with a token, also the token check (outermost, so a 401 is answered
-    before anything else runs) and the bearer scheme in the OpenAPI document."""
+    """With a token, the token check (so a 401 is answered before any route runs) and the bearer
+    scheme in the OpenAPI document; the security headers outermost, so every answer carries them,
+    the token check's 401 included. (The middleware added last is the outermost.)"""
     if token:
         _declare_bearer(app)
-    app.add_middleware(SecurityHeaders)
-    if token:
         app.add_middleware(BearerTokenMiddleware, token=token)
+    app.add_middleware(SecurityHeaders)
 
 
 def _declare_bearer(app: FastAPI) -> None:
