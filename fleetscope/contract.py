@@ -780,6 +780,7 @@ FINDINGS = _m(
 
 FINDING_KINDS: tuple[str, ...] = (
     "failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
+    "slow_replica", "failing_replica", "capacity",
 )  # fmt: skip
 #: Kinds that are informational only (severity ``info``): never a node verdict, never paged.
 INFO_FINDING_KINDS: tuple[str, ...] = ("monitoring_gap", "membership_change")

@@ -14,6 +14,7 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum
+from fleetscope.analyzers.serving import SERVING_METRICS
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -47,6 +48,7 @@ METRICS_USED: tuple[str, ...] = (
     c.EFA_UNRESPONSIVE_REMOTE_EVENTS,
     c.LUSTRE_CLIENT_READ_BYTES,
     c.LUSTRE_CLIENT_WRITE_BYTES,
+    *SERVING_METRICS,
 )
 
 GPU_KEY = (c.NODE_LABEL, "gpu")

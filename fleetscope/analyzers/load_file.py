@@ -22,6 +22,7 @@ from typing import BinaryIO, NoReturn
 import numpy as np
 
 from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, drop_bad_samples
+from fleetscope.analyzers.grid import grid_start, round_step
 from fleetscope.errors import FleetscopeError
 
 log = logging.getLogger(__name__)
@@ -236,8 +237,10 @@ def load_file(
 ) -> Frames:
     """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``)."""
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress)
-    step = step or spacing
-    start = t_min if start is None else start
+    step = step or round_step(spacing)
+    if start is None:
+        sample = [s.times[:64] for series in raw.values() for s in series[:256]]
+        start = grid_start(np.concatenate(sample) if sample else np.array([]), t_min, step)
     end = t_max if end is None else end
     if end < start:
         raise FleetscopeError("the window ends before it starts")

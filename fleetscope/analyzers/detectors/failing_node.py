@@ -16,16 +16,19 @@ open (``end`` null): none of these signals clears without a reset.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from fleetscope import contract as c
 from fleetscope import hardware, xids
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_stalls
+from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
+
+#: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
+AddEvent = Callable[[str, str, str, int, str, str], None]
 
 _PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
              "ranks_stopped", "pcie_width_drop")  # fmt: skip
@@ -187,23 +190,69 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
             start=float(times[start_i]), cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
         ))  # fmt: skip
         findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
-    findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
-    return findings
+    return one_per_node(findings)
 
 
-def _ranks_stopped(feat: Features, add) -> None:
-    """During a stall, ranks whose series vanished first mark the node (and GPU) that broke."""
+def _ranks_stopped(feat: Features, add: AddEvent) -> None:
+    """During a job's stall, ranks whose series vanished first mark the node (and GPU) that broke.
+
+    Only while the job's other GPUs stay busy (their collectives spin, waiting for the lost ranks):
+    a job that the scheduler stops leaves its GPUs idle, and the ranks that end first there are just
+    the first to exit (docs/design.md#hangs).
+    """
     r = feat.ranks
-    for a, b in job_stalls(feat):
-        if a == 0:
+    for job in feat.jobs:
+        cols = job_columns(feat, job)
+        for a, b in job_stalls(feat, job):
+            if a == 0:
+                continue
+            vanished = cols & r.present[a - 1] & ~r.present[min(b, a + 4)]
+            if not vanished.any() or vanished.sum() > max(8, 0.25 * (cols & r.present[a - 1]).sum()):
+                continue
+            gone = {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[vanished]}
+            util = gpu_busy(feat, job_nodes(feat, job) - gone, a, b)
+            if util is not None and util < feat.config.hang_util:
+                continue
+            for k in np.nonzero(vanished)[0]:
+                node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
+                add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped "
+                    f"reporting when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip
+
+
+def one_per_node(findings: list[Finding]) -> list[Finding]:
+    """One failing-node finding per node and incident: the most specific cause, the others as evidence.
+
+    A GPU that falls off the bus takes its rank down and the job's other ranks on that node with it:
+    that is one broken node, not eight findings. The kept finding names the GPU of its cause (None
+    when the cause is only ranks that stopped on several GPUs) and lists the other GPUs.
+    """
+    by_node: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_node.setdefault(f.node or "", []).append(f)
+    out: list[Finding] = []
+    for fs in by_node.values():
+        crit = [f for f in fs if f.severity == "critical"]
+        if len(crit) < 2:
+            out += fs
             continue
-        vanished = r.present[a - 1] & ~r.present[min(b, a + 4)]
-        if not vanished.any() or vanished.sum() > max(8, 0.25 * r.present[a - 1].sum()):
-            continue
-        for k in np.nonzero(vanished)[0]:
-            node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
-            add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped reporting "
-                f"when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip
+        out += [f for f in fs if f.severity != "critical"]
+        rank_of = {p: i for i, p in enumerate(_PRIORITY)}
+        keep = min(crit, key=lambda f: (rank_of.get(_base_cause(f.cause), len(_PRIORITY)), f.start))
+        others = [f for f in crit if f is not keep]
+        if keep.cause == "ranks_stopped" and len({f.gpu for f in crit}) > 1:
+            keep.gpu, keep.rank = None, None
+        keep.start = min(f.start for f in crit)
+        keep.evidence["also"] = "; ".join(
+            f"gpu {f.gpu}: {f.cause}" + (f" (rank {f.rank})" if f.rank is not None else "") for f in others
+        )
+        keep.evidence["confirmed_at"] = min(f.evidence.get("confirmed_at", "") for f in crit)
+        out.append(keep)
+    out.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
+    return out
+
+
+def _base_cause(cause: str) -> str:
+    return "xid" if cause.startswith("xid_") else cause
 
 
 class FailingNodeDetector(Detector):

@@ -19,7 +19,6 @@ a ``failing_node`` finding with the hang as evidence; with no hardware cause the
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope import xids
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_stalls
+from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
 
@@ -47,26 +46,6 @@ _EFA_EVENTS = (
     c.EFA_IMPAIRED_REMOTE_CONN_EVENTS,
     c.EFA_UNRESPONSIVE_REMOTE_EVENTS,
 )
-
-
-def _job_nodes(feat: Features, job: str) -> set[str]:
-    r = feat.ranks
-    cols = job_columns(feat, job)
-    return {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[cols]}
-
-
-def _busy(feat: Features, nodes: set[str], a: int, b: int) -> float | None:
-    """Median GPU utilisation (percent) of the job's nodes over [a, b]; None without GPU data."""
-    gs = feat.gpus
-    if not gs.util.size:
-        return None
-    cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes))
-    v = gs.util[a : b + 1][:, cols]
-    if not np.isfinite(v).any():
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmedian(v))
 
 
 def _paused(feat: Features, job: str, a: int, b: int) -> bool:
@@ -154,9 +133,9 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     out: list[Finding] = []
     look = max(1, round(cfg.hang_lookback_s / feat.step))
     for job in feat.jobs:
-        nodes = _job_nodes(feat, job)
+        nodes = job_nodes(feat, job)
         for a, b in job_stalls(feat, job, min_s=cfg.hang_s):
-            util = _busy(feat, nodes, a, b)
+            util = gpu_busy(feat, nodes, a, b)
             if _paused(feat, job, a, b):
                 continue
             if util is None and (b - a + 1) * feat.step < cfg.hang_no_gpu_data_s:

@@ -5,14 +5,14 @@ GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but e
 compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
 family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
 every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points
-are reported. Grid times whose rate window contains a checkpoint are left out, so periodic
-checkpoints of normal length never count as drops.
+are reported. Throughput is measured only while the job trains (:func:`training_mask`), so
+checkpoints, evaluation, stalls and hangs never count as drops.
 
 A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)
 -> ``failing_node`` / ``stall``; a straggler finding -> ``straggler`` (or ``network`` for a network
 one); else the phase shares of the step against the baseline segment: the data phase grew ->
-``data_loading``; the collective (optimizer) phase grew -> ``network``; the checkpoint phase grew ->
-``storage``; else ``unknown``.
+``data_loading``; the collective (optimizer) phase grew -> ``network``; else ``unknown``. The shares
+are of the training step only: checkpoint and evaluation time are pauses, masked from the series.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
         if shares:
             ba, bb = idx[segs[base_i][0]], idx[segs[base_i][1] - 1]
             d = {ph: _mean_range(s, a, b) - _mean_range(s, ba, bb) for ph, s in shares.items()}
-            for ph in ("data", "optimizer", "checkpoint"):
+            for ph in ("data", "optimizer"):
                 ev[f"{ph}_share_of_step"] = (
                     f"{_mean_range(shares[ph], ba, bb):.1%} -> {_mean_range(shares[ph], a, b):.1%}"
                 )
@@ -308,8 +308,6 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
                 ev.update(_lustre_evidence(feat, a, b, ba, bb))
             elif d["optimizer"] >= cfg.comm_share_increase:
                 cause = "network"
-            elif d["checkpoint"] >= cfg.data_share_increase:
-                cause = "storage"
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
     sev = "critical" if lvl <= base * 0.5 else "warning"
     node, gpu = (
@@ -341,8 +339,10 @@ def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
     cols = r.keys["job_id"].to_numpy() == job
     if not r.phases:
         return {}
+    # Shares of the training step only: checkpoint and evaluation time are pauses (masked from the
+    # MFU series), and a window that holds a checkpoint would otherwise read as a "storage" drop.
     tot = {ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.w)[:, 0]
-           for ph, v in r.phases.items()}  # fmt: skip
+           for ph, v in r.phases.items() if ph not in c.PAUSE_PHASES}  # fmt: skip
     all_ = sum(tot.values())
     with np.errstate(all="ignore"):
         return {ph: np.where(all_ > 0, v / all_, np.nan) for ph, v in tot.items()}
