@@ -141,6 +141,22 @@ DCGM_FI_DEV_PCIE_LINK_GEN = _gpu(
 DCGM_FI_DEV_PCIE_LINK_WIDTH = _gpu(
     "DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (lanes).", "lanes"
 )
+# nvmlDeviceGetPcieThroughput: KB/s over NVML's last 20 ms sample. dcgm-exporter's CSV lists these
+# as counters, but the value is a rate (as NVLINK_BANDWIDTH_TOTAL): typed gauge here, never rate()d.
+DCGM_FI_DEV_PCIE_TX_THROUGHPUT = _gpu(
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+    "gauge",
+    "PCIe TX throughput over NVML's last 20 ms sample (in KB/s; a rate, do not rate()).",
+    "KB/s",
+)
+DCGM_FI_DEV_PCIE_RX_THROUGHPUT = _gpu(
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    "gauge",
+    "PCIe RX throughput over NVML's last 20 ms sample (in KB/s; a rate, do not rate()).",
+    "KB/s",
+)
+DCGM_FI_DEV_ENC_UTIL = _gpu("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "percent")
+DCGM_FI_DEV_DEC_UTIL = _gpu("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "percent")
 DCGM_FI_DEV_CLOCKS_EVENT_REASONS = _gpu(
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "gauge",

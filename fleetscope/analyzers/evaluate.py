@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
 
 MATCH_BEFORE_S = 120.0
-KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change")
+KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
+         "slow_replica", "failing_replica", "capacity")  # fmt: skip
 
 
 @dataclass

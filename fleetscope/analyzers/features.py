@@ -6,6 +6,7 @@ the detectors only compare and decide.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,7 +194,9 @@ def rank_signals(frames: Frames) -> RankSignals:
 
 
 def build_features(frames: Frames, config: DetectorConfig) -> Features:
-    w = max(2, round(config.rate_window_s / frames.step))
+    # At least four samples behind each rate: with 60 s scrapes, two samples whose scrape times
+    # drift across the grid's make a rate swing by a whole step's worth.
+    w = max(4, round(config.rate_window_s / frames.step))
     p = max(1, round(config.persistence_s / frames.step))
     ranks = rank_signals(frames)
     jobs = sorted({str(j) for j in ranks.keys["job_id"]}) if len(ranks.keys) else []
@@ -250,3 +253,23 @@ def job_stalls(feat: Features, job: str | None = None, min_s: float | None = Non
     present = r.present[:, cols].any(axis=1)
     need = max(1, round((feat.config.stall_s if min_s is None else min_s) / feat.step))
     return [(a, b) for a, b in iter_runs(present & ~stepping(feat, job)) if b - a + 1 >= need]
+
+
+def job_nodes(feat: Features, job: str) -> set[str]:
+    """The nodes the ranks of ``job`` ran on in the window."""
+    r = feat.ranks
+    return {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[job_columns(feat, job)]}
+
+
+def gpu_busy(feat: Features, nodes: set[str], a: int, b: int) -> float | None:
+    """Median GPU utilisation (percent) of the job's nodes over [a, b]; None without GPU data."""
+    gs = feat.gpus
+    if not gs.util.size:
+        return None
+    cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes))
+    v = gs.util[a : b + 1][:, cols]
+    if not np.isfinite(v).any():
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmedian(v))

@@ -76,6 +76,10 @@ class ClusterModel:
     PHASES: tuple[str, ...] = CLASSIC_PHASES
 
     def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
+        if cls is ClusterModel and spec.family == "inference":
+            from fleetscope.simulate.inference import InferenceModel
+
+            return super().__new__(InferenceModel)
         if cls is ClusterModel and spec.realistic:
             from fleetscope.simulate.jobs import RealisticModel
 

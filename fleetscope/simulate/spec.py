@@ -36,6 +36,12 @@ REALISTIC_FAULT_KINDS: tuple[str, ...] = (
     "node_drain",  # the scheduler drains the node: clean stop, restart without it or with a spare
     "scrape_gap",  # the node's exporter is not scraped: all its series absent, the job runs on
 )
+#: Fault kinds only the inference family injects (beside thermal_throttle, power_brake, gpu_lost).
+INFERENCE_FAULT_KINDS: tuple[str, ...] = (
+    "kv_pressure",  # one replica's KV cache holds 1 - slowdown of its tokens: preemptions, queueing
+    "traffic_surge",  # every replica gets 1 + slowdown times the traffic: the fleet saturates
+    "long_prompts",  # look-alike: one replica gets 1 + slowdown times longer prompts (no fault)
+)
 #: Root causes of a ``hang``.
 HANG_CAUSES: tuple[str, ...] = ("efa", "xid79", "gpu_vanish", "host")
 #: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``).
@@ -50,6 +56,7 @@ FAMILIES: tuple[str, ...] = (
     "node_level",
     "membership",
     "multi_job",
+    "inference",
 )
 #: Fault kinds that stop the job (fail-stop); the others slow it or only warn (fail-slow).
 FAIL_STOP: frozenset[str] = frozenset(
@@ -86,8 +93,8 @@ class FaultSpec:
     lead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS:
-            kinds = ", ".join(FAULT_KINDS + REALISTIC_FAULT_KINDS)
+        if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS:
+            kinds = ", ".join(FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS)
             raise FleetscopeError(f"unknown fault kind {self.kind!r}; one of: {kinds}")
         if self.restart not in ("shrink", "replace", "same", "end"):
             raise FleetscopeError(f"restart must be shrink, replace, same or end, not {self.restart!r}")
@@ -165,6 +172,11 @@ class ScenarioSpec:
     pipeline_stages: int = 1
     tensor_parallel: int = 8
     mfu: float = 0.40
+    #: Inference family: GPUs per vLLM replica (0: one replica per node), the model served, and the
+    #: length of the compressed day its traffic follows (0: the scenario's duration).
+    gpus_per_replica: int = 0
+    served_model: str = "meta-llama/Llama-3.1-70B-Instruct"
+    day_s: float = 0.0
 
     @property
     def realistic(self) -> bool:
@@ -184,6 +196,7 @@ class ScenarioSpec:
         self.faults = [f if isinstance(f, FaultSpec) else FaultSpec(**f) for f in self.faults]
         self.faults = [f for f in self.faults if f.kind != "healthy"]
         self.jobs = [j if isinstance(j, JobSpec) else JobSpec(**j) for j in self.jobs]
+        self._check_inference()
         if not self.realistic:
             extra = sorted({f.kind for f in self.faults if f.kind in REALISTIC_FAULT_KINDS})
             if extra or self.jobs:
@@ -198,6 +211,22 @@ class ScenarioSpec:
                 raise FleetscopeError(f"fault node {f.node} outside 0..{self.nodes - 1}")
             if not 0 <= f.gpu < self.gpus_per_node:
                 raise FleetscopeError(f"fault gpu {f.gpu} outside 0..{self.gpus_per_node - 1}")
+
+    def _check_inference(self) -> None:
+        inference_kinds = {"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS}
+        if self.family == "inference":
+            bad = sorted({f.kind for f in self.faults} - inference_kinds)
+            per = self.gpus_per_replica or self.gpus_per_node
+            if bad or self.jobs:
+                raise FleetscopeError(f"{', '.join(bad) or 'jobs'}: not for the inference family")
+            if per < 1 or self.gpus_per_node % per:
+                raise FleetscopeError(
+                    f"gpus_per_replica {per} must divide gpus_per_node {self.gpus_per_node}"
+                )
+        elif any(f.kind in INFERENCE_FAULT_KINDS for f in self.faults):
+            raise FleetscopeError(
+                "kv_pressure, traffic_surge and long_prompts: only for the inference family"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

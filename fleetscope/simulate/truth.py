@@ -48,7 +48,28 @@ HANG_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
     "gpu_vanish": [("failing_node", "gpu_missing", "gpu", True)],
     "host": [("job_hang", "hang", "job", True)],
 }
+#: Inference family: a slow or failing replica names its node (and GPU); a saturated model names
+#: neither (``capacity``: scale out, drain nothing). The training detectors' view of the same GPU
+#: (a hardware-only straggler, the failing node) is true too, so allowed.
+INFERENCE_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
+    "thermal_throttle": [("slow_replica", "thermal_throttle", "gpu", True), ("straggler", "thermal_throttle", "gpu", False)],
+    "power_brake": [("slow_replica", "power_brake", "gpu", True), ("straggler", "power_brake", "gpu", False)],
+    "gpu_lost": [("failing_replica", "gpu_lost", "gpu", True), ("failing_node", "gpu_lost", "gpu", False)],
+    "kv_pressure": [("slow_replica", "kv_cache_pressure", "node", True)],
+    "traffic_surge": [("capacity", "saturated", "job", True)],
+    "long_prompts": [],
+}  # fmt: skip
 _HANG_EXTRA = [("job_hang", "hang", "job", False), ("mfu_drop", "hang", "job", False)]
+
+
+def _rules(spec: ScenarioSpec, f: FaultSpec) -> list[tuple[str, str, str, bool]]:
+    """The expectation rules of one fault (kind, cause, scope, required)."""
+    if spec.family == "inference":
+        return INFERENCE_EXPECT[f.kind]
+    if f.kind != "hang":
+        return EXPECT[f.kind]
+    rules = HANG_EXPECT[f.cause] + _HANG_EXTRA
+    return rules[:1] + rules[2:] if f.cause == "host" else rules
 
 
 def _job_of(spec: ScenarioSpec, node: int) -> tuple[str, int]:
@@ -60,9 +81,7 @@ def _job_of(spec: ScenarioSpec, node: int) -> tuple[str, int]:
 
 
 def _expected(spec: ScenarioSpec, f: FaultSpec) -> list[dict[str, Any]]:
-    rules = EXPECT[f.kind] if f.kind != "hang" else HANG_EXPECT[f.cause] + _HANG_EXTRA
-    if f.kind == "hang" and f.cause == "host":
-        rules = rules[:1] + rules[2:]
+    rules = _rules(spec, f)
     job_id, _ = _job_of(spec, f.node)
     out = []
     for kind, cause, scope, required in rules:
@@ -102,8 +121,7 @@ def realistic_truth(spec: ScenarioSpec) -> dict[str, Any]:
             end = None if f.duration_s is None else onset + f.duration_s
         end = None if end is None else min(end, end_window)
         job_id, first = _job_of(spec, f.node)
-        per_gpu = any(scope == "gpu" for _, _, scope, _ in
-                      (HANG_EXPECT[f.cause] if f.kind == "hang" else EXPECT[f.kind]))  # fmt: skip
+        per_gpu = any(scope == "gpu" for _, _, scope, _ in _rules(spec, f))
         faults.append({
             "kind": f.kind,
             "cause": f.cause if f.kind == "hang" else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.detectors.failing_node import FailingNodeDetector
 from fleetscope.analyzers.detectors.hang import HangDetector
+from fleetscope.analyzers.detectors.inference import InferenceDetector
 from fleetscope.analyzers.detectors.membership import MembershipDetector
 from fleetscope.analyzers.detectors.mfu_drop import MfuDropDetector
 from fleetscope.analyzers.detectors.straggler import StragglerDetector
@@ -21,6 +22,7 @@ DETECTORS: tuple[Detector, ...] = (
     StragglerDetector(),
     HangDetector(),
     MembershipDetector(),
+    InferenceDetector(),
     MfuDropDetector(),
 )
 

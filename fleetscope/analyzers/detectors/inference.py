@@ -1,0 +1,229 @@
+"""Inference fleets: slow and failing serving replicas, and models that need more replicas.
+
+Reasoning. A load balancer spreads a model's requests over its replicas, so the replicas of one
+model are each other's peers, as the ranks of a training job are: a replica whose decoding is
+slower than its peers' (mean inter-token latency, from the histogram's ``_sum``/``_count``) by a
+robust margin (ratio to the peer median and a modified z-score, as for stragglers) for the
+persistence time is slow. Tensor parallelism makes every layer wait for its slowest shard, so one
+throttled GPU slows the whole replica; with the GPU's own evidence (a thermal, power-brake or HW
+slowdown clock-event bit, violation time, a narrower PCIe link) a small margin suffices and the
+cause is named. Without hardware evidence the margin must be large, and a replica whose prompts
+are longer than its peers' is not slow: prefill and a fuller KV cache slow its decoding too, which
+is the workload, not a fault.
+
+A replica whose KV cache is full and preempting while it queues requests, when its peers' caches
+are not, is slow with cause ``kv_cache_pressure`` (a smaller cache than its peers: a lower
+``--gpu-memory-utilization``, another process on its GPUs, or its share of long contexts).
+
+A replica whose GPU fails (a drain-class XID, a lost GPU: the failing-node detector's finding on
+one of its GPUs) is ``failing_replica``: its engine dies and its traffic moves to the others.
+
+When most replicas of a model are saturated at once (requests waiting and the KV cache near full or
+preempting), no replica is the problem: the model needs more replicas. That is one ``capacity``
+finding for the model (no node, no job), whose action is to scale out, never to drain.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.detectors.straggler import _cause, _runs_with_persistence, gpu_throttle_evidence
+from fleetscope.analyzers.features import Features, fmt_time, robust_z
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.serving import ServingSignals, serving_signals
+
+#: Decode slower than the peer median by this much, with the GPUs' hardware evidence: slow.
+RATIO_WITH_HW = 1.05
+#: The same without hardware evidence (healthy replicas of one model differ by up to ~10% with
+#: their batch: the load balancer's shares are never exactly equal).
+RATIO = 1.25
+#: A replica whose prompts are this much longer than its peers' is slower by its workload.
+PROMPT_RATIO = 1.3
+#: KV-cache usage at which a replica is full (vLLM preempts just below 100%).
+KV_FULL = 0.85
+#: Preemptions per second that count as preempting.
+PREEMPT_PER_S = 0.05
+#: Share of a model's replicas saturated at once that makes it a capacity problem.
+SATURATED_SHARE = 0.5
+#: Fewest replicas of a model to compare with each other.
+MIN_PEERS = 3
+
+_SLOW_ACTIONS = {
+    "thermal_throttle": "take the replica out of the load balancer and move it off this node; check the "
+    "node's fans, airflow and inlet temperature, then run dcgmi diag -r 3",
+    "power_brake": "take the replica out of the load balancer and move it off this node; check the node's "
+    "PSUs and power feed, then run dcgmi diag -r 3",
+    "hw_slowdown": "take the replica out of the load balancer and move it off this node; run dcgmi diag "
+    "-r 3 and check the BMC event log",
+    "pcie": "move the replica off this node; reseat or replace the GPU's PCIe link",
+    "kv_cache_pressure": "compare this replica's vLLM flags (--gpu-memory-utilization, --max-model-len, "
+    "--max-num-seqs) and its GPUs' memory (nvidia-smi) with its peers'; route long-context requests evenly",
+    "unknown": "compare this replica's engine version, flags and GPUs with a peer's; restart it on another "
+    "node if it stays slow",
+}
+_FAILING_ACTION = ("the replica's engine lost its GPU: keep it out of the load balancer, reschedule the pod "
+                   "on another node and drain this one (power-cycle, dcgmi diag -r 3, RMA if it repeats)")  # fmt: skip
+
+
+def _med(x: np.ndarray, axis: int | None = None) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(x, axis=axis)
+
+
+def _fmt_ms(x: float) -> str:
+    return f"{x * 1000:.1f} ms" if np.isfinite(x) else "n/a"
+
+
+def _saturated(s: ServingSignals) -> np.ndarray:
+    """Per time and replica: requests wait while the KV cache is full or preempting."""
+    return (np.nan_to_num(s.waiting) > 0) & (
+        (np.nan_to_num(s.kv) >= KV_FULL) | (np.nan_to_num(s.preempt_rate) >= PREEMPT_PER_S)
+    )
+
+
+class InferenceDetector(Detector):
+    """Serving replicas slower than their peers or failing, and saturated models: module docstring."""
+
+    name = "inference"
+    kinds = ("slow_replica", "failing_replica", "capacity")
+
+    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+        s = serving_signals(feat.frames, feat.w)
+        if not s.replicas:
+            return []
+        out: list[Finding] = []
+        sat = _saturated(s)
+        for model, cols in s.models().items():
+            crowded = self._capacity(feat, s, model, cols, sat, out)
+            if cols.sum() >= MIN_PEERS:
+                self._slow(feat, s, cols, sat, crowded, out)
+        out += self._failing(feat, s, prior)
+        return out
+
+    # ---------------------------------------------------------------- capacity
+    def _capacity(self, feat: Features, s: ServingSignals, model: str, cols: np.ndarray, sat: np.ndarray,
+                  out: list[Finding]) -> np.ndarray:  # fmt: skip
+        """Append the model's capacity findings; returns the times it is saturated fleet-wide."""
+        present = s.present[:, cols].sum(axis=1)
+        share = np.where(
+            present > 0, (sat[:, cols] & s.present[:, cols]).sum(axis=1) / np.maximum(present, 1), 0
+        )
+        crowded = (share > SATURATED_SHARE) & (present >= 2)
+        times = feat.times
+        for a, b in _runs_with_persistence(crowded, feat.p):
+            ongoing = b >= len(times) - 3
+            seg = slice(a, b + 1)
+            ev = {
+                "model": model,
+                "replicas_saturated": f"{int(np.max((sat[seg][:, cols]).sum(axis=1)))} of {int(np.max(present[seg]))}",
+                "requests_waiting": f"{np.nanmax(np.nansum(s.waiting[seg][:, cols], axis=1)):.0f} (all replicas)",
+                "kv_cache_usage": f"median {_med(s.kv[seg][:, cols]):.0%}",
+                "preemptions": f"{np.nansum(_med(s.preempt_rate[seg][:, cols], axis=0)):.2f}/s per replica",
+                "ttft_p95": f"median {_med(s.ttft_p95[seg][:, cols]):.2f} s",
+                "confirmed_at": fmt_time(times[min(a + feat.p - 1, len(times) - 1)]),
+            }
+            out.append(Finding(
+                kind="capacity", severity="warning", node=None, start=float(times[a]),
+                end=None if ongoing else float(times[b]), cause="saturated", evidence=ev,
+                action=f"scale out {model}: add replicas (or raise the autoscaler's maximum); every replica "
+                "is saturated, none is faulty, so drain nothing",
+            ))  # fmt: skip
+        return crowded
+
+    # ---------------------------------------------------------------- slow replicas
+    def _slow(self, feat: Features, s: ServingSignals, cols: np.ndarray, sat: np.ndarray,
+              crowded: np.ndarray, out: list[Finding]) -> None:  # fmt: skip
+        idx = np.nonzero(cols)[0]
+        itl = s.itl_mean[:, idx]
+        ratio, z = robust_z(itl, axis=1, mad_floor=feat.config.mad_floor)
+        prompt_ratio, _ = robust_z(s.prompt_per_request[:, idx], axis=1)
+        throttled = gpu_throttle_evidence(feat)
+        gi = feat.gpus.index
+        peers_sat = _med(sat[:, idx].astype(float), axis=1)
+        for j, k in enumerate(idx):
+            gcols = [gi[g] for g in s.gpus[k] if g in gi]
+            hw = throttled[:, gcols].any(axis=1) if gcols else np.zeros(len(feat.times), dtype=bool)
+            pcie = self._narrow_pcie(feat, gcols)
+            hw = hw | pcie
+            outlier = np.nan_to_num(z[:, j]) >= feat.config.straggler_z
+            r = np.nan_to_num(ratio[:, j])
+            workload = np.nan_to_num(prompt_ratio[:, j]) >= PROMPT_RATIO
+            slow = outlier & (((r >= RATIO_WITH_HW) & hw) | ((r >= RATIO) & ~workload)) & ~crowded
+            kv = sat[:, k] & (peers_sat < 0.5) & ~crowded
+            for flag, kind in ((slow, "decode"), (kv & ~slow, "kv")):
+                for a, b in _runs_with_persistence(flag, feat.p):
+                    out.append(self._slow_finding(feat, s, k, j, a, b, kind, ratio, gcols, hw))
+
+    @staticmethod
+    def _narrow_pcie(feat: Features, gcols: list[int]) -> np.ndarray:
+        """Per time: one of the replica's GPUs runs a narrower PCIe link than the widest of the node."""
+        w = feat.gpus.pcie_width
+        if not gcols or not w.size:
+            return np.zeros(len(feat.times), dtype=bool)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = np.nanmax(w[:, gcols])
+        return (np.nan_to_num(w[:, gcols], nan=ref) < ref).any(axis=1)
+
+    def _slow_finding(self, feat: Features, s: ServingSignals, k: int, j: int, a: int, b: int, kind: str,
+                      ratio: np.ndarray, gcols: list[int], hw: np.ndarray) -> Finding:  # fmt: skip
+        rep = s.replicas[k]
+        times = feat.times
+        seg = slice(a, b + 1)
+        cause, gpu, ev = "kv_cache_pressure", None, {}
+        if kind == "decode":
+            cause = "unknown"
+            for g in gcols if hw[seg].any() else []:
+                cg, eg = _cause(feat, g, rep.host, a, b, {})
+                if cg != "unknown":
+                    cause, gpu, ev = cg, str(feat.gpus.keys.iloc[g]["gpu"]), eg
+                    break
+        peers = [i for i in range(len(s.replicas)) if i != k and s.replicas[i].model == rep.model]
+        ev.update({
+            "model": rep.model,
+            "replica": rep.name,
+            "inter_token_latency": f"{_fmt_ms(_med(s.itl_mean[seg, k]))} (peers {_fmt_ms(_med(s.itl_mean[seg][:, peers]))})",
+            "inter_token_p95": f"{_fmt_ms(_med(s.itl_p95[seg, k]))} (peers {_fmt_ms(_med(s.itl_p95[seg][:, peers]))})",
+            "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} s)",
+            "kv_cache_usage": f"{_med(s.kv[seg, k]):.0%} (peers {_med(s.kv[seg][:, peers]):.0%})",
+            "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers {_med(s.waiting[seg][:, peers]):.0f})",
+            "preemptions": f"{_med(s.preempt_rate[seg, k]):.2f}/s",
+            "gpus": ",".join(g for _, g in s.gpus[k]),
+            "confirmed_at": fmt_time(times[min(a + feat.p - 1, len(times) - 1)]),
+        })  # fmt: skip
+        score = float(_med(ratio[seg, j])) if kind == "decode" else float("nan")
+        return Finding(
+            kind="slow_replica", severity="warning", node=rep.host, gpu=gpu, start=float(times[a]),
+            end=None if b >= len(times) - 3 else float(times[b]), score=score if np.isfinite(score) else None,
+            cause=cause, evidence=ev, action=_SLOW_ACTIONS.get(cause, _SLOW_ACTIONS["unknown"]),
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- failing replicas
+    def _failing(self, feat: Features, s: ServingSignals, prior: Sequence[Finding]) -> list[Finding]:
+        out = []
+        for f in prior:
+            if f.kind != "failing_node" or f.severity != "critical":
+                continue
+            for k, rep in enumerate(s.replicas):
+                if (f.node, f.gpu) not in s.gpus[k]:
+                    continue
+                ev = {
+                    "model": rep.model,
+                    "replica": rep.name,
+                    f"{f.cause}": f"from {f.kind} at {fmt_time(f.start)}",
+                }
+                ev.update({key: v for key, v in f.evidence.items() if key != "confirmed_at"})
+                seen = np.nonzero(s.present[:, k])[0]
+                if seen.size and seen[-1] < len(feat.times) - 2:
+                    ev["replica_series"] = f"stopped at {fmt_time(feat.times[seen[-1] + 1])}"
+                ev["confirmed_at"] = f.evidence.get("confirmed_at", fmt_time(f.start))
+                out.append(Finding(
+                    kind="failing_replica", severity="critical", node=f.node, gpu=f.gpu, start=f.start,
+                    cause=f.cause, evidence=ev, action=_FAILING_ACTION,
+                ))  # fmt: skip
+        return out
