@@ -91,7 +91,8 @@ GPU_SERIES: tuple[c.Metric, ...] = (
     c.DCGM_FI_DEV_GPU_TEMP, c.DCGM_FI_DEV_MEMORY_TEMP, c.DCGM_FI_DEV_POWER_USAGE,
     c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_FB_USED, c.DCGM_FI_DEV_FB_FREE,
     c.DCGM_FI_DEV_FB_RESERVED, c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, c.DCGM_FI_DEV_PCIE_LINK_GEN,
-    c.DCGM_FI_DEV_PCIE_LINK_WIDTH, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, c.DCGM_FI_DEV_POWER_VIOLATION,
+    c.DCGM_FI_DEV_PCIE_LINK_WIDTH, c.DCGM_FI_DEV_PCIE_TX_THROUGHPUT, c.DCGM_FI_DEV_PCIE_RX_THROUGHPUT,
+    c.DCGM_FI_DEV_ENC_UTIL, c.DCGM_FI_DEV_DEC_UTIL, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, c.DCGM_FI_DEV_POWER_VIOLATION,
     c.DCGM_FI_DEV_THERMAL_VIOLATION, c.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
     c.DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, c.DCGM_FI_DEV_ECC_DBE_AGG_TOTAL,
     c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
@@ -186,6 +187,7 @@ class GpuReader:
         width = call(u, "pcie_width", b.nvmlDeviceGetCurrPcieLinkWidth, h)
         if width is not None:
             v[c.DCGM_FI_DEV_PCIE_LINK_WIDTH] = width
+        self._read_pcie_and_codecs(dev, v)
         reasons = call(u, "clock_events", b.nvmlDeviceGetCurrentClocksEventReasons, h)
         if reasons is not None:
             v[c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS] = reasons
@@ -203,6 +205,24 @@ class GpuReader:
             procs = call(u, "processes", b.nvmlDeviceGetComputeRunningProcesses, h) or []
             reading.pids = [int(p.pid) for p in procs]
         return reading
+
+    def _read_pcie_and_codecs(self, dev: GpuDevice, v: dict[c.Metric, float]) -> None:
+        """PCIe throughput (KB/s, DCGM fields 200/201) and encoder/decoder utilization (%)."""
+        b, h, u, call = self.b, dev.handle, dev.unsupported, self._call
+        for key, metric, counter in (
+            ("pcie_tx", c.DCGM_FI_DEV_PCIE_TX_THROUGHPUT, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+            ("pcie_rx", c.DCGM_FI_DEV_PCIE_RX_THROUGHPUT, pynvml.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            kbps = call(u, key, b.nvmlDeviceGetPcieThroughput, h, counter)
+            if kbps is not None:
+                v[metric] = kbps  # KB/s, as DCGM fields 200/201
+        for key, metric, fn in (
+            ("enc_util", c.DCGM_FI_DEV_ENC_UTIL, b.nvmlDeviceGetEncoderUtilization),
+            ("dec_util", c.DCGM_FI_DEV_DEC_UTIL, b.nvmlDeviceGetDecoderUtilization),
+        ):
+            answer = call(u, key, fn, h)  # [utilization %, sampling period in us]
+            if answer is not None:
+                v[metric] = answer[0]
 
     def _read_profiling(self, dev: GpuDevice, reading: Reading) -> None:
         """GPM ratios of the GPU (or of each MIG instance) and each MIG instance's memory."""

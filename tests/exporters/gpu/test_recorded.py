@@ -213,3 +213,21 @@ def test_fixtures_are_fresh() -> None:
         [sys.executable, str(NVML_FIXTURES / "build_fixtures.py"), "--check"], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(
+    "fixture,capture", [("h100.json", H100), ("l40s.json", L40S), ("h100-mig.json", H100_MIG)]
+)
+def test_pcie_throughput_and_codec_utilization_match_the_capture(fixture: str, capture: str) -> None:
+    """dcgm-exporter's PCIE_TX/RX_THROUGHPUT (KB/s, as nvidia-smi prints it) and ENC/DEC_UTIL (%)."""
+    s = samples(scrape(fixture))
+    q = capture_q(capture)
+    assert one(s, c.DCGM_FI_DEV_PCIE_TX_THROUGHPUT) == q_number(q, "Tx Throughput")
+    assert one(s, c.DCGM_FI_DEV_PCIE_RX_THROUGHPUT) == q_number(q, "Rx Throughput")
+    encoder = re.search(r"^\s+Encoder\s+:\s+(\S+)", q, re.M)
+    assert encoder is not None
+    if encoder.group(1) == "N/A":  # MIG mode: not supported, so absent (never 0)
+        assert not values(s, c.DCGM_FI_DEV_ENC_UTIL) and not values(s, c.DCGM_FI_DEV_DEC_UTIL)
+    else:
+        assert one(s, c.DCGM_FI_DEV_ENC_UTIL) == float(encoder.group(1))
+        assert one(s, c.DCGM_FI_DEV_DEC_UTIL) == q_number(q, "Decoder")
