@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.analyzers.checkpoint_advice import advise
 from fleetscope.analyzers.features import RANK_KEY, Features, job_columns
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps, iter_runs
@@ -100,15 +101,17 @@ def _job_level(x: np.ndarray | None) -> np.ndarray | None:
 
 
 def _bridge(present: np.ndarray, k: int) -> np.ndarray:
-    """Fill each column's interior absences of at most ``k`` grid steps (missed scrapes)."""
+    """Fill each column's interior absences of at most ``k`` grid steps (missed scrapes), or while
+    other ranks of the job report (an exporter gap: the rank runs on, unseen)."""
     out = present.copy()
+    others = present.sum(axis=1)
     for j in range(present.shape[1]):
         col = present[:, j]
         seen = np.nonzero(col)[0]
         if seen.size < 2:
             continue
         for a, b in iter_runs(~col):
-            if a > seen[0] and b < seen[-1] and b - a + 1 <= k:
+            if a > seen[0] and b < seen[-1] and (b - a + 1 <= k or (others[a : b + 1] > 0).all()):
                 out[a : b + 1, j] = True
     return out
 
@@ -123,13 +126,37 @@ def finding_label(f: Finding) -> str:
 
 
 def goodput_accounts(feat: Features, findings: Sequence[Finding]) -> dict[str, GoodputAccount]:
-    """The goodput account of every job of the window (jobs without a rank on the grid: none)."""
+    """The goodput account of every job of the window (jobs without a rank on the grid: none),
+    each with its checkpoint advice."""
     out = {}
+    nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
+    node_hours = len(nodes) * float(feat.times[-1] - feat.times[0]) / 3600.0
+    failures = sum(1 for f in findings if f.kind == "failing_node" and f.severity == "critical")
     for job in feat.jobs:
-        acct = job_account(feat, findings, job)
-        if acct is not None:
-            out[job] = acct
+        j = _Job(feat, job)
+        acct = job_account(feat, findings, job, j)
+        if acct is None:
+            continue
+        save_s, saves, current = _checkpoints(j)
+        if save_s is not None:
+            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current)
+        out[job] = acct
     return out
+
+
+def _checkpoints(j: _Job) -> tuple[float | None, int, float | None]:
+    """(mean save seconds, saves seen, median wall time between save starts) of the job."""
+    runs = [(a, b) for a, b in iter_runs(j.save > 0)]
+    whole = [(a, b) for a, b in runs if a > j.first + 1 and b < j.last]
+    if not runs:
+        return None, 0, None
+    use = whole or runs
+    mean = float(
+        np.mean([j.save[a : b + 1].sum() / max(float(np.mean(j.g[a : b + 1])), 1.0) for a, b in use])
+    )
+    starts = [j.t[a] for a, _ in runs]
+    current = float(np.median(np.diff(starts))) if len(starts) > 1 else None
+    return mean, len(runs), current
 
 
 def _mine(f: Finding, job: str, nodes: set[str]) -> bool:
@@ -362,9 +389,10 @@ def _cause(gap: _Gap, j: _Job, findings: Sequence[Finding], job: str, lookback: 
     return None
 
 
-def job_account(feat: Features, findings: Sequence[Finding], job: str) -> GoodputAccount | None:
+def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job | None = None
+                ) -> GoodputAccount | None:  # fmt: skip
     """The goodput account of ``job`` (None when none of its ranks is on the grid)."""
-    j = _Job(feat, job)
+    j = j or _Job(feat, job)
     if j.last <= j.first:
         return None
     rework = np.zeros(len(j.t))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from fleetscope.analyzers.findings import Finding
+from fleetscope.times import rfc3339
 
 if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
     from fleetscope.analyzers.features import Features
@@ -111,6 +112,31 @@ class GoodputAccount:
     inputs: dict[str, bool] = field(default_factory=dict)
     items: list[BadputItem] = field(default_factory=list)
     advice: CheckpointAdvice | None = None
+
+
+def goodput_to_dict(a: GoodputAccount) -> dict[str, Any]:
+    """The JSON shape of one account (docs/analyzers.md#goodput): GPU-hours, rounded to 4 places."""
+    hours = {k: round(v / 3600.0, 4) for k, v in a.gpu_seconds.items()}
+    return {
+        "job_id": a.job_id,
+        "start": rfc3339(a.start),
+        "end": rfc3339(a.end),
+        "gpus": round(a.gpus, 2),
+        "whole_gpu_hours": round(a.whole_gpu_seconds / 3600.0, 4),
+        "gpu_hours": hours,
+        "gpu_seconds": {k: round(v, 3) for k, v in a.gpu_seconds.items()},
+        "effective_training_ratio": round(a.effective_training_ratio, 4),
+        "goodput_ratio": round(a.goodput_ratio, 4),
+        "baseline_step_seconds": a.baseline_step_s,
+        "restarts": a.restarts,
+        "inputs": dict(a.inputs),
+        "badput": [
+            {"category": i.category, "gpu_hours": round(i.gpu_seconds / 3600.0, 4), "start": rfc3339(i.start),
+             "end": rfc3339(i.end), "finding": i.finding, "text": i.text}
+            for i in a.items
+        ],
+        "checkpoint_advice": None if a.advice is None else asdict(a.advice),
+    }  # fmt: skip
 
 
 #: The account's categories, in report order.

@@ -110,6 +110,31 @@ def _health(feat: Features, analysis: Report) -> str | None:
     return _png(fig)
 
 
+def _goodput_html(analysis: Report) -> str:
+    """One table per job: where its GPU-hours went, the badput lines, the checkpoint advice."""
+    e = html.escape
+    out = []
+    for a in analysis.goodput.values():
+        whole = a.whole_gpu_seconds or 1.0
+        rows = "".join(f"<tr><td>{e(k)}</td><td>{v / 3600:.2f}</td><td>{v / whole:.1%}</td></tr>"
+                       for k, v in a.gpu_seconds.items())  # fmt: skip
+        lines = "".join(f"<li>{e(i.text)}</li>" for i in a.items)
+        adv = a.advice
+        advice = "" if adv is None else (
+            f"<p>Checkpoint every {adv.recommended_s:.0f} s (now "
+            f"{'unknown' if adv.current_s is None else f'{adv.current_s:.0f} s'}; save {adv.save_s:.0f} s, "
+            f"MTBF {adv.mtbf_s / 3600:.1f} h{' (prior)' if adv.prior else ''}; Young {adv.young_s:.0f} s, "
+            f"Daly {adv.daly_s:.0f} s)</p>"
+        )  # fmt: skip
+        out.append(
+            f"<h2>Goodput of job {e(a.job_id)}</h2><p>{a.whole_gpu_seconds / 3600:.2f} GPU-hours, effective "
+            f"training time {a.effective_training_ratio:.1%}, productive {a.goodput_ratio:.1%}, "
+            f"{a.restarts} restart(s)</p><table><tr><th>category</th><th>GPU-hours</th><th>share</th></tr>"
+            f"{rows}</table><ul>{lines}</ul>{advice}"
+        )
+    return "".join(out)
+
+
 def render_html(analysis: Report) -> str:
     """The report as one HTML page; the plots need the report's features (see :func:`core.analyze`)."""
     import matplotlib
@@ -142,6 +167,7 @@ def render_html(analysis: Report) -> str:
         f"<td>{j.step_seconds or ''}</td><td>{e(str(j.stragglers))}</td></tr>"
         for j in analysis.jobs.values()
     )
+    goodput = _goodput_html(analysis)
     figs = "".join(f"<h2>{e(t)}</h2><img alt='{e(t)}' src='{src}'>" for t, src in plots if src)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>fleetscope analysis</title>
 <style>{_CSS}</style></head><body>
@@ -153,6 +179,7 @@ def render_html(analysis: Report) -> str:
 <h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
 <h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>tokens/s</th><th>step s</th>
 <th>stragglers</th></tr>{jobs}</table>
+{goodput}
 {figs}
 </body></html>
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.report import GoodputAccount, Report
 from fleetscope.times import rfc3339
 
 
@@ -46,4 +46,33 @@ def render_text(analysis: Report) -> str:
         tps = "n/a" if j.tokens_per_second is None else f"{j.tokens_per_second:,.0f}"
         parts.append(f"job {j.job_id}: {j.ranks} ranks on {len(j.nodes)} nodes, MFU {mfu}, tokens/s {tps}, "
                      f"step {j.step_seconds or 'n/a'} s, stragglers {j.stragglers or 'none'}")  # fmt: skip
+    for a in analysis.goodput.values():
+        parts += _goodput(a)
     return "\n".join(parts) + "\n"
+
+
+def _goodput(a: GoodputAccount) -> list[str]:
+    """The job's goodput account: the parts, the badput lines, the checkpoint advice."""
+    whole = a.whole_gpu_seconds or 1.0
+    out = ["", f"goodput of job {a.job_id}: {a.whole_gpu_seconds / 3600:.2f} GPU-hours "
+           f"({a.gpus:.0f} GPUs), effective training time {a.effective_training_ratio:.1%}, "
+           f"productive {a.goodput_ratio:.1%}, {a.restarts} restart(s)"]  # fmt: skip
+    out += [f"  {k:<11}{v / 3600:>9.2f} GPU-h {v / whole:>7.1%}" for k, v in a.gpu_seconds.items()]
+    out += [f"  - {i.text}" for i in a.items]
+    adv = a.advice
+    if adv is not None:
+        rate = (
+            "prior: 1 per 1,000 node-days"
+            if adv.prior
+            else f"{adv.failures} in {adv.node_hours:.1f} node-hours"
+        )
+        now = "unknown" if adv.current_s is None else f"{adv.current_s:.0f} s"
+        gain = (
+            ""
+            if adv.gain_gpu_hours_per_day is None
+            else f", saves {adv.gain_gpu_hours_per_day:.1f} GPU-h/day"
+        )
+        out.append(f"  checkpoint every {adv.recommended_s:.0f} s (now {now}; save {adv.save_s:.0f} s, "
+                   f"MTBF {adv.mtbf_s / 3600:.1f} h from failures {rate}; Young {adv.young_s:.0f} s, "
+                   f"Daly {adv.daly_s:.0f} s{gain})")  # fmt: skip
+    return out

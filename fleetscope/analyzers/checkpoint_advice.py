@@ -1,0 +1,65 @@
+"""The checkpoint advisor: the interval between checkpoints that minimises the expected loss.
+
+A job that checkpoints every ``tau`` seconds of work, each save costing ``C`` seconds, on hardware
+that fails on average every ``M`` seconds (its nodes' mean time between failures), loses to
+checkpoints ``C / (tau + C)`` of its time and, per failure, about half an interval of recomputed
+work. Young (1974, CACM 17(9)) showed the first-order optimum ``tau = sqrt(2 C M)``; Daly (2006,
+FGCS 22(3)) added the higher-order correction used here,
+``tau = sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + (C / 2M) / 9) - C`` for ``C < 2M`` (else ``M``).
+
+``M`` comes from the fleet: the critical ``failing_node`` findings of the window per node-hour,
+times the job's nodes. A window without a failure says little about the rate, so the advisor then
+uses a prior of one failure per 1,000 node-days (``PRIOR_FAILURES_PER_NODE_HOUR``), the order of
+the interruption rates reported for large GPU clusters (docs/design.md#goodput).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fleetscope.analyzers.report import CheckpointAdvice
+
+#: One failure per 1,000 node-days.
+PRIOR_FAILURES_PER_NODE_HOUR = 1.0 / 24000.0
+
+
+def young(save_s: float, mtbf_s: float) -> float:
+    """Young's first-order optimum interval of work between checkpoints."""
+    return math.sqrt(2.0 * save_s * mtbf_s)
+
+
+def daly(save_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order optimum interval of work between checkpoints."""
+    if save_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = save_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * save_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - save_s
+
+
+def waste(work_s: float, save_s: float, mtbf_s: float) -> float:
+    """Expected share of time lost with ``work_s`` of work between saves: the saves, plus half an
+    interval (work and save) recomputed per failure."""
+    period = work_s + save_s
+    return save_s / period + (period / 2.0) / mtbf_s
+
+
+def advise(save_s: float, saves: int, nodes: int, gpus: float, failures: int, node_hours: float,
+           current_s: float | None) -> CheckpointAdvice:  # fmt: skip
+    """The advice for a job of ``nodes`` nodes (``gpus`` GPUs) whose saves take ``save_s`` and that
+    checkpoints every ``current_s`` (wall time between saves; None: unknown)."""
+    prior = failures == 0 or node_hours <= 0
+    rate = PRIOR_FAILURES_PER_NODE_HOUR if prior else failures / node_hours
+    mtbf = 3600.0 / (rate * max(nodes, 1))
+    y, d = young(save_s, mtbf), daly(save_s, mtbf)
+    rec_work = max(d, save_s)
+    adv = CheckpointAdvice(
+        save_s=round(save_s, 2), saves=saves, nodes=nodes, failures=failures, node_hours=round(node_hours, 2),
+        failures_per_node_hour=rate, prior=prior, mtbf_s=round(mtbf, 1), young_s=round(y + save_s, 1),
+        daly_s=round(d + save_s, 1), recommended_s=round(rec_work + save_s, 1),
+        waste_recommended=round(waste(rec_work, save_s, mtbf), 5),
+    )  # fmt: skip
+    if current_s is not None and current_s > save_s:
+        adv.current_s = round(current_s, 1)
+        adv.waste_current = round(waste(current_s - save_s, save_s, mtbf), 5)
+        adv.gain_gpu_hours_per_day = round((adv.waste_current - adv.waste_recommended) * gpus * 24.0, 2)
+    return adv
