@@ -14,7 +14,10 @@ median of its peer group cover the cases; a rank is as slow as the largest of th
 * ``data``: data-loading seconds per step above the peers', as a share of the step (input pipeline);
 * ``host``: optimizer-phase seconds above the peers' (host-side work, CPU contention), as a share;
 * ``less_wait``: backward or optimizer seconds *below* the peers', as a share of the step -- the
-  rank everybody waits for is the one that waits least.
+  rank everybody waits for is the one that waits least;
+* ``busy``: the rank's GPU's tensor-pipe activity / peer median -- where the wait hides in every
+  phase (FSDP's per-layer collectives spread it over forward and backward alike), the slow GPU is
+  still the one that stays busy while its peers wait (DCGM profiling metrics, when served).
 
 Peers. Ranks are compared within their peer group: the job, split by pipeline stage. Stages come
 from ``training_info``'s ``pipeline_stage`` label when the job reports its layout; otherwise they are
@@ -52,6 +55,7 @@ class Slowness:
     data: np.ndarray  # share of the step above the median
     host: np.ndarray  # share
     less_wait: np.ndarray  # share
+    busy: np.ndarray  # ratio
     z: dict[str, np.ndarray]
     structure_inferred: bool
 
@@ -60,7 +64,8 @@ class Slowness:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             stack = np.stack(
-                [self.compute - 1, self.forward - 1, self.data, self.host, self.less_wait], axis=0
+                [self.compute - 1, self.forward - 1, self.data, self.host, self.less_wait, self.busy - 1],
+                axis=0,
             )
             allnan = np.isnan(stack).all(axis=0)
             best = np.nanmax(np.where(np.isnan(stack), -np.inf, stack), axis=0)
@@ -204,6 +209,24 @@ def window_steps(feat: Features) -> int:
     return max(feat.w, int(np.ceil(8 * typical / feat.step)))
 
 
+def _rank_tensor(feat: Features, w: int) -> np.ndarray:
+    """Each rank's GPU's tensor-pipe activity, the median over the slowness window (NaN: not served)."""
+    r = feat.ranks
+    gs = feat.gpus
+    T, n = len(feat.times), r.steps.shape[1]
+    out = np.full((T, n), np.nan)
+    if not gs.tensor.size or not np.isfinite(gs.tensor).any():
+        return out
+    for k, (node, gpu) in enumerate(
+        zip(r.keys[c.NODE_LABEL].astype(str), r.keys["gpu"].astype(str), strict=True)
+    ):
+        j = gs.col(node, gpu)
+        if j is not None:
+            out[:, k] = np.where(r.present[:, k], gs.tensor[:, j], np.nan)
+    ones = np.ones_like(out)
+    return _per_step(out, ones, w)
+
+
 def slowness(feat: Features) -> Slowness:
     """Every view of every rank's slowness against its peer group, on the window's grid."""
     r = feat.ranks
@@ -212,7 +235,7 @@ def slowness(feat: Features) -> Slowness:
     nan = np.full((T, n), np.nan)
     if not n:
         empty = np.zeros((T, 0))
-        return Slowness(np.zeros(0, dtype=int), empty, empty, empty, empty, empty, empty, {}, False)
+        return Slowness(np.zeros(0, dtype=int), empty, empty, empty, empty, empty, empty, empty, {}, False)
     w = window_steps(feat)
     ph = {p: _per_step(v, r.steps, w) for p, v in r.phases.items()}
     zero = np.zeros((T, n))
@@ -223,7 +246,8 @@ def slowness(feat: Features) -> Slowness:
     compute = fwd + bwd
     step_s = _per_step(r.step_seconds, r.steps, w)
     groups, inferred = _groups(feat, compute)
-    out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait")}
+    tensor = _rank_tensor(feat, w)
+    out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait", "busy")}
     z = {k: np.full((T, n), np.nan) for k in out}
     floor_ratio = feat.config.mad_floor
     for g in np.unique(groups):
@@ -232,7 +256,7 @@ def slowness(feat: Features) -> Slowness:
             continue
         step_med = _nanmedian(np.where(np.isnan(step_s[:, cols]), compute[:, cols], step_s[:, cols]), 1)
         with np.errstate(all="ignore"):
-            for key, x in (("compute", compute), ("forward", fwd)):
+            for key, x in (("compute", compute), ("forward", fwd), ("busy", tensor)):
                 med = _nanmedian(x[:, cols], 1)
                 dev, zz = _robust(x[:, cols], floor_ratio * np.abs(med))
                 out[key][:, cols] = 1 + dev / med
@@ -247,4 +271,4 @@ def slowness(feat: Features) -> Slowness:
             out["less_wait"][:, cols] = lw
             z["less_wait"][:, cols] = np.fmax(-zb, -zo)
     return Slowness(groups, step_s, out["compute"], out["forward"], out["data"], out["host"], out["less_wait"],
-                    z, inferred)  # fmt: skip
+                    out["busy"], z, inferred)  # fmt: skip

@@ -254,6 +254,7 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
         | (view("data", sl.data, share) & changed(sl.data))
         | (view("host", sl.host, share) & changed(sl.host))
         | (view("less_wait", sl.less_wait, share) & changed(sl.less_wait))
+        | (view("busy", sl.busy, cfg.straggler_ratio) & changed(sl.busy))
     )
     if hw is None:
         return soft, np.zeros_like(soft)
@@ -299,6 +300,7 @@ def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, s
         "data": _mean(sl.data[a : b + 1, k]),
         "host": _mean(sl.host[a : b + 1, k]),
         "less_wait": _mean(sl.less_wait[a : b + 1, k]),
+        "busy": _mean(sl.busy[a : b + 1, k]) - 1,
     }
     views = {n: v for n, v in views.items() if np.isfinite(v)}
     ev = {"slowness_views": ", ".join(f"{n} {v:+.1%}" for n, v in views.items())}

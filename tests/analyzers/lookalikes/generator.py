@@ -71,6 +71,7 @@ class Job:
     epoch_at_s: list[float] = field(default_factory=list)  # data phase spikes on every rank
     epoch_spike_s: float = 60.0
     hangs: list[tuple[float, float]] = field(default_factory=list)  # no steps, GPUs spin at 100%
+    idle: list[tuple[float, float]] = field(default_factory=list)  # no steps, processes up, GPUs idle
     mfu: float = 0.40
 
 
@@ -173,6 +174,8 @@ class Cluster:
             st[ck] = 2
             for a, b in job.hangs:
                 st[live & (self.t >= a) & (self.t < b)] = 3
+            for a, b in job.idle:
+                st[live & (self.t >= a) & (self.t < b)] = 5
             # Per-interval own work of every rank (seconds per step).
             S0 = job.step_s
             n_per = max(1.0, dt / S0)  # steps averaged into one scrape interval
@@ -609,7 +612,7 @@ def c13_node_replaced_linger() -> Cluster:
     names = [f"node-{i}" for i in range(4)] + ["node-9"]
     cl = Cluster(5, duration_s=dur, seed=132, node_names=names)
     job = Job("llm-a", [Segment(0.0, 21.5 * MIN, [0, 1, 2, 3]), Segment(24 * MIN, dur + 1, [0, 1, 2, 4])],
-              hangs=[(20 * MIN, 21.5 * MIN)])  # fmt: skip
+              idle=[(20 * MIN, 21.5 * MIN)])  # fmt: skip
     cl.jobs.append(job)
     cl.vanish(3, 20 * MIN)
     cl.vanish(4, 0.0, 24 * MIN)
