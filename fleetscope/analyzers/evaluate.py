@@ -15,7 +15,10 @@ the findings are matched to the expected ones:
 * an expectation marked ``single`` (one incident, one finding) is matched by its earliest finding
   only: further findings matching it alone are false positives; ``node_level`` expectations match
   only findings without a GPU; ``job_id`` expectations only findings of that job (or of none);
-* everything is also reported per scenario ``family`` (the spec's, ``classic`` for old truths).
+* everything is also reported per scenario ``family`` (the spec's, ``classic`` for old truths);
+* the goodput account (realistic truths carry the simulated one): per job and category, the error
+  of the account against the truth as a share of the job's window GPU-hours
+  (:data:`GOODPUT_BOUND`: each badput category within 2%).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
 
 MATCH_BEFORE_S = 120.0
+#: The goodput account's bound: every category within this share of the window's GPU-hours.
+GOODPUT_BOUND = 0.02
 KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
          "slow_replica", "failing_replica", "capacity")  # fmt: skip
 
@@ -51,6 +56,39 @@ class ScenarioResult:
     delays: dict[str, float | None] = field(default_factory=dict)  # fault kind -> seconds
     seconds: float = 0.0
     family: str = "classic"
+    #: Job id -> category -> (account - truth) / the truth's whole (empty without a true account).
+    goodput: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: The largest |sum of the parts - the whole| / the whole over the scenario's accounts.
+    goodput_residual: float = 0.0
+
+
+def account_residual(accounts: dict[str, Any]) -> float:
+    """How far the accounts' parts are from summing to their whole (share of the whole)."""
+    worst = 0.0
+    for a in accounts.values():
+        whole = a.whole_gpu_seconds or 1.0
+        worst = max(worst, abs(sum(a.gpu_seconds.values()) - a.whole_gpu_seconds) / whole)
+        worst = max(worst, -min(a.gpu_seconds.values(), default=0.0) / whole)  # no part below zero
+    return worst
+
+
+def score_goodput(truth: dict, accounts: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per job and category, the account's error against the truth's ``goodput`` block, as a
+    share of the true whole (a job the account misses counts its every category as missed)."""
+    out: dict[str, dict[str, float]] = {}
+    for job, t in (truth.get("goodput") or {}).items():
+        whole = float(t["whole_gpu_seconds"]) or 1.0
+        a = accounts.get(job)
+        got = a.gpu_seconds if a is not None else {}
+        cats = dict.fromkeys([*t["gpu_seconds"], "whole"])
+        errs = {
+            k: (float(got.get(k, 0.0)) - float(t["gpu_seconds"].get(k, 0.0))) / whole
+            for k in cats
+            if k != "whole"
+        }
+        errs["whole"] = ((a.whole_gpu_seconds if a is not None else 0.0) - whole) / whole
+        out[job] = errs
+    return out
 
 
 def _matches(exp: dict, fault: dict, f: Finding, window_end: float) -> bool:
@@ -125,12 +163,32 @@ class Report:
                          "mean_delay_s": sum(got) / len(got) if got else None}  # fmt: skip
         return out
 
+    def goodput(self) -> dict[str, dict[str, Any]]:
+        """Per family: scenarios with a true account, the largest error per category, and whether
+        every badput category stays within :data:`GOODPUT_BOUND`."""
+        out: dict[str, dict[str, Any]] = {}
+        for fam in self.families():
+            errs = [e for r in self.results if r.family == fam for e in r.goodput.values()]
+            if not errs:
+                continue
+            worst = {k: max(abs(e.get(k, 0.0)) for e in errs) for k in errs[0]}
+            bad = {k: v for k, v in worst.items() if k not in ("productive", "whole")}
+            out[fam] = {"jobs": len(errs), "max_error": {k: round(v, 5) for k, v in worst.items()},
+                        "within_bound": all(v <= GOODPUT_BOUND for v in bad.values())}  # fmt: skip
+        return out
+
+    def goodput_sums_to_whole(self, tolerance: float = 1e-9) -> bool:
+        """Whether every scenario's every account sums to its whole with no part below zero."""
+        return all(r.goodput_residual <= tolerance for r in self.results)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenarios": len(self.results),
             "per_kind": self.per_kind(),
             "per_family": self.per_family(),
             "delays": self.delays(),
+            "goodput": self.goodput(),
+            "goodput_sums_to_whole": self.goodput_sums_to_whole(),
             "details": [{
                 "scenario": r.name, "family": r.family, "nodes": r.nodes, "seconds": round(r.seconds, 2),
                 "faults": [f["kind"] for f in r.faults],
@@ -156,6 +214,16 @@ class Report:
             mx = "-" if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
             mean = "-" if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
             lines.append(f"{kind:<20}{d['faults']:>7}{d['detected']:>7}{mx:>11}{mean:>12}")
+        gp = self.goodput()
+        if gp:
+            lines += ["", f"{'GOODPUT':<16}{'JOBS':>6}{'WORST BADPUT ERROR':>20}{'WITHIN 2%':>11}"]
+            for fam, g in gp.items():
+                worst = max(
+                    (v for k, v in g["max_error"].items() if k not in ("productive", "whole")), default=0.0
+                )
+                lines.append(
+                    f"{fam:<16}{g['jobs']:>6}{worst:>19.2%} {'yes' if g['within_bound'] else 'NO':>10}"
+                )
         problems: list[tuple[str, dict[str, Any] | None, Finding | None]] = [
             (r.name, e, None) for r in self.results for e, f in r.matched if f is None
         ]
@@ -221,7 +289,10 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: Dete
             t0 = time.monotonic()
             out, truth_path = write_scenario(spec, Path(tmp) / f"{p.stem}.om")
             analysis = analyze_file(out, config)
-            res = score_scenario(json.loads(truth_path.read_text()), analysis.findings)
+            truth = json.loads(truth_path.read_text())
+            res = score_scenario(truth, analysis.findings)
+            res.goodput = score_goodput(truth, analysis.goodput)
+            res.goodput_residual = account_residual(analysis.goodput)
             res.seconds = time.monotonic() - t0
             results.append(res)
             out.unlink()

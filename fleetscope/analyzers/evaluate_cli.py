@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-recall", type=float, help="exit 1 when any kind's recall is below this")
     p.add_argument("--family", action="append", metavar="NAME",
                    help="score only the specs of this family (repeatable; e.g. classic, pipeline, hang)")  # fmt: skip
+    p.add_argument("--goodput", action="store_true",
+                   help="exit 1 when a family's goodput account misses a badput category by more than 2%% of its "
+                   "GPU-hours, or an account does not sum to its whole")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no per-scenario progress lines")
 
 
@@ -39,5 +42,13 @@ def run(args: argparse.Namespace) -> int:
             rc = 1
         if args.min_recall is not None and k["recall"] < args.min_recall:
             print(f"recall of {kind} {k['recall']:.3f} < {args.min_recall}", file=sys.stderr)
+            rc = 1
+    if args.goodput:
+        for fam, g in report.goodput().items():
+            if not g["within_bound"]:
+                print(f"goodput of family {fam}: a badput category off by more than 2%", file=sys.stderr)
+                rc = 1
+        if not report.goodput_sums_to_whole():
+            print("goodput: an account does not sum to its whole", file=sys.stderr)
             rc = 1
     return rc

@@ -57,6 +57,7 @@ FAMILIES: tuple[str, ...] = (
     "membership",
     "multi_job",
     "inference",
+    "goodput",
 )
 #: Fault kinds that stop the job (fail-stop); the others slow it or only warn (fail-slow).
 FAIL_STOP: frozenset[str] = frozenset(
