@@ -120,6 +120,23 @@ async def job(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)
     )
 
 
+@router.get(
+    "/jobs/{job_id}/goodput",
+    response_model=schemas.GoodputResponse,
+    responses={**NO_DATA, 404: {"model": schemas.Problem, "description": "unknown job"}},
+)
+async def job_goodput(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
+    """Where the job's GPU-hours went in the window, who cost them, and the checkpoint advice."""
+    live = _live(request)
+    snap, v = live.read()
+    if v is None:
+        return live.unavailable(snap)
+    account = v.goodput.get(job_id)
+    if account is None:
+        return json_response({"detail": "unknown job"}, status=404)
+    return v.answer(snap, ("goodput", job_id), lambda: {"goodput": account})
+
+
 @router.get("/plan", response_model=schemas.PlanResponse, responses=NO_DATA)
 async def plan(
     request: Request,

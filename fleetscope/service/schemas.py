@@ -96,6 +96,57 @@ class JobResponse(BaseModel):
     findings: list[FindingModel]
 
 
+class BadputModel(BaseModel):
+    category: str
+    gpu_hours: float
+    start: str | None
+    end: str | None
+    finding: str | None = Field(description="the finding the loss is attributed to, when one explains it")
+    text: str
+
+
+class CheckpointAdviceModel(BaseModel):
+    save_s: float
+    saves: int
+    nodes: int
+    failures: int
+    node_hours: float
+    failures_per_node_hour: float
+    prior: bool = Field(description="true: no failure in the window, the prior of one per 1,000 node-days")
+    mtbf_s: float
+    young_s: float
+    daly_s: float
+    recommended_s: float
+    current_s: float | None
+    waste_current: float | None
+    waste_recommended: float
+    gain_gpu_hours_per_day: float | None
+
+
+class GoodputModel(BaseModel):
+    job_id: str
+    start: str | None
+    end: str | None
+    gpus: float
+    whole_gpu_hours: float
+    gpu_hours: dict[str, float] = Field(description="productive, checkpoint, recovery, rework, stall, eval, "
+                                        "slowdown, idle: they sum to whole_gpu_hours")  # fmt: skip
+    gpu_seconds: dict[str, float]
+    effective_training_ratio: float
+    goodput_ratio: float
+    baseline_step_seconds: float | None
+    restarts: int
+    inputs: dict[str, bool]
+    badput: list[BadputModel]
+    checkpoint_advice: CheckpointAdviceModel | None
+
+
+class GoodputResponse(BaseModel):
+    status: Freshness
+    window: Window
+    goodput: GoodputModel
+
+
 class PlanDrain(BaseModel):
     node: str
     severity: str

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.responses import Response
 
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.report import Report, goodput_to_dict
 from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.settings import ServiceSettings
 from fleetscope.service.state import Snapshot, VerdictStore
@@ -74,6 +74,7 @@ class View:
             for j in analysis.jobs.values()
         }
         self.scores = _scores(analysis)
+        self.goodput = {job: goodput_to_dict(a) for job, a in getattr(analysis, "goodput", {}).items()}
         self.open_findings = sum(1 for f in self.findings if f.end is None)
         self._window_json = dumps(self.window)
         self._parts: dict[Any, bytes] = {}
