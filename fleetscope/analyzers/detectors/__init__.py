@@ -14,11 +14,13 @@ from fleetscope.analyzers.detectors.hang import HangDetector
 from fleetscope.analyzers.detectors.inference import InferenceDetector
 from fleetscope.analyzers.detectors.membership import MembershipDetector
 from fleetscope.analyzers.detectors.mfu_drop import MfuDropDetector
+from fleetscope.analyzers.detectors.neuron import NeuronDetector
 from fleetscope.analyzers.detectors.straggler import StragglerDetector
 
 #: Every detector, in run order. Add a new one here.
 DETECTORS: tuple[Detector, ...] = (
     FailingNodeDetector(),
+    NeuronDetector(),
     StragglerDetector(),
     HangDetector(),
     MembershipDetector(),
