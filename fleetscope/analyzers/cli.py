@@ -127,9 +127,7 @@ def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, s
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetscope.analyzers.core import analyze
-    from fleetscope.analyzers.features import METRICS_USED
-    from fleetscope.analyzers.findings import findings_document
+    from fleetscope.analyzers.core import LOADED, analyze
 
     config = load_config(args.config)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -140,14 +138,14 @@ def run(args: argparse.Namespace) -> int:
 
         start = parse_time(args.start) if args.start else None
         end = parse_time(args.end) if args.end else None
-        frames = load_file(args.input, METRICS_USED, step=args.step, start=start, end=end,
+        frames = load_file(args.input, LOADED, step=args.step, start=start, end=end,
                            progress=ProgressBar("loading", show))  # fmt: skip
     elif args.prometheus:
         from fleetscope.analyzers.load_prometheus import load_prometheus
 
         region, headers = prometheus_access(args)
         frames = load_prometheus(args.prometheus, args.start or "-1h", args.end or "now", args.step or 15.0,
-                                 METRICS_USED, timeout=args.timeout, sigv4_region=region, headers=headers,
+                                 LOADED, timeout=args.timeout, sigv4_region=region, headers=headers,
                                  progress=ProgressBar("querying", show),
                                  max_answer_bytes=args.max_answer_bytes)  # fmt: skip
     else:
@@ -155,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     report = analyze(frames, config)
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
-        text = json.dumps(findings_document(report.findings, report.start, report.end), indent=2) + "\n"
+        text = json.dumps(report.document(), indent=2) + "\n"
     elif fmt == "html":
         from fleetscope.analyzers.report_html import render_html
 

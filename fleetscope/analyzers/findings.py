@@ -76,20 +76,9 @@ class Finding:
         )
 
 
-def findings_document(
-    findings: list[Finding], start: float, end: float, goodput: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The top-level JSON document of ``fleetscope analyze --format json``.
-
-    ``goodput``: the report's accounts (job id -> GoodputAccount); they go under a ``goodput`` key
-    (job id -> docs/analyzers.md#goodput shape), the rest of the document unchanged.
-    """
-    doc: dict[str, Any] = {
+def findings_document(findings: list[Finding], start: float, end: float) -> dict[str, Any]:
+    """The top-level JSON document of ``fleetscope analyze --format json`` (see Report.document)."""
+    return {
         "window": {"start": rfc3339(start), "end": rfc3339(end)},
         "findings": [f.to_dict() for f in findings],
     }
-    if goodput is not None:
-        from fleetscope.analyzers.report import goodput_to_dict
-
-        doc["goodput"] = {job: goodput_to_dict(a) for job, a in sorted(goodput.items())}
-    return doc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.findings import Finding, findings_document
 from fleetscope.times import rfc3339
 
 if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
@@ -167,6 +167,13 @@ class Report:
         #: (``asdict`` and comparisons ignore it) and not pickled: the live service gets plain data
         #: from its analysis child.
         self.features: Features | None = None
+
+    def document(self) -> dict[str, Any]:
+        """``fleetscope analyze --format json``: the findings document, plus each job's goodput account."""
+        doc = findings_document(self.findings, self.start, self.end)
+        if self.goodput:
+            doc["goodput"] = {job: goodput_to_dict(a) for job, a in sorted(self.goodput.items())}
+        return doc
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)

@@ -30,6 +30,7 @@ still an outlier of the group it joins.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,9 +158,27 @@ def infer_blocks(level: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _groups(feat: Features, compute: np.ndarray) -> tuple[np.ndarray, bool]:
+def _early_level(x: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Each rank's median over the first third of its valid history (NaN without one)."""
+    level = np.full(len(cols), np.nan)
+    for i, k in enumerate(cols):
+        v = x[:, k]
+        idx = np.nonzero(np.isfinite(v))[0]
+        if idx.size:
+            level[i] = float(np.median(v[idx[: max(1, idx.size // 3)]]))
+    return level
+
+
+def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bool]:
+    """Peer group per rank: the job split by pipeline stage, reported or inferred.
+
+    Inferred from the first of ``views`` (compute, forward, busy) in which the ranks' early levels
+    fall into more than one block: where the timers put the pipeline's bubbles and waits decides
+    which view shows a stage's different work (with the wait absorbed in forward and backward,
+    forward+backward is equal on every stage while forward alone is not).
+    """
     r = feat.ranks
-    n = compute.shape[1]
+    n = views[0].shape[1]
     groups = np.full(n, -1)
     if not n:
         return groups, False
@@ -177,17 +196,12 @@ def _groups(feat: Features, compute: np.ndarray) -> tuple[np.ndarray, bool]:
                 groups[k] = next_id + keys[stages[(job, ranks[k])]]
             next_id += len(keys)
             continue
-        # Early level: the median over the first third of each rank's valid history.
-        level = np.full(len(cols), np.nan)
-        for i, k in enumerate(cols):
-            v = compute[:, k]
-            idx = np.nonzero(np.isfinite(v))[0]
-            if idx.size:
-                head = v[idx[: max(1, idx.size // 3)]]
-                level[i] = float(np.median(head))
-        blocks = infer_blocks(level)
-        inferred |= len(set(blocks.tolist()) - {-1}) > 1
-        blocks = np.where(blocks < 0, 0, blocks)
+        blocks = np.zeros(len(cols), dtype=int)
+        for x in views:
+            b = infer_blocks(_early_level(x, cols))
+            if len(set(b.tolist()) - {-1}) > 1:
+                blocks, inferred = np.where(b < 0, 0, b), True
+                break
         groups[cols] = next_id + blocks
         next_id += int(blocks.max()) + 1
     return groups, inferred
@@ -221,8 +235,8 @@ def _rank_tensor(feat: Features, w: int) -> np.ndarray:
         zip(r.keys[c.NODE_LABEL].astype(str), r.keys["gpu"].astype(str), strict=True)
     ):
         j = gs.col(node, gpu)
-        if j is not None:
-            out[:, k] = np.where(r.present[:, k], gs.tensor[:, j], np.nan)
+        if j is not None:  # only while the rank trains: in a pause every GPU idles alike
+            out[:, k] = np.where(np.nan_to_num(r.steps[:, k]) > 0, gs.tensor[:, j], np.nan)
     ones = np.ones_like(out)
     return _per_step(out, ones, w)
 
@@ -245,8 +259,8 @@ def slowness(feat: Features) -> Slowness:
     opt = ph.get("optimizer", zero)
     compute = fwd + bwd
     step_s = _per_step(r.step_seconds, r.steps, w)
-    groups, inferred = _groups(feat, compute)
     tensor = _rank_tensor(feat, w)
+    groups, inferred = _groups(feat, (compute, fwd, tensor))
     out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait", "busy")}
     z = {k: np.full((T, n), np.nan) for k in out}
     floor_ratio = feat.config.mad_floor

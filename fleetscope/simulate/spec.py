@@ -42,6 +42,8 @@ INFERENCE_FAULT_KINDS: tuple[str, ...] = (
     "traffic_surge",  # every replica gets 1 + slowdown times the traffic: the fleet saturates
     "long_prompts",  # look-alike: one replica gets 1 + slowdown times longer prompts (no fault)
 )
+#: Fault kinds only the neuron family (Trainium2 nodes, ``fleetscope/simulate/neuron.py``) injects.
+NEURON_FAULT_KINDS: tuple[str, ...] = ("neuron_ecc", "neuron_device_lost", "neuron_slow")
 #: Root causes of a ``hang``.
 HANG_CAUSES: tuple[str, ...] = ("efa", "xid79", "gpu_vanish", "host")
 #: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``).
@@ -57,6 +59,7 @@ FAMILIES: tuple[str, ...] = (
     "membership",
     "multi_job",
     "inference",
+    "neuron",
     "goodput",
 )
 #: Fault kinds that stop the job (fail-stop); the others slow it or only warn (fail-slow).
@@ -94,8 +97,10 @@ class FaultSpec:
     lead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS:
-            kinds = ", ".join(FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS)
+        if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS + NEURON_FAULT_KINDS:
+            kinds = ", ".join(
+                FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS + NEURON_FAULT_KINDS
+            )
             raise FleetscopeError(f"unknown fault kind {self.kind!r}; one of: {kinds}")
         if self.restart not in ("shrink", "replace", "same", "end"):
             raise FleetscopeError(f"restart must be shrink, replace, same or end, not {self.restart!r}")
@@ -198,6 +203,7 @@ class ScenarioSpec:
         self.faults = [f for f in self.faults if f.kind != "healthy"]
         self.jobs = [j if isinstance(j, JobSpec) else JobSpec(**j) for j in self.jobs]
         self._check_inference()
+        self._check_neuron()
         if not self.realistic:
             extra = sorted({f.kind for f in self.faults if f.kind in REALISTIC_FAULT_KINDS})
             if extra or self.jobs:
@@ -212,6 +218,12 @@ class ScenarioSpec:
                 raise FleetscopeError(f"fault node {f.node} outside 0..{self.nodes - 1}")
             if not 0 <= f.gpu < self.gpus_per_node:
                 raise FleetscopeError(f"fault gpu {f.gpu} outside 0..{self.gpus_per_node - 1}")
+
+    def _check_neuron(self) -> None:
+        if self.family == "neuron":
+            from fleetscope.simulate.neuron import check_spec
+
+            check_spec(self)
 
     def _check_inference(self) -> None:
         inference_kinds = {"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS}
@@ -238,7 +250,13 @@ class ScenarioSpec:
         unknown = set(data) - known
         if unknown:
             raise FleetscopeError(f"unknown scenario fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except (TypeError, ValueError, AttributeError) as exc:
+            # A field of the wrong type (null nodes, a fault that is not a mapping): one clear line.
+            raise FleetscopeError(
+                f"scenario {data.get('name', '')!r} has a field of the wrong type: {exc}"
+            ) from None
 
     @classmethod
     def load(cls, path: str | Path) -> ScenarioSpec:

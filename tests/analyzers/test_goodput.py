@@ -71,12 +71,13 @@ def test_account_sums_and_attributes(rework):
     # Plain data: it pickles (the service's analysis child) and lands in the JSON document.
     back = pickle.loads(pickle.dumps(report))
     assert back.goodput["4711"].gpu_seconds == a.gpu_seconds
-    doc = json.loads(json.dumps(findings_document(report.findings, report.start, report.end, report.goodput)))
+    doc = json.loads(json.dumps(report.document()))
     assert list(doc)[:2] == ["window", "findings"]
     g = doc["goodput"]["4711"]
     assert g["whole_gpu_hours"] == pytest.approx(a.whole_gpu_seconds / 3600, abs=1e-3)
     assert g["checkpoint_advice"]["failures"] == 1 and not g["checkpoint_advice"]["prior"]
     assert "goodput" not in findings_document(report.findings, report.start, report.end)
+    assert set(report.document()) == {"window", "findings", "goodput"}
     text = render_text(report)
     assert "goodput of job 4711" in text and "effective training time" in text and "checkpoint every" in text
 

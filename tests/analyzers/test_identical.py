@@ -6,7 +6,6 @@ import json
 
 from fleetscope.analyzers import load_prometheus
 from fleetscope.analyzers.core import analyze_file, analyze_prometheus
-from fleetscope.analyzers.findings import findings_document
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
@@ -34,7 +33,7 @@ def test_file_and_prometheus_give_identical_findings(tmp_path, capsys, monkeypat
         monkeypatch.setattr(load_prometheus, "MAX_POINTS", 7)
         chunked = analyze_prometheus(prom.url, w["start"], w["end"], 15.0)
     assert from_prom == from_file
-    assert findings_document(chunked.findings, chunked.start, chunked.end) == from_file
+    assert chunked.document() == from_file
     # The service's API gives the same, with node verdicts and scores filled.
     analysis = analyze_file(out)
     assert analysis.nodes["ip-10-1-0-12"].state == "failing"
