@@ -76,6 +76,10 @@ class ClusterModel:
     PHASES: tuple[str, ...] = CLASSIC_PHASES
 
     def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
+        if cls is ClusterModel and spec.family == "neuron":
+            from fleetscope.simulate.neuron import NeuronModel
+
+            return super().__new__(NeuronModel)
         if cls is ClusterModel and spec.family == "inference":
             from fleetscope.simulate.inference import InferenceModel
 

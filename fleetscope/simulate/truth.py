@@ -66,6 +66,10 @@ def _rules(spec: ScenarioSpec, f: FaultSpec) -> list[tuple[str, str, str, bool]]
     """The expectation rules of one fault (kind, cause, scope, required)."""
     if spec.family == "inference":
         return INFERENCE_EXPECT[f.kind]
+    if spec.family == "neuron":
+        from fleetscope.simulate.neuron import NEURON_EXPECT
+
+        return NEURON_EXPECT[f.kind]
     if f.kind != "hang":
         return EXPECT[f.kind]
     rules = HANG_EXPECT[f.cause] + _HANG_EXTRA

@@ -111,3 +111,28 @@ def test_a_slow_node_that_then_fails_is_one_incident() -> None:
     w.ecc["trn2-0"][w.tick(25)] = 1
     findings = analyze(w.frames()).findings
     assert [(f.kind, f.node) for f in findings] == [("failing_node", "trn2-0")]
+
+
+def test_the_simulated_trainium2_node_serves_neuron_series_not_gpu_series() -> None:
+    from fleetscope.simulate.model import ClusterModel
+    from fleetscope.simulate.spec import ScenarioSpec
+
+    spec = ScenarioSpec(name="neuron_t", nodes=2, gpus_per_node=8, tensor_parallel=8, duration_s=300,
+                        faults=[{"kind": "neuron_device_lost", "at_s": 30, "node": 1, "gpu": 5}])  # fmt: skip
+    model = ClusterModel(spec, scrape_labels=False)
+    for _ in range(6):
+        model.tick(15.0)
+    series = model.series()
+    assert c.DCGM_FI_DEV_GPU_UTIL not in series and c.GPU_UP not in series
+    devices = dict(
+        zip([k[0] for k in series[c.NEURON_DEVICES].keys], series[c.NEURON_DEVICES].values, strict=True)
+    )
+    assert devices == {"ip-10-1-0-10": 2, "ip-10-1-0-11": 1}
+    cores = series[c.NEURONCORE_UTILIZATION]
+    keys = list(c.NEURONCORE_UTILIZATION.labels)
+    on_node1 = sorted(
+        int(k[keys.index("neuroncore")]) for k in cores.keys if k[keys.index(c.NODE_LABEL)] == "ip-10-1-0-11"
+    )
+    assert on_node1 == [0, 1, 2, 3]  # the device of cores 4-7 is gone
+    peak = series[c.GPU_PEAK_FLOPS]
+    assert set(peak.values) == {667e12 / 4, 1299e12 / 4}

@@ -7,7 +7,8 @@ double-bit ECC error. A device that the node no longer lists (``fleetscope_neuro
 the most the node listed in the window) has fallen off the bus or out of the driver: also
 fail-stop. One finding per node, with the most specific cause (``ecc_uncorrectable`` >
 ``device_missing`` > ``hardware_error``); when the failing-node detector already judged the node
-failing, the Neuron evidence is added to its finding instead.
+failing, the Neuron evidence is added to its finding instead, and replaces its cause when that
+only says where the job broke (``ranks_stopped``), not why.
 
 A node whose executions take longer than its peers' (``execution_latency_seconds`` p50, the
 Neuron Runtime's own timing of each compiled graph, above :data:`LATENCY_RATIO` times the median
@@ -40,6 +41,8 @@ LATENCY_PERCENTILE = "p50"
 AddEvent = Callable[[str, str, int, str, str], None]
 
 _PRIORITY = ("ecc_uncorrectable", "device_missing", "hardware_error")
+#: Failing-node causes that locate a failure without explaining it; Neuron evidence replaces them.
+_GENERIC = frozenset({"ranks_stopped"})
 _ACTIONS = {
     "ecc_uncorrectable": "drain the node; restart the job elsewhere from its last checkpoint; stop and start "
     "the instance onto a new host, or open an AWS support case if the errors repeat",
@@ -148,11 +151,16 @@ def _failing(
         evidence = {key: text for _, key, text in sorted(per.values())}
         known = next((f for f in prior if f.kind == "failing_node" and f.node == node and f.severity == "critical"),
                      None)  # fmt: skip
-        if known is not None:
-            known.evidence.update(evidence)
-            continue
         cause = next(p for p in _PRIORITY if p in per)
         start_i = min(i for i, _, _ in per.values())
+        if known is not None:
+            known.evidence.update(evidence)
+            if known.cause in _GENERIC:
+                # Ranks that stopped say where, not why: the Neuron device says why.
+                known.evidence.setdefault("training", f"ranks stopped ({known.cause})")
+                known.cause, known.action = cause, _ACTIONS[cause]
+                known.start = min(known.start, float(feat.times[start_i]))
+            continue
         evidence["confirmed_at"] = fmt_time(feat.times[start_i])
         out.append(Finding(
             kind="failing_node", severity="critical", node=node, start=float(feat.times[start_i]), cause=cause,
