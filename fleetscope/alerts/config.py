@@ -113,6 +113,24 @@ class Thresholds:
     #: The live service's straggler score above which the rank counts as a straggler (same 1.2x).
     straggler_score: float = 1.2
 
+    # ---- checkpoints and goodput ---------------------------------------------------------------
+    #: A running job whose newest successful checkpoint is older than this: a crash now loses it
+    #: all. Large jobs checkpoint every 30-60 minutes; 2 h leaves room for one missed or slow save
+    #: (judgment; docs/design.md#thresholds).
+    checkpoint_max_age_seconds: float = 7200.0
+    #: GPU-hours a job would lose if one of its nodes failed now (checkpoint age x GPUs). 512 is
+    #: 256 GPUs two hours after a save: a larger job should save more often than the age alert
+    #: asks (judgment).
+    checkpoint_exposure_gpu_hours: float = 512.0
+    #: A save is "slowing" when the last ``checkpoint_slow_window``'s mean save time exceeds this
+    #: many times the ``checkpoint_baseline_window``'s: the same save taking twice as long points at
+    #: the file system (full, degraded, throttled), not the job (judgment).
+    checkpoint_slowdown_ratio: float = 2.0
+    checkpoint_slow_window: str = "1h"
+    checkpoint_baseline_window: str = "1d"
+    #: ... and only above this many seconds per save: 5 s becoming 12 s costs nothing worth a page.
+    checkpoint_slow_min_seconds: float = 60.0
+
     # ---- the stack itself ----------------------------------------------------------------------
     #: Scrape duration above which the exporter is "too slow": half of Prometheus' default 10 s
     #: scrape timeout, so there is time to act before scrapes start failing.

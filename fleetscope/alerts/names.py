@@ -23,6 +23,21 @@ LUSTRE_METADATA_LATENCY = "mount:lustre_client_metadata_operation_seconds:mean5m
 #: Number of GPUs each node enumerates (lost ones included).
 NODE_GPU_COUNT = "Hostname:fleetscope_gpu_up:count"
 
+#: Step-time goodput of each job: the mean over its ranks of the share of wall time spent in
+#: completed steps (pauses, stalls and start-up are not). Re-done steps after a restart count.
+JOB_GOODPUT = "job_id:training_goodput:ratio_rate5m"
+#: Seconds since each job's newest successful checkpoint (for a job with none yet, a lower bound:
+#: its ranks' start-up plus step time).
+JOB_CHECKPOINT_AGE = "job_id:training_checkpoint_age_seconds:max"
+#: GPU-hours lost if a node fails now: the checkpoint age in hours times the job's GPUs (ranks).
+JOB_CHECKPOINT_EXPOSURE = "job_id:training_checkpoint_exposure_gpu_hours:max"
+#: Mean wall time of one rank's checkpoint save, over the last hour and over the last day.
+JOB_CHECKPOINT_SAVE_SECONDS_1H = "job_id:training_checkpoint_save_seconds:mean1h"
+JOB_CHECKPOINT_SAVE_SECONDS_1D = "job_id:training_checkpoint_save_seconds:mean1d"
+#: Checkpoint write bandwidth of each job over the last hour: bytes its ranks saved per second of
+#: saving (the slowest rank's save time: the ranks save at the same time).
+JOB_CHECKPOINT_BANDWIDTH = "job_id:training_checkpoint_save_bytes_per_second:ratio1h"
+
 RECORDING_RULE_NAMES: tuple[str, ...] = (
     RANK_MFU,
     JOB_MFU,
@@ -32,4 +47,10 @@ RECORDING_RULE_NAMES: tuple[str, ...] = (
     EFA_RETRANS_RATIO,
     LUSTRE_METADATA_LATENCY,
     NODE_GPU_COUNT,
+    JOB_GOODPUT,
+    JOB_CHECKPOINT_AGE,
+    JOB_CHECKPOINT_EXPOSURE,
+    JOB_CHECKPOINT_SAVE_SECONDS_1H,
+    JOB_CHECKPOINT_SAVE_SECONDS_1D,
+    JOB_CHECKPOINT_BANDWIDTH,
 )

@@ -1,4 +1,5 @@
-"""Training job: per-rank step and compute time, stragglers, MFU, tokens/s, loss and phase breakdown."""
+"""Training job: per-rank step and compute time, stragglers, MFU, tokens/s, loss, phase breakdown, and
+goodput with checkpoints (age, GPU-hours at risk, save time, bandwidth, saves by result)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,31 @@ def build(cfg: Thresholds) -> g.Dashboard:
             timeseries("Compute time vs peer median", [(rank_compute_vs_median(s("")), rank)], "short",
                        f"1 is typical; the RankSlow alert fires above {cfg.rank_compute_ratio}.", min_value=0),
             timeseries("Straggler score (service)", [(s(c.STRAGGLER_SCORE), rank)], "short", min_value=0),
+        ]),
+        ("Goodput and checkpoints", [
+            stat("Goodput", s(names.JOB_GOODPUT), "percentunit",
+                 "Share of wall time the ranks spend in completed steps (pauses, stalls and start-up are not).",
+                 no_value="-"),
+            stat("Since last checkpoint", s(names.JOB_CHECKPOINT_AGE), "s",
+                 "Since the newest successful save (without one: the ranks' start-up plus step time).",
+                 [(None, "green"), (cfg.checkpoint_max_age_seconds, "red")], no_value="-"),
+            stat("GPU-hours at risk", s(names.JOB_CHECKPOINT_EXPOSURE), "short",
+                 "What a node failure now would lose: checkpoint age times the job's GPUs.",
+                 [(None, "green"), (cfg.checkpoint_exposure_gpu_hours, "red")], no_value="-"),
+            timeseries("Goodput", [(s(names.JOB_GOODPUT), "job")], "percentunit", min_value=0),
+            timeseries("Time since last successful checkpoint", [(s(names.JOB_CHECKPOINT_AGE), "job")], "s",
+                       f"The CheckpointOverdue alert fires above {cfg.checkpoint_max_age_seconds:g} s.",
+                       min_value=0),
+            timeseries("Checkpoint save time", [
+                (s(names.JOB_CHECKPOINT_SAVE_SECONDS_1H), f"mean over {cfg.checkpoint_slow_window}"),
+                (s(names.JOB_CHECKPOINT_SAVE_SECONDS_1D), f"mean over {cfg.checkpoint_baseline_window}"),
+            ], "s", "Seconds per save and rank; the CheckpointSlowing alert compares the two.", min_value=0),
+            timeseries("Checkpoint bandwidth", [(s(names.JOB_CHECKPOINT_BANDWIDTH), "job")], "Bps",
+                       "Bytes the job saved per second of saving, over the last hour.", min_value=0),
+            timeseries("Checkpoint saves", [
+                (f"sum by (result) (increase({s(c.TRAINING_CHECKPOINT_SAVES)}[1h]))", "{{result}}"),
+            ], "short", "Saves per hour, summed over ranks, by result: a failure is a save tried and lost.",
+                min_value=0),
         ]),
         ("Phases", [
             timeseries("Phase breakdown (mean over ranks)", [
