@@ -107,6 +107,7 @@ def analyze_prometheus(
     sigv4_region: str | None = None,
     headers: dict[str, str] | None = None,
     progress: Progress | None = None,
+    max_answer_bytes: int | None = None,
 ) -> Report:
     """Load the window from a Prometheus-compatible API and :func:`analyze` it.
 
@@ -115,9 +116,10 @@ def analyze_prometheus(
     """
     from fleetscope.analyzers.load_prometheus import load_prometheus
 
+    limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
     frames = load_prometheus(
         url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
-        progress=progress,
+        progress=progress, **limits,
     )  # fmt: skip
     return analyze(frames, config)
 

@@ -15,7 +15,8 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
-from fleetscope.argtypes import fraction, positive_float
+from fleetscope.analyzers.cli import DEFAULT_MAX_ANSWER_BYTES
+from fleetscope.argtypes import fraction, positive_float, positive_int
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
 
@@ -96,14 +97,26 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
         metavar="K=V",
         help="extra HTTP header to Prometheus (repeatable)",
     )
+    parser.add_argument(
+        "--max-answer-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_ANSWER_BYTES,
+        metavar="N",
+        help=f"largest Prometheus answer read, in bytes (default {DEFAULT_MAX_ANSWER_BYTES >> 20} MiB)",
+    )
 
 
 def analyzer_options(args: argparse.Namespace) -> dict:
-    """``config``, ``sigv4_region`` and ``headers`` for ``analyze_prometheus`` from those options."""
+    """``config``, ``sigv4_region``, ``headers`` and ``max_answer_bytes`` for ``analyze_prometheus``."""
     from fleetscope.analyzers.cli import load_config, prometheus_access
 
     region, headers = prometheus_access(args)
-    return {"config": load_config(args.config), "sigv4_region": region, "headers": headers or None}
+    return {
+        "config": load_config(args.config),
+        "sigv4_region": region,
+        "headers": headers or None,
+        "max_answer_bytes": args.max_answer_bytes,
+    }
 
 
 def parse_listen(address: str) -> tuple[str, int]:
