@@ -16,6 +16,7 @@ GROUP_MODULES: tuple[str, ...] = (
     "fleetscope.alerts.network",
     "fleetscope.alerts.storage",
     "fleetscope.alerts.training",
+    "fleetscope.alerts.neuron",
     "fleetscope.alerts.goodput",
     "fleetscope.alerts.verdicts",
     "fleetscope.alerts.stack",

@@ -1,4 +1,5 @@
-"""Cluster overview: every node's and GPU's health at a glance, jobs, MFU and active alerts."""
+"""Cluster overview: every node's, GPU's and Neuron device's health at a glance, jobs, MFU and active
+alerts (GPU and Trainium/Inferentia nodes side by side)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
             stat("GPUs lost", f"count({c.GPU_UP} == 0)", "short",
                  "GPUs that stopped answering NVML (lost, fallen off the bus).", [(None, "green"), (1, "red")]),
             stat("GPUs", f"count({c.GPU_UP})", "short", "GPUs the exporters enumerate."),
+            stat("Neuron devices", f"sum({c.NEURON_DEVICES})", "short",
+                 "Trainium/Inferentia devices the neuron collectors list (beside the GPUs)."),
             stat("Jobs training", f"count(count by (job_id) ({c.TRAINING_STEPS}))", "short",
                  "Jobs with live rank files."),
             stat("Alerts firing", f"count({_FIRING})", "short", "fleetscope alerts firing now.",
@@ -60,6 +63,9 @@ def build(cfg: Thresholds) -> g.Dashboard:
         ("Fleet", [
             timeseries("GPU utilization by node", [(f"avg by ({n}) ({c.DCGM_FI_DEV_GPU_UTIL})", "{{Hostname}}")],
                        "percent", min_value=0, max_value=100),
+            timeseries("NeuronCore utilization by node",
+                       [(f"avg by ({n}) ({c.NEURONCORE_UTILIZATION})", "{{Hostname}}")], "percentunit",
+                       "Trainium/Inferentia nodes, beside the GPU nodes above.", min_value=0, max_value=1),
             timeseries("GPU power by node", [(f"sum by ({n}) ({c.DCGM_FI_DEV_POWER_USAGE})", "{{Hostname}}")],
                        "watt", min_value=0),
             timeseries("Open findings", [(f"sum by (kind, severity) ({c.FINDINGS})", "{{kind}} ({{severity}})")],

@@ -16,6 +16,7 @@ DASHBOARD_MODULES: dict[str, str] = {
     "efa.json": "fleetscope.dashboards.efa",
     "fsx.json": "fleetscope.dashboards.fsx",
     "training.json": "fleetscope.dashboards.training",
+    "neuron-node.json": "fleetscope.dashboards.neuron",
 }
 
 
