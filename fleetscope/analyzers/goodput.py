@@ -181,8 +181,7 @@ class _Job:
             if g[i] == 0:
                 g[i] = g[i - 1]  # down: the job holds (waits for) its allocation
         self.g = g
-        nodes = r.keys[cols][c.NODE_LABEL] if cols.any() else []
-        self.nodes = {str(n) for n in nodes}
+        self.nodes = {str(n) for n in r.keys[cols][c.NODE_LABEL]} if cols.any() else set()
         self.steps = _sum(r.steps[:, cols])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)

@@ -36,6 +36,7 @@ import socket
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
@@ -299,12 +300,12 @@ def _watched_adapter():
         from urllib3.connection import HTTPConnection, HTTPSConnection
         from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-        def watched(base: type) -> type:
-            def connect(self) -> None:
+        def watched(base: type[HTTPConnection]) -> type:
+            def connect(self: HTTPConnection) -> None:
                 _register(self)
                 base.connect(self)
 
-            def request(self, *args, **kwargs):
+            def request(self: HTTPConnection, *args: Any, **kwargs: Any) -> Any:
                 _register(self)
                 return base.request(self, *args, **kwargs)
 

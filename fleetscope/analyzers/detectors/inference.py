@@ -30,27 +30,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.detectors.straggler import _cause, _runs_with_persistence, gpu_throttle_evidence
 from fleetscope.analyzers.features import Features, fmt_time, robust_z
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.serving import ServingSignals, serving_signals
 
-#: Decode slower than the peer median by this much, with the GPUs' hardware evidence: slow.
-RATIO_WITH_HW = 1.05
-#: The same without hardware evidence (healthy replicas of one model differ by up to ~10% with
-#: their batch: the load balancer's shares are never exactly equal).
-RATIO = 1.25
-#: A replica whose prompts are this much longer than its peers' is slower by its workload.
-PROMPT_RATIO = 1.3
-#: KV-cache usage at which a replica is full (vLLM preempts just below 100%).
-KV_FULL = 0.85
-#: Preemptions per second that count as preempting.
-PREEMPT_PER_S = 0.05
-#: Share of a model's replicas saturated at once that makes it a capacity problem.
-SATURATED_SHARE = 0.5
-#: Fewest replicas of a model to compare with each other.
-MIN_PEERS = 3
+# Thresholds (replica_ratio_with_hw, replica_ratio, replica_prompt_ratio, kv_full, preempt_per_s,
+# saturated_share, min_replica_peers) are DetectorConfig fields, with the reason for each number.
 
 _SLOW_ACTIONS = {
     "thermal_throttle": "take the replica out of the load balancer and move it off this node; check the "
@@ -75,14 +63,19 @@ def _med(x: np.ndarray, axis: int | None = None) -> np.ndarray:
         return np.nanmedian(x, axis=axis)
 
 
+def _med1(x: np.ndarray) -> float:
+    """The median of every value of ``x`` (NaN when none)."""
+    return float(_med(x))
+
+
 def _fmt_ms(x: float) -> str:
     return f"{x * 1000:.1f} ms" if np.isfinite(x) else "n/a"
 
 
-def _saturated(s: ServingSignals) -> np.ndarray:
+def _saturated(s: ServingSignals, cfg: DetectorConfig) -> np.ndarray:
     """Per time and replica: requests wait while the KV cache is full or preempting."""
     return (np.nan_to_num(s.waiting) > 0) & (
-        (np.nan_to_num(s.kv) >= KV_FULL) | (np.nan_to_num(s.preempt_rate) >= PREEMPT_PER_S)
+        (np.nan_to_num(s.kv) >= cfg.kv_full) | (np.nan_to_num(s.preempt_rate) >= cfg.preempt_per_s)
     )
 
 
@@ -97,10 +90,10 @@ class InferenceDetector(Detector):
         if not s.replicas:
             return []
         out: list[Finding] = []
-        sat = _saturated(s)
+        sat = _saturated(s, feat.config)
         for model, cols in s.models().items():
             crowded = self._capacity(feat, s, model, cols, sat, out)
-            if cols.sum() >= MIN_PEERS:
+            if cols.sum() >= feat.config.min_replica_peers:
                 self._slow(feat, s, cols, sat, crowded, out)
         out += self._failing(feat, s, prior)
         return out
@@ -113,7 +106,7 @@ class InferenceDetector(Detector):
         share = np.where(
             present > 0, (sat[:, cols] & s.present[:, cols]).sum(axis=1) / np.maximum(present, 1), 0
         )
-        crowded = (share > SATURATED_SHARE) & (present >= 2)
+        crowded = (share > feat.config.saturated_share) & (present >= 2)
         times = feat.times
         for a, b in _runs_with_persistence(crowded, feat.p):
             ongoing = b >= len(times) - 3
@@ -138,6 +131,7 @@ class InferenceDetector(Detector):
     # ---------------------------------------------------------------- slow replicas
     def _slow(self, feat: Features, s: ServingSignals, cols: np.ndarray, sat: np.ndarray,
               crowded: np.ndarray, out: list[Finding]) -> None:  # fmt: skip
+        cfg = feat.config
         idx = np.nonzero(cols)[0]
         itl = s.itl_mean[:, idx]
         ratio, z = robust_z(itl, axis=1, mad_floor=feat.config.mad_floor)
@@ -145,15 +139,18 @@ class InferenceDetector(Detector):
         throttled = gpu_throttle_evidence(feat)
         gi = feat.gpus.index
         peers_sat = _med(sat[:, idx].astype(float), axis=1)
-        for j, k in enumerate(idx):
+        for j, k in enumerate(idx.tolist()):
             gcols = [gi[g] for g in s.gpus[k] if g in gi]
             hw = throttled[:, gcols].any(axis=1) if gcols else np.zeros(len(feat.times), dtype=bool)
             pcie = self._narrow_pcie(feat, gcols)
             hw = hw | pcie
             outlier = np.nan_to_num(z[:, j]) >= feat.config.straggler_z
             r = np.nan_to_num(ratio[:, j])
-            workload = np.nan_to_num(prompt_ratio[:, j]) >= PROMPT_RATIO
-            slow = outlier & (((r >= RATIO_WITH_HW) & hw) | ((r >= RATIO) & ~workload)) & ~crowded
+            workload = np.nan_to_num(prompt_ratio[:, j]) >= cfg.replica_prompt_ratio
+            slow = outlier & (
+                ((r >= cfg.replica_ratio_with_hw) & hw) | ((r >= cfg.replica_ratio) & ~workload)
+            )
+            slow &= ~crowded
             kv = sat[:, k] & (peers_sat < 0.5) & ~crowded
             for flag, kind in ((slow, "decode"), (kv & ~slow, "kv")):
                 for a, b in _runs_with_persistence(flag, feat.p):
@@ -187,8 +184,8 @@ class InferenceDetector(Detector):
         ev.update({
             "model": rep.model,
             "replica": rep.name,
-            "inter_token_latency": f"{_fmt_ms(_med(s.itl_mean[seg, k]))} (peers {_fmt_ms(_med(s.itl_mean[seg][:, peers]))})",
-            "inter_token_p95": f"{_fmt_ms(_med(s.itl_p95[seg, k]))} (peers {_fmt_ms(_med(s.itl_p95[seg][:, peers]))})",
+            "inter_token_latency": f"{_fmt_ms(_med1(s.itl_mean[seg, k]))} (peers {_fmt_ms(_med1(s.itl_mean[seg][:, peers]))})",
+            "inter_token_p95": f"{_fmt_ms(_med1(s.itl_p95[seg, k]))} (peers {_fmt_ms(_med1(s.itl_p95[seg][:, peers]))})",
             "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} s)",
             "kv_cache_usage": f"{_med(s.kv[seg, k]):.0%} (peers {_med(s.kv[seg][:, peers]):.0%})",
             "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers {_med(s.waiting[seg][:, peers]):.0f})",
