@@ -552,13 +552,14 @@ class TrainingMonitor:
         if ntokens is None:
             self._reject("tokens", tokens)
             ntokens = 0.0
+        nflops: float
         if flops is None:
-            nflops: float | None = ntokens * self._fpt + self._fps
+            nflops = ntokens * self._fpt + self._fps
         else:
-            nflops = _number(flops)
-            if nflops is None:
+            checked = _number(flops)
+            if checked is None:
                 self._reject("flops", flops)
-                nflops = 0.0
+            nflops = 0.0 if checked is None else checked
         step = None if global_step is None else self._step_number("global_step", global_step)
         if loss is not None and not isinstance(loss, float | int):
             detach = getattr(loss, "detach", None)  # keep a tensor, not its autograd graph
