@@ -19,6 +19,7 @@ EXPECTED = {
     "efa.json": ("fleetscope-efa", {"Hostname"}),
     "fsx.json": ("fleetscope-fsx", {"Hostname"}),
     "training.json": ("fleetscope-training", {"job_id"}),
+    "neuron-node.json": ("fleetscope-neuron-node", {"Hostname"}),
 }
 #: Panel types that hold data (rows are layout only: no datasource, no unit).
 LAYOUT_TYPES = {"row"}
