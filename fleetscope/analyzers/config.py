@@ -95,6 +95,30 @@ class DetectorConfig:
     #: A node whose every series is absent this long while its job keeps stepping: monitoring gap.
     gap_s: float = 120.0
 
+    # --- inference (serving replicas of one model are each other's peers) -------------------
+    #: Mean inter-token latency over the peer median at or above which a replica is slow when its
+    #: GPUs show hardware evidence (a throttle bit, violation time, a narrower PCIe link): tensor
+    #: parallelism makes every layer wait for its slowest shard, so the GPU explains a small margin.
+    replica_ratio_with_hw: float = 1.05
+    #: The same without hardware evidence: healthy replicas of one model differ by up to ~10% with
+    #: their batch (the load balancer's shares are never exactly equal), so the margin is large.
+    replica_ratio: float = 1.25
+    #: Prompts this many times longer than the peers' (per request) make a replica slower by its
+    #: workload (prefill and a fuller KV cache slow decoding), not by a fault.
+    replica_prompt_ratio: float = 1.3
+    #: KV-cache usage (0-1) at which a replica counts as full: vLLM preempts just below 100%, and
+    #: above 85% a few long requests fill the rest (judgment).
+    kv_full: float = 0.85
+    #: Preemptions per second that count as preempting: one every 20 s is already recomputation
+    #: users feel as slow first tokens; a stray one on a busy replica is not (judgment).
+    preempt_per_s: float = 0.05
+    #: Share of a model's replicas saturated at once (requests waiting, KV cache full or
+    #: preempting) above which the model needs more replicas, not a drain: more than half.
+    saturated_share: float = 0.5
+    #: Fewest replicas of a model compared with each other: with two, a median cannot say which
+    #: one is the outlier.
+    min_replica_peers: int = 3
+
     def with_overrides(self, overrides: dict[str, Any]) -> DetectorConfig:
         names = {f.name for f in fields(self)}
         bad = set(overrides) - names
