@@ -56,6 +56,7 @@ class Segment:
     start_s: float
     end_s: float
     nodes: list[int]  # node indices, 8 ranks each, in rank order
+    step_s: float | None = None  # this run's step (elastic rescaling changes it); None: the job's
 
 
 @dataclass
@@ -73,6 +74,21 @@ class Job:
     hangs: list[tuple[float, float]] = field(default_factory=list)  # no steps, GPUs spin at 100%
     idle: list[tuple[float, float]] = field(default_factory=list)  # no steps, processes up, GPUs idle
     mfu: float = 0.40
+    # --- round 2: parallel layouts and workloads the data-parallel model above does not have ---
+    #: Pipeline stages (PP). Nodes are ordered TP (the node's 8 GPUs), then DP, then PP (Megatron's
+    #: order), so stage = node position // (nodes / stages) and replica = node position % DP.
+    stages: int = 1
+    stage_cost: tuple[float, ...] = ()  # compute factor per stage (embedding, loss layer heavier)
+    microbatches: int = 12  # 1F1B: pipe time = (m - 1) / m * slowest stage + sum of stages / m
+    report_layout: bool = False  # training_info carries pipeline_stage
+    #: TP=8 inside a node: every layer all-reduces over the node's GPUs (CUDA-time), so every rank
+    #: of the node takes as long as its slowest GPU; only tensor activity says which GPU is busy.
+    tp_sync: bool = False
+    rank_jitter: float = 0.0  # extra per-step, per-rank compute noise (relative)
+    moe_hot: float = 0.0  # MoE: a rank with a hot expert on a step does this much more compute
+    #: Checkpoint written by local rank 0 of each node only: the others count a quarter of the save in
+    #: ``checkpoint`` and wait the rest in a barrier that their next step's forward absorbs.
+    ckpt_local_writers: bool = False
 
 
 @dataclass
@@ -107,6 +123,12 @@ class Cluster:
         self.resets: list[tuple[int, float]] = []  # (node, t): the node's exporter restarts
         self.xids: list[tuple[int, int, int, float]] = []  # (node, gpu, xid, t)
         self.gpu_down: list[tuple[int, int, float]] = []
+        self.net_extra = np.zeros((K, G))  # own host-visible comm time (share of step) in the optimizer
+        self.efa_retrans = np.zeros((K, N))  # extra retransmit ratio per node (a bad NIC)
+        self.dbe = np.zeros((K, G))  # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
+        self.remap_pending = np.zeros((K, G))  # DCGM_FI_DEV_ROW_REMAP_PENDING (emitted when any)
+        self.correctable_remapped = np.zeros((K, G))
+        self._stage_of: dict[tuple[str, int], int] = {}
         self.replicas = 0  # 2: an HA Prometheus pair (label replica a/b); -2: both merged, no label
         self.node_offset = self.rng.uniform(0.0, 0.8 * self.scrape_s, N)
 
@@ -154,6 +176,8 @@ class Cluster:
                     counter=True,
                 )
             info = lab + (("flops_convention", "megatron"),)
+            if job.report_layout:
+                info += (("pipeline_stage", str(self._stage_of[(job.job_id, rank)])),)
             self._put(out, "training_info", info, node, np.ones(K), m, counter=False)
         return out
 
@@ -177,7 +201,7 @@ class Cluster:
             for a, b in job.idle:
                 st[live & (self.t >= a) & (self.t < b)] = 5
             # Per-interval own work of every rank (seconds per step).
-            S0 = job.step_s
+            S0 = seg.step_s or job.step_s
             n_per = max(1.0, dt / S0)  # steps averaged into one scrape interval
             jit = 0.02 / np.sqrt(n_per)
             common = 1.0 + rng.normal(0.0, jit, (K, 1))
@@ -190,21 +214,27 @@ class Cluster:
             opt = np.full((K, R), 0.05 * S0) * (1.0 + 0.05 * rng.standard_normal((K, R)))
             if job.rank0_host_extra:
                 opt[:, 0] += job.rank0_host_extra * S0
+            stage = np.array([self._stage(job, r, len(seg.nodes)) for r in range(R)])
+            gpu_comp, comp = _workload(job, comp, stage, n_per, rng)
+            pipe, fwd_pp = self._pipeline(job, comp, stage, len(seg.nodes))
+            extra = self.net_extra[:, cols] * S0
             comm = 0.10 * S0
-            own = data + comp + opt
+            own = data + pipe + opt + extra
             S = own.max(axis=1, keepdims=True) + comm  # the collective ends when the slowest arrives
             wait = S - own - comm
-            fwd_share = 0.4 if job.fsdp else 0.0
+            wait_pp = pipe - comp
+            fwd_share = 0.4 if (job.fsdp or job.moe_hot) else 0.0
             per_step = {
                 "data": data,
-                "forward": comp / 3 + fwd_share * (wait + 0.5 * comm),
-                "backward": 2 * comp / 3 + (1 - fwd_share) * (wait + 0.5 * comm),
-                "optimizer": opt + 0.5 * comm,
+                "forward": comp / 3 + fwd_pp * wait_pp + fwd_share * (wait + 0.5 * comm),
+                "backward": 2 * comp / 3 + (1 - fwd_pp) * wait_pp + (1 - fwd_share) * (wait + 0.5 * comm),
+                "optimizer": opt + extra + 0.5 * comm,
             }
             # Progress in whole steps; each node is scraped at its own offset within the interval.
             rate_ = np.where(st == 1, 1.0 / S[:, 0], 0.0)
             prog = np.concatenate([[0.0], np.cumsum(rate_[:-1] * dt)])  # steps done at each scrape
             ckpt_time = np.concatenate([[0.0], np.cumsum((st[:-1] == 2) * dt)])
+            ends = _save_ends(st, dt)
             for r in range(R):
                 node, gpu = seg.nodes[r // GPUS], r % GPUS
                 off = self.node_offset[node] / dt
@@ -215,16 +245,53 @@ class Cluster:
                 for ph, x in per_step.items():
                     cnt[ph] = np.cumsum(inc * x[:, r])
                 cnt["checkpoint"] = ckpt_time.copy()
+                if job.ckpt_local_writers and gpu != 0:
+                    cnt["checkpoint"] = 0.25 * ckpt_time
+                    lump = _barrier_lumps(ends, inc)
+                    cnt["forward"] = cnt["forward"] + np.cumsum(lump)
                 cnt["step_s"] = np.cumsum(inc * S[:, 0])
                 tok = 8192 * 4
                 cnt["tokens"] = steps * tok
                 cnt["flops"] = np.cumsum(inc * job.mfu * model.peak_bf16 * S0)
                 for key in cnt:
                     cnt[key] = np.where(live, cnt[key], np.nan)
+                self._stage_of[(job.job_id, r)] = int(stage[r])
                 train.append((job, r, node, gpu, cnt))
             for j, c in enumerate(cols):
                 state[live, c] = st[live]
-                busy[live, c] = (comp[:, j] / S[:, 0])[live]
+                busy[live, c] = (gpu_comp[:, j] / S[:, 0])[live]
+
+    @staticmethod
+    def _stage(job: Job, rank: int, n_nodes: int) -> int:
+        return (rank // GPUS) // max(1, n_nodes // job.stages)
+
+    @staticmethod
+    def _pipeline(
+        job: Job, comp: np.ndarray, stage: np.ndarray, n_nodes: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """1F1B pipe time of each rank's replica and the share of its pipeline wait shown in forward.
+
+        A stage waits for the slowest stage of its replica: downstream of it, for gradients
+        (backward); upstream, for activations (forward); the slowest stage itself waits only in the
+        warm-up bubble, in forward. Without PP the pipe is the rank's own compute and no wait.
+        """
+        if job.stages <= 1:
+            return comp, np.zeros_like(comp)
+        K, R = comp.shape
+        p, m = job.stages, job.microbatches
+        dp = n_nodes // p
+        rep_ = (np.arange(R) // GPUS) % dp
+        pipe, fwd = np.zeros((K, R)), np.zeros((K, R))
+        for d in range(dp):
+            cs = np.stack([comp[:, (rep_ == d) & (stage == s)].max(axis=1) for s in range(p)], axis=1)
+            t = (m - 1) / m * cs.max(axis=1) + cs.sum(axis=1) / m
+            bott = cs.argmax(axis=1)
+            for s in range(p):
+                sel = (rep_ == d) & (stage == s)
+                pipe[:, sel] = t[:, None]
+                f = np.where(bott < s, 1.0, np.where(bott > s, 0.0, 1.0))
+                fwd[:, sel] = f[:, None]
+        return pipe, fwd
 
     def _gpu_labels(self, node: int, gpu: int) -> Labels:
         m = self.model[node]
@@ -348,8 +415,15 @@ class Cluster:
                 base = 3.1e12 + 1e9 * c
                 v = base + np.concatenate([[0.0], np.cumsum(share[:-1] * dt * 1e9)])
                 self._put(out, name, lab, node, np.round(v), gmask, counter=False)
-            for name in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"):
-                self._put(out, name, lab, node, np.zeros(K), gmask, counter=False)
+            self._put(out, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lab, node, self.dbe[:, c], gmask, counter=False)
+            self._put(
+                out, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", lab, node, np.zeros(K), gmask, counter=False
+            )
+            if self.remap_pending.any():  # H100 row remapping: pending until the next GPU reset
+                self._put(out, "DCGM_FI_DEV_ROW_REMAP_PENDING", lab, node, self.remap_pending[:, c], gmask,
+                          counter=False)  # fmt: skip
+                self._put(out, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", lab, node, self.correctable_remapped[:, c],
+                          gmask, counter=False)  # fmt: skip
         # XIDs: a series appears at the first occurrence of each code (the exporter's counter).
         for n, g in sorted({(n, g) for n, g, _, _ in self.xids}):
             for x in sorted({x for nn, gg, x, _ in self.xids if (nn, gg) == (n, g)}):
@@ -373,7 +447,11 @@ class Cluster:
                 lab = (("Hostname", self.names[n]), ("device", f"rdmap{79 + 16 * d}s0"), ("port", "1"))
                 pps = 180_000 * training * (1 + rng.normal(0, 0.03, K)) + 50
                 tx = np.concatenate([[0.0], np.cumsum(pps[:-1] * dt)]) + 7.3e9
-                retr = np.floor(tx * 2e-6)
+                bad = np.concatenate([[0.0], np.cumsum(pps[:-1] * dt * self.efa_retrans[:-1, n])])
+                retr = np.floor(tx * 2e-6 + bad)
+                if self.efa_retrans.any():  # the bad NIC also drops received packets
+                    self._put(out, "efa_rx_drops_total", lab, n, np.floor(0.3 * bad), ~self.absent["efa"][:, n],
+                              counter=True)  # fmt: skip
                 mask = ~self.absent["efa"][:, n]
                 self._put(out, "efa_tx_pkts_total", lab, n, np.round(tx), mask, counter=True)
                 self._put(out, "efa_retrans_pkts_total", lab, n, retr, mask, counter=True)
@@ -392,6 +470,45 @@ class Cluster:
     def write(self, path: str | Path) -> Path:
         write_samples(self.build(), path)
         return Path(path)
+
+
+def _workload(
+    job: Job, comp: np.ndarray, stage: np.ndarray, n_per: float, rng
+) -> tuple[np.ndarray, np.ndarray]:
+    """The round-2 workload edits of the compute time: (the GPU's own work, what its timers see)."""
+    K, R = comp.shape
+    if job.rank_jitter:
+        comp = comp * (1.0 + rng.normal(0.0, job.rank_jitter / np.sqrt(n_per), (K, R)))
+    if job.moe_hot:  # each step a rank's experts are hot with probability 0.1
+        n_steps = max(1, round(n_per))
+        comp = comp * (1.0 + job.moe_hot * rng.binomial(n_steps, 0.1, (K, R)) / n_steps)
+    if job.stage_cost:
+        comp = comp * np.asarray(job.stage_cost)[stage][None, :]
+    if not job.tp_sync:
+        return comp, comp
+    return comp, np.repeat(comp.reshape(K, -1, GPUS).max(axis=2), GPUS, axis=1)
+
+
+def _save_ends(st: np.ndarray, dt: float) -> list[tuple[int, float]]:
+    """(first scrape after a blocking save, the save's seconds) for each save in the state column."""
+    ends = []
+    for k in range(1, len(st)):
+        if st[k - 1] == 2 and st[k] != 2:
+            j = k - 1
+            while j > 0 and st[j - 1] == 2:
+                j -= 1
+            ends.append((k, (k - j) * dt))
+    return ends
+
+
+def _barrier_lumps(ends: list[tuple[int, float]], inc: np.ndarray) -> np.ndarray:
+    """A non-writer's barrier wait (3/4 of each save), counted in the first step after the save."""
+    lump = np.zeros(len(inc))
+    for e, length in ends:
+        after = np.nonzero((np.arange(len(inc)) >= e) & (inc > 0))[0]
+        if len(after):
+            lump[after[0]] += 0.75 * length
+    return lump
 
 
 # ---------------------------------------------------------------------- expectations
@@ -424,6 +541,8 @@ class Case:
     #: these severities may appear; ``allow`` lists kinds that may (an MFU drop a real fault causes).
     forbid: tuple[str, ...] = ("warning", "critical")
     allow: tuple[str, ...] = ()
+    #: One incident, one finding: at most one finding of each ``must`` kind on its node.
+    single: bool = False
 
     def judge(self, findings) -> list[str]:
         """Problems with the findings (empty: as expected)."""
@@ -431,6 +550,10 @@ class Case:
         for w in self.must:
             if not any(w.matches(f) for f in findings):
                 problems.append(f"missing {w}")
+            same = [f for f in findings if f.kind == w.kind and (w.node is None or f.node == w.node)]
+            if self.single and len(same) > 1:
+                problems.append(f"{len(same)} {w.kind} findings on {w.node}, one expected: " + ", ".join(
+                    f"gpu={f.gpu} rank={f.rank} cause={f.cause}" for f in same))  # fmt: skip
         for f in findings:
             if f.severity not in self.forbid or f.kind in self.allow:
                 continue
@@ -710,4 +833,255 @@ CASES: list[Case] = [
         allow=("mfu_drop",),
     ),
     Case("16_tiny_jobs_healthy", c16_tiny_jobs),
+]
+
+
+# ---------------------------------------------------------------------- round 2 cases
+def _three_d(seed: int, **job) -> Cluster:
+    """12 nodes: TP=8 in a node, DP=3, PP=4 (nodes 0-2 stage 0, ..., 9-11 stage 3), 1F1B, 12 microbatches.
+
+    The first stage holds the embedding (+5%), the last the output layer and the loss (+15%), so
+    the last stage sets the pipe's pace and the other stages wait for its gradients in backward;
+    the last stage itself waits for activations in forward (warm-up bubble).
+    """
+    cl = Cluster(12, duration_s=40 * MIN, seed=seed)
+    cl.jobs.append(
+        Job(
+            "llm-3d",
+            [Segment(0.0, 40 * MIN + 1, list(range(12)))],
+            step_s=6.0,
+            stages=4,
+            stage_cost=(1.05, 1.0, 1.0, 1.15),
+            tp_sync=True,
+            **job,
+        )
+    )
+    return cl
+
+
+def r2_3d_healthy() -> Cluster:
+    """Healthy 3D job, layout not reported: stages differ by 5-15% and every stage's forward and
+    backward hold pipeline waits; the stages must not look like stragglers of each other."""
+    return _three_d(201)
+
+
+def r2_3d_healthy_layout() -> Cluster:
+    """The same healthy 3D job reporting ``pipeline_stage``: nothing to report."""
+    return _three_d(202, report_layout=True)
+
+
+def r2_3d_last_stage_hot() -> Cluster:
+    """One GPU of the slowest (last) stage, node-10 (replica 1) GPU 3, throttles 10% (HW thermal 0x40).
+
+    TP=8 makes all 8 ranks of node-10 as slow as that GPU (the per-layer all-reduce is CUDA time), its
+    replica's other stages wait longer for gradients (backward) and the other replicas wait at the
+    DP all-reduce. Only node-10 is at fault, and its hardware names GPU 3: expected one straggler on
+    node-10 with cause thermal_throttle (GPU-level or node-level), nothing on the nodes that wait.
+    """
+    cl = _three_d(203)
+    _hot_gpu(cl, 10, 3, 15 * MIN, slow=0.10)
+    return cl
+
+
+def r2_3d_first_stage_hot() -> Cluster:
+    """A first-stage GPU, node-1 (replica 1) GPU 6, throttles 15% (HW thermal 0x40) from minute 15.
+
+    Stage 0 then becomes replica 1's slowest stage (1.05 x 1.15 > 1.15), so replica 1's later stages
+    (node-4, node-7, node-10) wait for its activations: their *forward* time grows, without any
+    fault of theirs. Expected: a thermal_throttle straggler on node-1 and no finding on the nodes
+    that wait in forward.
+    """
+    cl = _three_d(204)
+    _hot_gpu(cl, 1, 6, 15 * MIN, slow=0.15)
+    return cl
+
+
+def r2_moe() -> Cluster:
+    """MoE with expert parallelism: on each step a rank's experts are hot with probability 0.1 and it
+    computes 30% more; the others wait in the all-to-alls (forward and backward). A different rank
+    is slow on every step, none persistently: healthy."""
+    return _one_job(4, moe_hot=0.3, seed=211)
+
+
+def r2_elastic() -> Cluster:
+    """Elastic scale-up: 4 nodes until minute 20, torchrun restarts every worker and the job runs on
+    8 nodes from minute 21 (ranks 32-63 appear, step 5.0 s -> 2.8 s at the same global batch). Nodes
+    4-7 idle, reporting, before. Nothing is faulty: at most info findings."""
+    cl = Cluster(8, duration_s=40 * MIN, seed=221)
+    cl.jobs.append(
+        Job(
+            "elastic",
+            [
+                Segment(0.0, 20 * MIN, [0, 1, 2, 3]),
+                Segment(21 * MIN, 40 * MIN + 1, list(range(8)), step_s=2.8),
+            ],
+        )
+    )
+    return cl
+
+
+def r2_nccl_timeout() -> Cluster:
+    """A collective never completes at minute 10; every GPU spins at 100% for 30 minutes (the job set
+    the process-group timeout to 30 min) and the watchdog kills every rank at once at minute 40: the
+    series vanish everywhere together and the GPUs go idle. No hardware spoke: one job_hang, and no
+    failing_node (ranks that vanish all at once point at no node)."""
+    cl = Cluster(4, duration_s=46 * MIN, seed=231)
+    cl.jobs.append(Job("llm-a", [Segment(0.0, 40 * MIN, [0, 1, 2, 3])], hangs=[(10 * MIN, 40 * MIN)]))
+    return cl
+
+
+def r2_bad_nic() -> Cluster:
+    """node-2's EFA NIC goes bad at minute 12: 2% of its packets retransmitted, receive drops. Its
+    ranks' share of the gradient all-reduce takes 8% of the step longer, which host timers count
+    in the optimizer (the last bucket's sync before ``step()``), and the other nodes wait that long in
+    backward: node-2 waits less and spends longer in 'host' time. Expected ONE finding: a node-level
+    straggler on node-2 with cause network (not also a cpu or unknown one per rank)."""
+    cl = _one_job(4, seed=241)
+    a = cl.k(12 * MIN)
+    cl.efa_retrans[a:, 2] = 0.02
+    cl.net_extra[a:, 2 * GPUS : 3 * GPUS] = 0.08
+    return cl
+
+
+def r2_xid48_spare() -> Cluster:
+    """XID 48 (double-bit ECC) on node-1 GPU 2 at minute 18: the DBE counter and row-remap pending go
+    to 1, the job crashes 30 s later (every rank exits) and restarts at minute 22 on the spare node-4
+    in node-1's place. Expected: failing_node on node-1 GPU 2; no straggler, no hang (the crash is
+    not a spin), no finding on the spare."""
+    cl = Cluster(5, duration_s=40 * MIN, seed=251)
+    cl.jobs.append(Job("llm-a", [Segment(0.0, 18.5 * MIN, [0, 1, 2, 3]),
+                                 Segment(22 * MIN, 40 * MIN + 1, [0, 2, 3, 4])]))  # fmt: skip
+    a, c = cl.k(18 * MIN), cl.gcol(1, 2)
+    cl.xids.append((1, 2, 48, 18 * MIN))
+    cl.dbe[a:, c] = 1
+    cl.remap_pending[a:, c] = 1
+    return cl
+
+
+def r2_row_remap_pending() -> Cluster:
+    """node-3 GPU 5 remaps a row for a correctable error at minute 10 (XID 63, row-remap pending 1,
+    one correctable remapped row) and trains on at full speed. NVIDIA: reset the GPU at the next
+    opportunity. At most a warning, never a critical failing_node."""
+    cl = _one_job(4, seed=261)
+    a, c = cl.k(10 * MIN), cl.gcol(3, 5)
+    cl.xids.append((3, 5, 63, 10 * MIN))
+    cl.remap_pending[a:, c] = 1
+    cl.correctable_remapped[a:, c] = 1
+    return cl
+
+
+def r2_local_writers() -> Cluster:
+    """Checkpoints every 5 min written by local rank 0 of each node: its ``checkpoint`` phase holds
+    the whole 45 s save; the other ranks count a quarter and wait the rest in a barrier their next
+    step's forward absorbs. Every node alike, a role not a fault: healthy."""
+    return _one_job(4, ckpt_local_writers=True, ckpt_every_s=300.0, ckpt_s=45.0, seed=271)
+
+
+def r2_noisy_small() -> Cluster:
+    """Two nodes, 3% per-step compute jitter on every rank (a small, noisy job: variable sequence
+    lengths): 16 ranks whose spread is wide but stationary. Healthy."""
+    return _one_job(2, rank_jitter=0.03, seed=281)
+
+
+def r2_intermittent() -> Cluster:
+    """node-2 GPU 1 is 15% slower for 6 minutes twice (minutes 8-14 and 24-30), no hardware evidence
+    (a noisy neighbour process, a host-side contention that comes and goes). Expected: found
+    (one or two straggler findings on node-2 are both fine)."""
+    cl = _one_job(4, seed=291)
+    c = cl.gcol(2, 1)
+    for a, b in ((8 * MIN, 14 * MIN), (24 * MIN, 30 * MIN)):
+        cl.slow[cl.k(a) : cl.k(b), c] *= 1.15
+    return cl
+
+
+def r2_slow_degradation() -> Cluster:
+    """node-1 GPU 6 degrades slowly: 1% slower every 5 minutes from the start (8% at minute 40), SM
+    clock down alike, warming; the SW thermal bit (0x20) is set from minute 20 (4% slow). Expected: a
+    thermal_throttle straggler on that GPU (a slow start hides no fault: by the end it is 8% slow)."""
+    cl = _one_job(4, seed=301)
+    c = cl.gcol(1, 6)
+    f = 1 + 0.01 * cl.t / (5 * MIN)
+    cl.slow[:, c] *= f
+    cl.clock_f[:, c] /= f
+    cl.temp_add[:, c] += 10 * cl.t / cl.t[-1]
+    cl.bits[cl.k(20 * MIN) :, c] |= 0x20
+    return cl
+
+
+def r2_app_clocks_locked() -> Cluster:
+    """An admin left node-3 GPU 0's application clocks locked (``nvidia-smi -lgc``/``-ac``; reason bit
+    0x2 set) 10% below its peers from before the window: its compute takes 11% longer from the first
+    step, nothing else shows. A careful operator expects a straggler: a 64-GPU synchronous job runs
+    at that one GPU's pace, the GPU's own series show why (a clock 10% below every peer's with the
+    applications-clocks bit), and the fix is one command (``nvidia-smi -rgc``/``-rac``). It is not a
+    role or a pipeline stage: one GPU, not a block. Expected: a straggler on node-3 GPU 0 (any cause)."""
+    cl = _one_job(4, seed=311)
+    c = cl.gcol(3, 0)
+    cl.bits[:, c] |= 0x2
+    cl.clock_f[:, c] *= 0.9
+    cl.slow[:, c] *= 1 / 0.9
+    return cl
+
+
+def r2_cluster_thermal() -> Cluster:
+    """Datacenter cooling fails at minute 18: every GPU of the 8 nodes sets SW thermal (0x20), runs 8%
+    slower, warmer, thermal violation 30% of the time, all alike. Nobody is an outlier: no straggler
+    (an mfu_drop is right)."""
+    cl = _one_job(8, seed=321)
+    a = cl.k(18 * MIN)
+    cl.bits[a:] |= 0x20
+    cl.clock_f[a:] *= 0.92
+    cl.slow[a:] *= 1 / 0.92
+    cl.temp_add[a:] += 6
+    cl.thermal_viol[a:] = 0.3
+    return cl
+
+
+CASES += [
+    Case("r2_3d_healthy", r2_3d_healthy),
+    Case("r2_3d_healthy_layout", r2_3d_healthy_layout),
+    Case(
+        "r2_3d_last_stage_hot_gpu",
+        r2_3d_last_stage_hot,
+        (Want("straggler", "node-10", None, "thermal_throttle"),),
+        allow=("mfu_drop",),
+        single=True,
+    ),
+    Case(
+        "r2_3d_first_stage_hot_gpu",
+        r2_3d_first_stage_hot,
+        (Want("straggler", "node-1", None, "thermal_throttle"),),
+        allow=("mfu_drop",),
+        single=True,
+    ),
+    Case("r2_moe_hot_experts", r2_moe),
+    Case("r2_elastic_scale_up", r2_elastic),
+    Case("r2_nccl_timeout_watchdog", r2_nccl_timeout, (Want("job_hang"),)),
+    Case(
+        "r2_bad_nic",
+        r2_bad_nic,
+        (Want("straggler", "node-2", "-", "network"),),
+        allow=("mfu_drop",),
+        single=True,
+    ),
+    Case(
+        "r2_xid48_restart_on_spare",
+        r2_xid48_spare,
+        (Want("failing_node", "node-1", "2"),),
+        allow=("mfu_drop",),
+    ),
+    Case("r2_row_remap_pending", r2_row_remap_pending, forbid=("critical",)),
+    Case("r2_local_rank0_checkpoint_writers", r2_local_writers),
+    Case("r2_noisy_two_node_job", r2_noisy_small),
+    Case("r2_intermittent_no_hw", r2_intermittent, (Want("straggler", "node-2", "1"),), allow=("mfu_drop",)),
+    Case(
+        "r2_slow_degradation",
+        r2_slow_degradation,
+        (Want("straggler", "node-1", "6", "thermal_throttle"),),
+        allow=("mfu_drop",),
+    ),
+    Case(
+        "r2_app_clocks_locked", r2_app_clocks_locked, (Want("straggler", "node-3", "0"),), allow=("mfu_drop",)
+    ),
+    Case("r2_cluster_wide_thermal", r2_cluster_thermal, allow=("mfu_drop",)),
 ]
