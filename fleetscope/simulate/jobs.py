@@ -16,7 +16,11 @@ step:
   or in no phase at all;
 * **hangs**: every rank blocked in a collective, GPUs at ~100% util (NCCL kernels spin), until the
   watchdog aborts and the job restarts (or ends);
-* **membership**: scheduler drains and replacements, exporter gaps, several jobs on one cluster.
+* **membership**: scheduler drains and replacements, exporter gaps, several jobs on one cluster;
+* **checkpoints and restarts** as the telemetry library reports them: saves (count by result,
+  seconds, bytes, the last success's time and step), a restarted run's attempt number, the step it
+  resumed from, its checkpoint load (the end of its warmup, after the communicators are built) and
+  its startup time. These series only add to the others: nothing else changes when they are read.
 
 Time runs on the scenario clock (``elapsed``); a step that a tick does not finish completes in a
 later one, so counters move in whole steps as a real rank file does.
@@ -56,6 +60,9 @@ WARMUP_S = 60.0  # a (re)started job loads its checkpoint and builds NCCL commun
 REQUEUE_S = 90.0  # scheduler requeue and container start after an abort
 CKPT_BYTES_PER_S = 2.5e9  # per node, on a healthy FSx for Lustre file system
 STEP_BYTES = 2.4e9  # EFA bytes per node per step (gradient all-reduce, DP across nodes)
+#: A restart's checkpoint load, as a share of a healthy save (reads are faster than writes), at
+#: most half the warmup; it is the warmup's last part and counts as checkpoint time in the truth.
+LOAD_SHARE = 0.4
 ALWAYS = math.inf
 #: Where a job's GPU-seconds go (the true account the analyzers' goodput account is scored against).
 GOODPUT_CATEGORIES: tuple[str, ...] = (
@@ -107,6 +114,12 @@ class Job:
     goodput: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GOODPUT_CATEGORIES, 0.0))
     pending_gs: float = 0.0  # GPU-seconds of the step in progress (classified when it completes)
     high_step: float = 0.0  # the highest global step reached (steps below it after a resume: rework)
+    saved: bool = False  # a save has succeeded (a restart loads it; else it starts afresh)
+    attempt: int = 0  # training_restart_attempt of the current run
+    resumed: float = math.nan  # training_resumed_from_step of the current run (NaN: a fresh start)
+    started: float = 0.0  # scenario time the current run's processes started
+    startup: float = math.nan  # its first step's end less ``started`` (NaN until that step)
+    load: tuple[float, float] | None = None  # (start, end) of the current run's checkpoint load
 
     @property
     def world(self) -> int:
@@ -130,6 +143,9 @@ class RealisticModel(ClusterModel):
         self.stuck = np.zeros(G, dtype=bool)  # the rank stuck in host code during a host hang
         self.acc: dict[str, np.ndarray] = {}
         self.missing_nodes: set[int] = set()
+        # Per-rank checkpoint counters and gauges (reset with the rank's process); NaN: absent.
+        self.ck = {k: np.zeros(G) for k in ("ok", "failed", "bytes", "loads", "load_s")}
+        self.ck_last = {k: np.full(G, np.nan) for k in ("ts", "step")}
         self._mask_cache: dict[tuple, np.ndarray] = {}
         jspecs = spec.jobs or [JobSpec(job_id=spec.job_id, pipeline_stages=spec.pipeline_stages,
                                        tensor_parallel=spec.tensor_parallel, mfu=spec.mfu)]  # fmt: skip
@@ -189,6 +205,10 @@ class RealisticModel(ClusterModel):
         for p in self.r_phase.values():
             p[s] = 0.0
         self.r_last_ts[s] = self.t
+        for arr in self.ck.values():
+            arr[s] = 0.0
+        for arr in self.ck_last.values():
+            arr[s] = np.nan
         job.epoch += 1
 
     def _job_at(self, node: int) -> Job | None:
@@ -381,6 +401,12 @@ class RealisticModel(ClusterModel):
         job.down_until = ALWAYS
         job.global_step = job.ckpt_step  # resumes from the last checkpoint
         job.pause = ("warmup", job.jt + WARMUP_S)
+        job.attempt += 1
+        job.started = job.jt
+        job.startup = math.nan
+        job.resumed = job.ckpt_step if job.saved else math.nan
+        load_s = min(LOAD_SHARE * self.spec.checkpoint_s, WARMUP_S / 2)
+        job.load = (job.jt + WARMUP_S - load_s, job.jt + WARMUP_S) if job.saved else None
 
     # ------------------------------------------------------------------ one tick
     def tick(self, dt: float, scenario_dt: float | None = None) -> None:
@@ -446,7 +472,12 @@ class RealisticModel(ClusterModel):
         kind, end = pause
         piece = min(end, limit) - job.jt
         self.acc[kind][sl] += piece
-        job.goodput["recovery" if kind == "warmup" else kind] += piece * job.world
+        loading = 0.0
+        if kind == "warmup" and job.load is not None:  # the restart's checkpoint load
+            loading = max(0.0, min(job.jt + piece, job.load[1]) - max(job.jt, job.load[0]))
+            self.ck["load_s"][sl[self.r_alive[sl]]] += loading
+            job.goodput["checkpoint"] += loading * job.world
+        job.goodput["recovery" if kind == "warmup" else kind] += (piece - loading) * job.world
         if kind == "checkpoint":
             self.r_phase["checkpoint"][sl] += piece
             self.acc_ck_bytes[job.nodes] += piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
@@ -455,6 +486,21 @@ class RealisticModel(ClusterModel):
         job.jt += piece
         if job.jt >= end - 1e-9:
             job.pause = None
+            if kind == "checkpoint":
+                self._saved(job)
+            elif kind == "warmup" and job.load is not None:
+                self.ck["loads"][sl[self.r_alive[sl]]] += 1
+                job.load = None
+
+    def _saved(self, job: Job) -> None:
+        """A save completed: every live rank counts it, its bytes, its time and the step it holds."""
+        live = job.slots[self.r_alive[job.slots]]
+        self.ck["ok"][live] += 1
+        self.ck["bytes"][live] += CKPT_BYTES_PER_S * self.spec.checkpoint_s * len(job.nodes) / job.world
+        self.ck_last["ts"][live] = self.t - (self.elapsed - job.jt)
+        self.ck_last["step"][live] = job.global_step
+        job.ckpt_step = job.global_step  # what a restart resumes from
+        job.saved = True
 
     def _advance_run(self, job: Job, eff: dict, limit: float) -> None:
         """A running job: a checkpoint or evaluation begins when due, else (part of) a step."""
@@ -465,7 +511,6 @@ class RealisticModel(ClusterModel):
                 job.ck_len = self.spec.checkpoint_s * eff["fsx"] * (0.9 + 0.2 * self.rng.random())
                 job.pause = ("checkpoint", job.jt + job.ck_len)
                 job.next_ckpt += self.spec.checkpoint_every_s
-                job.ckpt_step = job.global_step
                 return
             if job.jt >= job.next_eval:
                 job.pause = (EVAL, job.jt + self.spec.eval_s * (0.85 + 0.3 * self.rng.random()))
@@ -499,6 +544,8 @@ class RealisticModel(ClusterModel):
         flops = job.spec.mfu * self.peak.get("bf16", 0.9895e15) * job.t0
         self.r_flops[live] += flops
         self.r_last_ts[live] = self.t - (self.elapsed - step["end"])
+        if math.isnan(job.startup):
+            job.startup = step["end"] - job.started
         self._account_step(job, step)
         job.global_step += 1
 
@@ -685,6 +732,34 @@ class RealisticModel(ClusterModel):
 
         ikeys = self._cached("info", ver, lambda: [info(int(s), k) for s, k in zip(slots, keys, strict=True)])
         out[c.TRAINING_INFO] = Series(il, ikeys, np.ones(len(slots)))
+        self._checkpoint_series(out, tl, keys, slots, ver)
+
+    def _checkpoint_series(self, out: dict[str, Series], tl: tuple[str, ...], keys: list,
+                           slots: np.ndarray, ver: tuple) -> None:  # fmt: skip
+        """Checkpoint saves and loads, the restart attempt, the resumed-from step and the startup
+        time of every live rank (after the other training series: it draws no random numbers)."""
+        ck, last = self.ck, self.ck_last
+        rl = tl + (c.CHECKPOINT_RESULT_LABEL,)
+        rkeys = self._cached("ck_result", ver, lambda: [k + (r,) for r in c.CHECKPOINT_RESULTS for k in keys])
+        out[c.TRAINING_CHECKPOINT_SAVES] = Series(
+            rl, rkeys, np.concatenate([ck["ok"][slots], ck["failed"][slots]])
+        )
+        out[c.TRAINING_CHECKPOINT_SAVE_SECONDS] = Series(
+            tl, keys, np.round(self.r_phase["checkpoint"][slots], 6)
+        )
+        out[c.TRAINING_CHECKPOINT_SAVE_BYTES] = Series(tl, keys, np.round(ck["bytes"][slots]))
+        out[c.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP] = Series(tl, keys, np.round(last["ts"][slots], 3))
+        out[c.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP] = Series(tl, keys, last["step"][slots])
+        out[c.TRAINING_CHECKPOINT_LOADS] = Series(tl, keys, ck["loads"][slots])
+        out[c.TRAINING_CHECKPOINT_LOAD_SECONDS] = Series(tl, keys, np.round(ck["load_s"][slots], 6))
+        jobs = [self.jobs[j] for j in self.job_of[slots]]
+        per_job = {
+            c.TRAINING_RESTART_ATTEMPT: [float(j.attempt) for j in jobs],
+            c.TRAINING_RESUMED_FROM_STEP: [j.resumed for j in jobs],
+            c.TRAINING_STARTUP_SECONDS: [round(j.startup, 3) for j in jobs],
+        }
+        for name, values in per_job.items():
+            out[name] = Series(tl, keys, np.array(values, dtype=float))
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
