@@ -844,11 +844,11 @@ def _three_d(seed: int, **job) -> Cluster:
     the last stage sets the pipe's pace and the other stages wait for its gradients in backward;
     the last stage itself waits for activations in forward (warm-up bubble).
     """
-    cl = Cluster(12, duration_s=40 * MIN, seed=seed)
+    cl = Cluster(12, duration_s=30 * MIN, seed=seed)
     cl.jobs.append(
         Job(
             "llm-3d",
-            [Segment(0.0, 40 * MIN + 1, list(range(12)))],
+            [Segment(0.0, 30 * MIN + 1, list(range(12)))],
             step_s=6.0,
             stages=4,
             stage_cost=(1.05, 1.0, 1.0, 1.15),
@@ -1024,10 +1024,10 @@ def r2_app_clocks_locked() -> Cluster:
 
 
 def r2_cluster_thermal() -> Cluster:
-    """Datacenter cooling fails at minute 18: every GPU of the 8 nodes sets SW thermal (0x20), runs 8%
+    """Datacenter cooling fails at minute 18: every GPU of the 6 nodes sets SW thermal (0x20), runs 8%
     slower, warmer, thermal violation 30% of the time, all alike. Nobody is an outlier: no straggler
     (an mfu_drop is right)."""
-    cl = _one_job(8, seed=321)
+    cl = _one_job(6, seed=321)
     a = cl.k(18 * MIN)
     cl.bits[a:] |= 0x20
     cl.clock_f[a:] *= 0.92
