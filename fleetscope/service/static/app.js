@@ -175,6 +175,94 @@
     label(W - pad - 50, H - 8, "rank " + scores[scores.length - 1].rank);
   }
 
+  // The account's categories in report order (fleetscope.analyzers.report.GOODPUT_CATEGORIES).
+  const GOODPUT = ["productive", "checkpoint", "recovery", "rework", "stall", "eval", "slowdown", "idle"];
+  const TOP_BADPUT = 5;
+
+  function pct(x) {
+    return fmt(x === null || x === undefined ? null : x * 100, 1, "%");
+  }
+
+  function clock(iso) {
+    // "2026-11-29T08:40:00Z" -> "08:40"; the table shows when a line happened, the title the date.
+    return typeof iso === "string" && iso.length >= 16 ? iso.slice(11, 16) : "";
+  }
+
+  function adviceText(a) {
+    const min = (s) => fmt(s / 60, s < 600 ? 1 : 0, " min");
+    const rate = a.prior ? "prior: 1 failure per 1,000 node-days" :
+      a.failures + " failure(s) in " + fmt(a.node_hours, 1, " node-hours");
+    let text = "Checkpoint advice: save every " + min(a.recommended_s) +
+      " (now " + (a.current_s === null ? "unknown" : min(a.current_s)) + "; a save takes " +
+      fmt(a.save_s, 0, " s") + ", MTBF " + fmt(a.mtbf_s / 3600, 1, " h") + " from " + rate +
+      "; Young " + fmt(a.young_s, 0, " s") + ", Daly " + fmt(a.daly_s, 0, " s") + ")";
+    if (a.waste_current !== null) {
+      text += " · expected waste " + pct(a.waste_current) + " → " + pct(a.waste_recommended);
+    }
+    if (a.gain_gpu_hours_per_day !== null) {
+      text += " · saves " + fmt(a.gain_gpu_hours_per_day, 1, " GPU-hours/day");
+    }
+    return text;
+  }
+
+  function renderGoodput(jobId, resp) {
+    const bar = document.getElementById("goodput-bar");
+    const legend = document.getElementById("goodput-legend");
+    const body = document.getElementById("badput-body");
+    const advice = document.getElementById("checkpoint-advice");
+    const summary = document.getElementById("goodput-summary");
+    for (const e of [bar, legend, body]) e.replaceChildren();
+    advice.textContent = "";
+    document.getElementById("goodput-job").textContent = jobId ? "job " + jobId : "";
+    const g = resp && resp.ok ? resp.body.goodput : null;
+    document.getElementById("badput").hidden = !g || !g.badput.length;
+    const section = document.getElementById("goodput");
+    section.dataset.job = g ? g.job_id : "";
+    if (!g) {
+      summary.textContent = jobId ? "No goodput account for job " + jobId + " in the window." : "No job in the window.";
+      return;
+    }
+    const whole = g.whole_gpu_hours;
+    summary.textContent = fmt(whole, 2, " GPU-hours") + " on " + fmt(g.gpus, 0, " GPUs") +
+      " · effective training time " + pct(g.effective_training_ratio) + " · goodput " + pct(g.goodput_ratio) +
+      " · " + g.restarts + " restart(s)";
+    section.dataset.effective = String(g.effective_training_ratio);
+    for (const cat of GOODPUT) {
+      const h = g.gpu_hours[cat] || 0;
+      const share = whole > 0 ? h / whole : 0;
+      const label = cat + ": " + fmt(h, 2, " GPU-hours") + " (" + pct(share) + ")";
+      if (share > 0) {
+        const seg = el("div", "gp gp-" + cat);
+        seg.dataset.category = cat;
+        seg.dataset.gpuHours = String(h);
+        seg.style.width = (share * 100).toFixed(3) + "%";
+        seg.title = label;
+        bar.appendChild(seg);
+      }
+      const li = el("li", "");
+      li.dataset.category = cat;
+      li.appendChild(el("span", "swatch gp-" + cat));
+      li.appendChild(el("span", "", label));
+      legend.appendChild(li);
+    }
+    // The bar's content box in page pixels, for the screenshot test (as the grid's cells).
+    const r = bar.getBoundingClientRect();
+    bar.dataset.rect = [r.left + bar.clientLeft + window.scrollX, r.top + bar.clientTop + window.scrollY,
+      bar.clientWidth].map(Math.round).join(",");
+    for (const b of g.badput.slice(0, TOP_BADPUT)) {
+      const tr = el("tr", "");
+      tr.dataset.category = b.category;
+      const when = b.start ? clock(b.start) + "–" + clock(b.end) : "";
+      for (const v of [b.category, fmt(b.gpu_hours, 2), pct(whole > 0 ? b.gpu_hours / whole : 0), when,
+                       b.finding || "no finding", b.text]) {
+        tr.appendChild(el("td", "", v));
+      }
+      if (b.start) tr.title = b.start + " – " + b.end;
+      body.appendChild(tr);
+    }
+    if (g.checkpoint_advice) advice.textContent = adviceText(g.checkpoint_advice);
+  }
+
   async function refresh() {
     try {
       const nodes = await getJSON("api/v1/nodes");
@@ -190,8 +278,10 @@
       if (findings.ok) renderFindings(findings.body.findings);
       if (jobs.ok) {
         renderJobs(jobs.body.jobs);
-        const job = chosenJob ? await getJSON("api/v1/jobs/" + encodeURIComponent(chosenJob)) : null;
+        const path = chosenJob ? "api/v1/jobs/" + encodeURIComponent(chosenJob) : null;
+        const [job, goodput] = path ? await Promise.all([getJSON(path), getJSON(path + "/goodput")]) : [null, null];
         renderChart(job && job.ok ? job.body : null);
+        renderGoodput(chosenJob, goodput);
       }
       document.body.dataset.rendered = String(Date.now());
     } catch (e) {
