@@ -90,7 +90,8 @@ def analyze_file(
     end: float | None = None,
     progress: Progress | None = None,
 ) -> Report:
-    """Load a recorded OpenMetrics file (gzip allowed) and :func:`analyze` it."""
+    """Load a recorded OpenMetrics file (gzip allowed) or a Parquet archive (``fleetscope record``,
+    routed by ``load_file`` on its magic bytes) and :func:`analyze` it."""
     from fleetscope.analyzers.load_file import load_file
 
     return analyze(load_file(path, LOADED, step=step, start=start, end=end, progress=progress), config)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import logging
 import os
 import re
 import zlib
@@ -21,11 +20,9 @@ from typing import BinaryIO, NoReturn
 
 import numpy as np
 
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, drop_bad_samples
-from fleetscope.analyzers.grid import grid_start, round_step
+from fleetscope.analyzers.frames import Frames, RawSeries
+from fleetscope.analyzers.samples import frames_from_raw, summarize
 from fleetscope.errors import FleetscopeError
-
-log = logging.getLogger(__name__)
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -183,25 +180,10 @@ def read_openmetrics(  # noqa: C901
         raw.setdefault(name, []).append(RawSeries(labels, times, values))
     if not raw:
         raise FleetscopeError(f"{path} holds none of the series the analyzers read")
-    skipped = drop_bad_samples(raw)
-    if skipped.total:
-        log.warning("%s", skipped.message(str(path)))
-    if not raw:
-        raise FleetscopeError(f"{path} holds no usable samples of the series the analyzers read")
-    t_min = min(float(s.times.min()) for ss in raw.values() for s in ss)
-    t_max = max(float(s.times.max()) for ss in raw.values() for s in ss)
-    spacings: list[float] = []
-    for s in (s for ss in raw.values() for s in ss):
-        if len(spacings) >= 200:
-            break
-        if s.times.size > 1:
-            d = np.diff(np.unique(s.times))
-            if d.size:
-                spacings.append(float(np.median(d)))
-    step = float(np.median(spacings)) if spacings else 15.0
+    out = summarize(raw, str(path))
     if progress:
         progress(1.0)
-    return raw, t_min, t_max, step
+    return out
 
 
 def _flush(path: Path, entry: list) -> None:
@@ -235,15 +217,17 @@ def load_file(
     end: float | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> Frames:
-    """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``)."""
+    """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``).
+
+    A Parquet archive (``fleetscope record``, known by its magic bytes) goes to its own loader.
+    """
+    from fleetscope.analyzers.load_parquet import is_parquet
+
+    if is_parquet(path):
+        from fleetscope.analyzers.load_parquet import load_parquet
+
+        return load_parquet(path, metrics, step=step, start=start, end=end, progress=progress)
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress)
-    step = step or round_step(spacing)
-    if start is None:
-        sample = [s.times[:64] for series in raw.values() for s in series[:256]]
-        start = grid_start(np.concatenate(sample) if sample else np.array([]), t_min, step)
-    end = t_max if end is None else end
-    if end < start:
-        raise FleetscopeError("the window ends before it starts")
-    if end < t_min or start > t_max:
-        raise FleetscopeError(f"{path} has no samples in the requested window")
-    return build_frames(raw, start, end, step, source=os.fspath(path))
+    return frames_from_raw(
+        raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)
+    )

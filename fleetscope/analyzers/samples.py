@@ -1,0 +1,93 @@
+"""Raw samples to frames, shared by the recording loader (:mod:`.load_file`) and the archive loader
+(:mod:`.load_parquet`): the same samples go through the same steps, so they give the same grid and the
+same findings whichever file held them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from fleetscope.analyzers.frames import (
+    PLAUSIBLE_MARGIN_S,
+    Frames,
+    RawSeries,
+    build_frames,
+    drop_bad_samples,
+)
+from fleetscope.analyzers.grid import grid_start, round_step
+from fleetscope.errors import FleetscopeError
+
+log = logging.getLogger(__name__)
+
+
+def summarize(
+    raw: dict[str, list[RawSeries]], source: str
+) -> tuple[dict[str, list[RawSeries]], float, float, float]:
+    """Drop the samples no exporter writes (one warning), then (raw, first time, last time, spacing).
+
+    Shared by the recording and the archive loaders, so both place the same samples on the same grid.
+    """
+    if not _all_plausible(raw):
+        skipped = drop_bad_samples(raw)
+        if skipped.total:
+            log.warning("%s", skipped.message(source))
+    if not raw:
+        raise FleetscopeError(f"{source} holds no usable samples of the series the analyzers read")
+    t_min = min(float(s.times.min()) for ss in raw.values() for s in ss)
+    t_max = max(float(s.times.max()) for ss in raw.values() for s in ss)
+    return raw, t_min, t_max, typical_spacing(raw)
+
+
+def _all_plausible(raw: dict[str, list[RawSeries]]) -> bool:
+    """True when :func:`drop_bad_samples` would take nothing out, so it can be skipped (it costs a
+    quantile over every timestamp): every sample finite, no series empty, and all of them within
+    ``PLAUSIBLE_MARGIN_S`` of each other (then none lies that far outside their 1st-99th percentile).
+    """
+    lo, hi = np.inf, -np.inf
+    for series in raw.values():
+        for s in series:
+            t, v = np.asarray(s.times, dtype=float), np.asarray(s.values, dtype=float)
+            if not t.size or not np.isfinite(t).all() or not np.isfinite(v).all():
+                return False
+            lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
+            s.times, s.values = t, v
+    return hi - lo <= PLAUSIBLE_MARGIN_S
+
+
+def typical_spacing(raw: dict[str, list[RawSeries]]) -> float:
+    """The median of the first 200 series' median sample spacings (15 s when none has two samples)."""
+    spacings: list[float] = []
+    for s in (s for ss in raw.values() for s in ss):
+        if len(spacings) >= 200:
+            break
+        if s.times.size > 1:
+            d = np.diff(np.unique(s.times))
+            if d.size:
+                spacings.append(float(np.median(d)))
+    return float(np.median(spacings)) if spacings else 15.0
+
+
+def frames_from_raw(
+    raw: dict[str, list[RawSeries]],
+    t_min: float,
+    t_max: float,
+    spacing: float,
+    *,
+    step: float | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    source: str = "",
+) -> Frames:
+    """Raw samples onto the grid: the step from the spacing, the phase between the scrapes (grid.py)."""
+    step = step or round_step(spacing)
+    if start is None:
+        sample = [s.times[:64] for series in raw.values() for s in series[:256]]
+        start = grid_start(np.concatenate(sample) if sample else np.array([]), t_min, step)
+    end = t_max if end is None else end
+    if end < start:
+        raise FleetscopeError("the window ends before it starts")
+    if end < t_min or start > t_max:
+        raise FleetscopeError(f"{source} has no samples in the requested window")
+    return build_frames(raw, start, end, step, source=source)

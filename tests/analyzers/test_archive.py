@@ -1,0 +1,152 @@
+"""``fleetscope record``: the Parquet archive of a recording or a Prometheus window, and reading it back.
+
+The archive must give exactly the findings of what it came from (the whole JSON document), hold the
+layout it promises (dictionary-encoded label columns, millisecond timestamps, one metric per row
+group, series then time order), never be left half-written, and refuse bad archives in one line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fleetscope import archive
+from fleetscope.analyzers.core import analyze_file, analyze_prometheus
+from fleetscope.analyzers.load_parquet import is_parquet
+from fleetscope.cli import main
+from fleetscope.errors import FleetscopeError
+from fleetscope.simulate.record import write_scenario
+from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.support.prom import Prometheus, backfill_openmetrics
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    spec = ScenarioSpec(name="arch", nodes=4, duration_s=1500, seed=9, faults=[
+        FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),
+        FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3),
+    ])  # fmt: skip
+    out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "s.om.gz")
+    return out
+
+
+def _record(args, capsys) -> tuple[int, str]:
+    rc = main(["record", *args, "--no-progress"])
+    return rc, capsys.readouterr().err.strip()
+
+
+def test_archive_of_a_recording_gives_the_same_report(recording, tmp_path, capsys):
+    out = tmp_path / "incident.parquet"
+    rc, err = _record(["--input", str(recording), "-o", str(out)], capsys)
+    assert rc == 0 and err.startswith(f"wrote {out}:"), err
+    assert is_parquet(out) and not is_parquet(recording)
+    assert [p.name for p in tmp_path.iterdir()] == ["incident.parquet"]  # no temporary file left
+    from_file = analyze_file(recording).document()
+    kinds = {(f["kind"], f["cause"]) for f in from_file["findings"]}
+    assert ("failing_node", "gpu_lost") in kinds and ("straggler", "thermal_throttle") in kinds
+    assert analyze_file(out).document() == from_file
+    # The CLI routes the archive by its magic bytes, whatever its name.
+    renamed = out.rename(tmp_path / "incident.bin")
+    assert main(["analyze", "--input", str(renamed), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+
+
+def test_archive_layout(recording, tmp_path, capsys):
+    out = tmp_path / "a.parquet"
+    assert _record(["--input", str(recording), "-o", str(out)], capsys)[0] == 0
+    pf = pq.ParquetFile(out)
+    schema = pf.schema_arrow
+    for col in ("__name__", "Hostname", "gpu", "job_id", "rank", "phase", "device"):
+        assert pa.types.is_dictionary(schema.field(col).type), col
+    assert schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
+    assert pf.metadata.schema.column(schema.get_field_index("timestamp")).physical_type == "INT64"
+    assert schema.field("value").type == pa.float64()
+    names = []
+    for i in range(pf.num_row_groups):
+        g = pf.read_row_group(i)
+        metric = set(g.column("__name__").to_pylist())
+        assert len(metric) == 1  # one metric per row group
+        names.append(metric.pop())
+        # Series one after another, each in time order.
+        labels = [c for c in g.column_names if c not in ("__name__", "timestamp", "value")]
+        key = list(zip(*[g.column(c).to_pylist() for c in labels], strict=True))
+        t = g.column("timestamp").cast(pa.int64()).to_numpy()
+        changes = [k for k in range(1, len(key)) if key[k] != key[k - 1]]
+        assert len(changes) + 1 == len(set(key))  # no series comes back later
+        same = np.ones(len(t) - 1, dtype=bool)
+        same[np.array(changes, dtype=int) - 1] = False
+        assert (np.diff(t)[same] > 0).all()
+    assert "DCGM_FI_DEV_GPU_UTIL" in names and "training_steps_total" in names
+    assert len(names) == len(set(names))  # small metrics: one group each
+
+
+def test_archive_of_a_prometheus_window(recording, tmp_path, capsys):
+    """Exported from a real Prometheus: the archive gives what analyzing Prometheus gives."""
+    om = tmp_path / "s.om"
+    import gzip
+
+    om.write_bytes(gzip.decompress(recording.read_bytes()))
+    backfill_openmetrics(om, tmp_path / "data")
+    w = analyze_file(recording).document()["window"]
+    out = tmp_path / "p.parquet"
+    with Prometheus(tmp_path / "p", data_dir=tmp_path / "data") as prom:
+        rc, err = _record(["--prometheus", prom.url, "--start", w["start"], "--end", w["end"], "--step", "15",
+                           "-o", str(out)], capsys)  # fmt: skip
+        assert rc == 0, err
+        live = analyze_prometheus(prom.url, w["start"], w["end"], 15.0).document()
+    assert live["findings"]
+    assert analyze_file(out).document() == live
+    # Its grid is the export's: another step is refused in one line.
+    with pytest.raises(FleetscopeError, match="exported from Prometheus at a 15 s step"):
+        analyze_file(out, step=30)
+
+
+def test_bad_archives(recording, tmp_path, capsys):
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), plain)
+    rc = main(["analyze", "--input", str(plain), "--format", "json"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and err.count("\n") == 0 and "not a fleetscope archive" in err, err
+    good = tmp_path / "good.parquet"
+    assert _record(["--input", str(recording), "-o", str(good)], capsys)[0] == 0
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    rc = main(["analyze", "--input", str(cut), "--format", "json"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and err.count("\n") == 0 and "Traceback" not in err and "cut.parquet" in err, err
+    # A grid too large for the machine is refused from the metadata, naming the flags that make it fit.
+    rc = main(["analyze", "--input", str(good), "--step", "0.001", "--format", "json"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and "--step" in err and "--start/--end" in err and err.count("\n") == 0, err
+
+
+def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.analyzers.load_file import read_openmetrics
+
+    raw = read_openmetrics(recording, LOADED)[0]
+    calls = []
+
+    def boom(*args, **kwargs):
+        if calls:
+            raise RuntimeError("disk went away")
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    real = archive._metric_table
+    monkeypatch.setattr(archive, "_metric_table", boom)
+    with pytest.raises(RuntimeError):
+        archive.write_archive(raw, tmp_path / "x.parquet", source="t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_pyarrow_one_clear_line(recording, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    rc, err = _record(["--input", str(recording), "-o", str(tmp_path / "x.parquet")], capsys)
+    assert (
+        rc != 0
+        and err == "fleetscope: error: Parquet archives need pyarrow: pip install 'fleetscope[archive]'"
+    )
