@@ -40,6 +40,9 @@ from fleetscope.analyzers.slowness import Slowness, slowness
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
 NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
 
+#: Causes the GPU's own hardware names (against a rank merely waiting for one).
+_HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie")
+
 THERMAL_BITS = hardware.CLOCK_EVENT_SW_THERMAL | hardware.CLOCK_EVENT_HW_THERMAL
 
 _ACTIONS = {
@@ -231,6 +234,42 @@ def gpu_throttle_evidence(feat: Features) -> np.ndarray:
     )
 
 
+def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) -> np.ndarray:
+    """Per rank and time: its GPU's hardware says it is slower than its peers' GPUs.
+
+    A throttle reason or violation counter (:func:`gpu_throttle_evidence`), or an SM clock
+    ``clock_deficit`` below the median of its peer group's GPUs (an admin's locked application
+    clocks set no throttle reason, but the clock shows it). Evidence that half the group shares at
+    once (a data hall's cooling, a fleet-wide power cap) singles nobody out and does not count.
+    """
+    r = feat.ranks
+    gs = feat.gpus
+    T, n = len(feat.times), r.steps.shape[1] if r.steps.size else 0
+    out = np.zeros((T, n), dtype=bool)
+    if not n or not len(gs.keys):
+        return out
+    cols = np.array([gs.col(str(nd), str(g)) if gs.col(str(nd), str(g)) is not None else -1
+                     for nd, g in zip(r.keys[c.NODE_LABEL], r.keys["gpu"], strict=True)])  # fmt: skip
+    have = cols >= 0
+    clock = np.full((T, n), np.nan)
+    clock[:, have] = gs.clock[:, cols[have]]
+    thr = np.zeros((T, n), dtype=bool)
+    thr[:, have] = throttled[:, cols[have]]
+    for g in np.unique(sl.groups):
+        members = (sl.groups == g) & have
+        if not members.any():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            peer = np.nanmedian(clock[:, members], axis=1, keepdims=True)
+        with np.errstate(all="ignore"):
+            deficit = np.nan_to_num(1 - clock[:, members] / peer) >= feat.config.clock_deficit
+        ev = thr[:, members] | deficit
+        common = ev.mean(axis=1, keepdims=True) >= 0.5
+        out[:, members] = ev & ~common
+    return out
+
+
 def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """(slow without hardware evidence, slow with it) per grid time for rank column ``k``."""
     cfg = feat.config
@@ -248,12 +287,18 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
         return np.nan_to_num(col - best) >= cfg.self_change
 
     share = cfg.phase_share
+    # Timers measure waits as well as work: under pipeline parallelism a later stage waits for
+    # activations inside forward. Where the GPU's own tensor activity is served, a timer view
+    # counts only when the GPU looks busier than its peers too (or the host phases explain it).
+    busy = sl.busy[:, k]
+    agrees = ~np.isfinite(busy) | (np.nan_to_num(busy) >= 1 + (cfg.straggler_ratio - 1) / 2)
+    host_side = view("data", sl.data, share) | view("host", sl.host, share)
     soft = (
-        (view("compute", sl.compute, cfg.straggler_ratio) & changed(sl.compute))
-        | (view("forward", sl.forward, cfg.straggler_ratio) & changed(sl.forward))
+        (view("compute", sl.compute, cfg.straggler_ratio) & changed(sl.compute) & agrees)
+        | (view("forward", sl.forward, cfg.straggler_ratio) & changed(sl.forward) & agrees)
         | (view("data", sl.data, share) & changed(sl.data))
         | (view("host", sl.host, share) & changed(sl.host))
-        | (view("less_wait", sl.less_wait, share) & changed(sl.less_wait))
+        | (view("less_wait", sl.less_wait, share) & changed(sl.less_wait) & (agrees | host_side))
         | (view("busy", sl.busy, cfg.straggler_ratio) & changed(sl.busy))
     )
     if hw is None:
@@ -321,12 +366,12 @@ def detect(feat: Features) -> list[Finding]:
     r = feat.ranks
     sl = slowness(feat)
     hw_all = gpu_throttle_evidence(feat)
+    rank_hw = rank_hardware_evidence(feat, sl, hw_all)
     score = sl.score()
     for k in range(score.shape[1]):
         node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
         gcol = feat.gpus.col(node, gpu)
-        hw = hw_all[:, gcol] if gcol is not None else None
-        soft, hard = _rank_flags(feat, sl, k, hw)
+        soft, hard = _rank_flags(feat, sl, k, rank_hw[:, k] if gcol is not None else None)
         for a, b, duty in _episodes(soft, hard, feat):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -378,9 +423,10 @@ def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
         if len(fs) < 2 or len({f.gpu for f in fs}) < max(2, n / 2):
             out += fs
             continue
-        causes = [f.cause for f in fs]
+        hw_fs = [f for f in fs if f.cause in _HARDWARE_CAUSES]
+        causes = [f.cause for f in (hw_fs or fs)]
         cause = max(set(causes), key=causes.count)
-        first = min(fs, key=lambda f: f.start)
+        first = min(hw_fs or fs, key=lambda f: f.start)
         ends = [f.end for f in fs]
         ev = {
             "gpus": ", ".join(sorted({f.gpu or "" for f in fs}, key=lambda g: (len(g), g))),
@@ -389,8 +435,10 @@ def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
             "confirmed_at": min(f.evidence.get("confirmed_at", "") for f in fs),
         }
         scores = [f.score for f in fs if f.score is not None]
+        culprit = {f.gpu for f in hw_fs}
+        one_gpu = next(iter(culprit)) if len(culprit) == 1 else None
         out.append(Finding(
-            kind="straggler", severity="warning", node=node, gpu=None, rank=None, job_id=first.job_id,
+            kind="straggler", severity="warning", node=node, gpu=one_gpu, rank=None, job_id=first.job_id,
             start=first.start, end=None if None in ends else max(e for e in ends if e is not None),
             score=max(scores) if scores else None, cause=cause, evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
         ))  # fmt: skip
