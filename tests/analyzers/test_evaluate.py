@@ -24,7 +24,12 @@ def test_suite_shape(fixtures):
     assert families == set(FAMILIES)
     for fam in families - {"classic"}:
         of = [s for s in specs if s.family == fam]
-        assert len(of) >= 4 and len({s.nodes for s in of}) >= 3, fam
+        assert len(of) >= 4, fam
+        if fam in ("inference", "neuron"):
+            # No pipeline layout to report or infer in a serving fleet, and a trn2 node is 64
+            # NeuronCores: the Neuron family stays at 4 nodes to keep the suite fast.
+            continue
+        assert len({s.nodes for s in of}) >= 3, fam
         assert any(s.emit_layout for s in of) and any(not s.emit_layout for s in of), fam
     sizes = {s.nodes for s in specs}
     assert min(sizes) == 4 and max(sizes) == 64

@@ -23,7 +23,7 @@ def recording(tmp_path_factory):
 def test_json_is_the_findings_schema(recording, capsys):
     assert main(["analyze", "--input", str(recording), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"window", "findings"}
+    assert set(doc) == {"window", "findings", "goodput"}  # goodput: one account per job
     assert doc["window"] == {"start": "2026-11-30T10:00:00Z", "end": "2026-11-30T10:25:00Z"}
     keys = [
         "kind",
