@@ -131,6 +131,46 @@ class Thresholds:
     #: ... and only above this many seconds per save: 5 s becoming 12 s costs nothing worth a page.
     checkpoint_slow_min_seconds: float = 60.0
 
+    # ---- inference: SLOs of serving replicas (docs/inference.md#slos) ---------------------------
+    #: Time to first token a request must beat: 99% of requests under 2.5 s. The threshold must be a
+    #: bucket bound of vLLM's TTFT histogram (..., 1, 2.5, 5, ... s; 2 s is none), since the SLI is
+    #: ``1 - bucket{le} / count``. An interactive chat SLO (judgment; tune per model).
+    inference_ttft_seconds: float = 2.5
+    inference_ttft_objective: float = 0.99
+    #: Inter-token latency each generated token must beat: 99% of gaps under 100 ms (10 tokens/s
+    #: per stream, faster than people read), a bound of vLLM's ITL/TPOT buckets (judgment).
+    inference_itl_seconds: float = 0.1
+    inference_itl_objective: float = 0.99
+    #: Share of requests that must not fail (HTTP 5xx on vLLM's OpenAI routes, TGI/Triton failures):
+    #: 99.9%, the availability SLO of the SRE workbook's examples (judgment).
+    inference_error_objective: float = 0.999
+    #: Multiwindow, multi-burn-rate alerts (Google SRE workbook, "Alerting on SLOs", ch. 5): page
+    #: when the error budget burns 14.4 times too fast over 1 h and 5 min (2% of a 30-day budget
+    #: in an hour) or 6 times over 6 h and 30 min (5% in 6 hours); ticket at 1 times over 3 d and
+    #: 6 h (10% in 3 days). The short window makes the alert stop soon after the burn stops.
+    slo_page_fast_burn: float = 14.4
+    slo_page_fast_long_window: str = "1h"
+    slo_page_fast_short_window: str = "5m"
+    slo_page_slow_burn: float = 6.0
+    slo_page_slow_long_window: str = "6h"
+    slo_page_slow_short_window: str = "30m"
+    slo_ticket_burn: float = 1.0
+    slo_ticket_long_window: str = "3d"
+    slo_ticket_short_window: str = "6h"
+    #: A vLLM engine's KV cache is saturated above this usage while it preempts faster than
+    #: ``inference_preemptions_per_second``: requests are recomputed and first tokens slow down.
+    #: The same numbers as the detector's ``kv_full`` and ``preempt_per_s`` (docs/design.md#thresholds).
+    inference_kv_cache_full_ratio: float = 0.85
+    inference_preemptions_per_second: float = 0.05
+    #: A replica's queue is growing when at least this many requests wait and the count rose over
+    #: ``inference_queue_growth_window``: arrivals outrun service (judgment: 10 waiting is a few
+    #: seconds of queueing at a replica's usual rate, not a burst the batch absorbs at once).
+    inference_queue_min_waiting: float = 10.0
+    inference_queue_growth_window: str = "15m"
+    #: A serving target that reported engine series within this window and is now down is a
+    #: replica down (one that scaled in leaves service discovery and no ``up`` series).
+    inference_replica_lookback: str = "1h"
+
     # ---- the stack itself ----------------------------------------------------------------------
     #: Scrape duration above which the exporter is "too slow": half of Prometheus' default 10 s
     #: scrape timeout, so there is time to act before scrapes start failing.

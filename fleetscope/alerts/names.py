@@ -38,6 +38,36 @@ JOB_CHECKPOINT_SAVE_SECONDS_1D = "job_id:training_checkpoint_save_seconds:mean1d
 #: saving (the slowest rank's save time: the ranks save at the same time).
 JOB_CHECKPOINT_BANDWIDTH = "job_id:training_checkpoint_save_bytes_per_second:ratio1h"
 
+#: Inference SLIs per served model (labels ``model``, ``server``), each over the SLO alerts'
+#: windows: the share of requests whose time to first token exceeded the SLO threshold, of
+#: inter-token gaps longer than theirs, and of failed requests. Windows as in
+#: ``Thresholds.slo_*_window``; change both together (the recording group emits these names).
+INFERENCE_SLO_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h", "3d")
+
+
+def inference_ttft_slow(window: str) -> str:
+    return f"model:inference_ttft_slow:ratio_rate{window}"
+
+
+def inference_itl_slow(window: str) -> str:
+    return f"model:inference_itl_slow:ratio_rate{window}"
+
+
+def inference_errors(window: str) -> str:
+    return f"model:inference_errors:ratio_rate{window}"
+
+
+#: One series per vLLM serving target (labels instance, job, model_name) with the node it runs on
+#: in ``Hostname``, from the host part of ``instance`` (Slurm, EC2 targets ``<node>:<port>``): what
+#: dashboards join a replica's GPUs on without a label_replace of their own.
+INFERENCE_REPLICA_NODE = "instance:inference_replica_node:group"
+
+INFERENCE_SLIS: tuple[str, ...] = tuple(
+    sli(w)
+    for sli in (inference_ttft_slow, inference_itl_slow, inference_errors)
+    for w in INFERENCE_SLO_WINDOWS
+)
+
 RECORDING_RULE_NAMES: tuple[str, ...] = (
     RANK_MFU,
     JOB_MFU,
@@ -53,4 +83,6 @@ RECORDING_RULE_NAMES: tuple[str, ...] = (
     JOB_CHECKPOINT_SAVE_SECONDS_1H,
     JOB_CHECKPOINT_SAVE_SECONDS_1D,
     JOB_CHECKPOINT_BANDWIDTH,
+    *INFERENCE_SLIS,
+    INFERENCE_REPLICA_NODE,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleetscope import contract as c
 from fleetscope import queries
-from fleetscope.alerts import goodput, names
+from fleetscope.alerts import goodput, inference, names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Case, Fire, Group, Recording, Series
 from fleetscope.alerts.testdata import (
@@ -176,4 +176,4 @@ def group(cfg: Thresholds) -> Group:
             ),
         ),
     )
-    return Group("recording", (*rules, *goodput.recordings(cfg)))
+    return Group("recording", (*rules, *goodput.recordings(cfg), *inference.recordings(cfg)))

@@ -18,6 +18,7 @@ GROUP_MODULES: tuple[str, ...] = (
     "fleetscope.alerts.training",
     "fleetscope.alerts.neuron",
     "fleetscope.alerts.goodput",
+    "fleetscope.alerts.inference",
     "fleetscope.alerts.verdicts",
     "fleetscope.alerts.stack",
 )

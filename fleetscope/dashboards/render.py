@@ -17,6 +17,8 @@ DASHBOARD_MODULES: dict[str, str] = {
     "fsx.json": "fleetscope.dashboards.fsx",
     "training.json": "fleetscope.dashboards.training",
     "neuron-node.json": "fleetscope.dashboards.neuron",
+    "inference-fleet.json": "fleetscope.dashboards.inference_fleet",
+    "inference-replica.json": "fleetscope.dashboards.inference_replica",
 }
 
 

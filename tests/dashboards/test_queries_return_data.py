@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,8 @@ class Expr:
         out = self.expr
         for var, value in VARIABLES.items():
             out = out.replace(var, value)
-        assert "$" not in out, f"{self.where}: unsubstituted variable in {out}"
+        # "$1" is label_replace's capture reference, not a Grafana variable (none is named by digits).
+        assert not re.search(r"\$(?![0-9])", out), f"{self.where}: unsubstituted variable in {out}"
         return out
 
 
