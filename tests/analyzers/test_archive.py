@@ -150,3 +150,112 @@ def test_without_pyarrow_one_clear_line(recording, tmp_path, capsys, monkeypatch
         rc != 0
         and err == "fleetscope: error: Parquet archives need pyarrow: pip install 'fleetscope[archive]'"
     )
+
+
+# ---------------------------------------------------------------------- the recording loader's fast path
+# ``read_openmetrics`` parses runs of one series in bulk and sends everything else through its
+# line-by-line parser (``_Reader._lines``, the reference). Whatever the layout, both must give the same
+# series, samples and errors: here the reference is run over the whole file and compared.
+def _reference(path, metrics):
+    import gzip
+
+    from fleetscope.analyzers import load_file as lf
+    from fleetscope.analyzers.samples import summarize
+
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    reader = lf._Reader(path, metrics)
+    reader._lines(data, 0, len(data))
+    return summarize(lf._to_raw(path, reader), str(path))
+
+
+def _same(a, b):
+    assert a[1:] == b[1:]
+    assert list(a[0]) == list(b[0])
+    for name in a[0]:
+        assert [s.labels for s in a[0][name]] == [s.labels for s in b[0][name]], name
+        for x, y in zip(a[0][name], b[0][name], strict=True):
+            assert np.array_equal(x.times, y.times) and np.array_equal(x.values, y.values, equal_nan=True), (
+                name
+            )
+
+
+T0 = 1796032800
+
+
+def _messy() -> str:
+    g = 'DCGM_FI_DEV_GPU_UTIL{gpu="%d",Hostname="n 1",modelName="NVIDIA H100 80GB HBM3"}'
+    lines = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge", "# HELP DCGM_FI_DEV_GPU_UTIL util"]
+    lines += [f"{g % 0} {v} {T0 + 15 * k}" for k, v in enumerate([1, 2, "NaN", "+Inf", 5.5, 6e2] * 20)]
+    lines += [f"{g % 1} {k} {T0 + 15 * k}" for k in range(90)]
+    lines += [""]  # a blank line inside the family
+    lines += [f"{g % 2} {k} {T0 + 15 * k}" for k in range(3)]
+    lines += [f"{g % 0} 9 {T0 + 15 * 200}"]  # gpu 0 comes back after the others
+    # Scrape order (time-major): every run is one line long.
+    lines += [f"{g % (3 + i)} {k} {T0 + 15 * k}\r" for k in range(40) for i in range(3)]
+    lines += ["# TYPE something_else gauge"]
+    lines += [f'something_else{{a="{k % 3}"}} 1 {T0 + k}' for k in range(100)]
+    lines += ['fleetscope_gpu_up{gpu="0",Hostname="n 1"} 1 ' + str(T0)]  # not of the skipped family
+    lines += ["# TYPE fleetscope_gpu_up gauge"]
+    lines += [f'fleetscope_gpu_up{{gpu="0",Hostname="n 1"}} 1 {(T0 + 15 * k) * 1000}' for k in range(1, 300)]
+    lines += ["# EOF", ""]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("chunk", [64, 997, 1 << 20])
+@pytest.mark.parametrize("gz", [False, True])
+def test_fast_path_gives_what_the_line_parser_gives(tmp_path, monkeypatch, chunk, gz):
+    import gzip
+
+    from fleetscope.analyzers import load_file as lf
+
+    monkeypatch.setattr(lf, "CHUNK_BYTES", chunk)  # runs cut by chunk boundaries, lines cut in two
+    body = _messy().encode()
+    path = tmp_path / ("m.om.gz" if gz else "m.om")
+    path.write_bytes(gzip.compress(body) if gz else body)
+    for metrics in (None, ["DCGM_FI_DEV_GPU_UTIL", "fleetscope_gpu_up"]):
+        fast = lf.read_openmetrics(path, metrics)
+        _same(fast, _reference(path, metrics))
+    assert len(fast[0]["DCGM_FI_DEV_GPU_UTIL"]) == 6 and "something_else" not in fast[0]
+    util0 = fast[0]["DCGM_FI_DEV_GPU_UTIL"][0]
+    assert (
+        util0.times.size == 81 and util0.values[-1] == 9 and np.isfinite(util0.values).all()
+    )  # NaN, Inf dropped
+
+
+def test_fast_path_on_a_simulated_recording(recording):
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.analyzers.load_file import read_openmetrics
+
+    for metrics in (LOADED, None):
+        _same(read_openmetrics(recording, metrics), _reference(recording, metrics))
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("{h} 5", "line 43: sample without a timestamp"),
+        ("{h} five {t}", "has a value or timestamp that is not a number"),
+        ("{h} 5 {t} 7", "line 43"),
+        ('{h} "5" {t}', "not a number"),
+        ("{h} 0x10 {t}", "not a number"),
+        ("{h} 5 {t}\t", None),  # trailing whitespace reads as the line-by-line parser reads it
+    ],
+)
+def test_fast_path_errors_are_the_line_parsers(tmp_path, bad, message):
+    from fleetscope.analyzers.load_file import read_openmetrics
+
+    h = 'training_steps_total{job_id="1",rank="0",Hostname="n",gpu="0"}'
+    lines = ["# TYPE training_steps counter"] + [f"{h} {k} {T0 + 15 * k}" for k in range(80)]
+    lines[42] = bad.format(h=h, t=T0 + 15 * 41 + 1)
+    path = tmp_path / "b.om"
+    path.write_text("\n".join([*lines, "# EOF", ""]))
+    if message is None:
+        _same(read_openmetrics(path), _reference(path, None))
+        return
+    with pytest.raises(FleetscopeError) as fast:
+        read_openmetrics(path)
+    with pytest.raises(FleetscopeError) as ref:
+        _reference(path, None)
+    assert str(fast.value) == str(ref.value) and message in str(fast.value)

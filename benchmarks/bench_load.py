@@ -1,0 +1,199 @@
+"""Loading at scale: a recording, its Parquet archive and (optionally) Prometheus, against cluster size.
+
+For each case (nodes x hours, 15 s samples, one GPU thermal-throttled from the middle) the simulator
+writes a gzipped recording into ``--workdir`` (default: the system's temporary folder; a 512-node hour
+is about 330 MB gzipped, 10 GB unzipped, so never the repository), then each measurement runs in a
+fresh process, timed from outside (wall time, peak RSS of that process):
+
+* ``pandas``: a plain pandas reading of the same series (``read_csv`` of the lines, ``str.rsplit`` into
+  head, value and timestamp, ``groupby`` the head): the baseline the recording loader is held to;
+* ``read``: ``load_file.read_openmetrics`` (what ``analyze --input X.om.gz`` parses);
+* ``record``: ``fleetscope record --input X.om.gz -o X.parquet``;
+* ``load-om`` / ``load-parquet``: ``load_file`` to frames (the whole load: parse, clean, grid);
+* ``analyze-om`` / ``analyze-parquet``: ``fleetscope analyze --input ... --format json``;
+* with ``--prometheus``: the recording backfilled into a real Prometheus (promtool), then
+  ``fleetscope analyze --prometheus`` over the window, and ``fleetscope record --prometheus``.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_load.py --case 64x1                  # one case, every measurement
+    .venv/bin/python benchmarks/bench_load.py --case 64x1 --case 128x1 --skip pandas
+    .venv/bin/python benchmarks/bench_load.py --case 64x1 --prometheus
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_MEASURE = """
+import resource, subprocess, sys, time
+t0 = time.monotonic()
+res = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+wall = time.monotonic() - t0
+sys.stderr.write(res.stderr[-2000:])
+sys.stdout.write(res.stdout[-2000:])
+print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet")
+
+
+def pandas_baseline(path: str) -> tuple[int, int]:
+    """The series the analyzers read, by plain pandas: (series, samples)."""
+    import pandas as pd
+
+    from fleetscope.analyzers.core import LOADED
+
+    lines = pd.read_csv(path, header=None, names=["line"], sep="\x1f", quoting=csv.QUOTE_NONE, comment="#",
+                        engine="c", dtype=str)["line"]  # fmt: skip
+    parts = lines.str.rsplit(" ", n=2, expand=True)
+    name = parts[0].str.extract(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", expand=False)
+    parts = parts[name.isin(set(LOADED))]
+    values = pd.to_numeric(parts[1]).to_numpy()
+    times = pd.to_numeric(parts[2]).to_numpy()
+    series = {}
+    for head, idx in parts.groupby(0, sort=False).indices.items():
+        labels = dict(pd.Series([head]).str.extractall(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"').values.tolist())
+        series[head] = (labels, times[idx], values[idx])
+    return len(series), len(values)
+
+
+def one(mode: str, path: str) -> None:
+    """Run one in-process measurement (in the child process)."""
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.analyzers.load_file import load_file, read_openmetrics
+
+    t0 = time.monotonic()
+    if mode == "pandas":
+        n_series, n_samples = pandas_baseline(path)
+    elif mode == "read":
+        raw = read_openmetrics(path, LOADED)[0]
+        n_series, n_samples = sum(map(len, raw.values())), sum(s.times.size for v in raw.values() for s in v)
+    else:  # load-om, load-parquet
+        frames = load_file(path, LOADED)
+        n_series, n_samples = sum(len(m) for m in frames.metrics.values()), len(frames.times)
+    print(f"INNER {time.monotonic() - t0:.2f} s, {n_series} series, {n_samples} samples/grid times")
+
+
+def measure(cmd: list[str]) -> tuple[float, float, str]:
+    res = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True, cwd=ROOT)
+    last = [ln for ln in res.stdout.splitlines() if ln.startswith("MEASURED")]
+    if not last:
+        raise SystemExit(res.stderr[-3000:])
+    _, rc, wall, rss_kb = last[-1].split()
+    if rc != "0":
+        raise SystemExit(f"{cmd} failed:\n{res.stderr[-3000:]}")
+    inner = next((ln for ln in res.stdout.splitlines() if ln.startswith("INNER")), "")
+    return float(wall), int(rss_kb) / 1024, inner.removeprefix("INNER ")
+
+
+def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus: bool) -> None:
+    from fleetscope.simulate.record import write_scenario
+    from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+
+    spec = ScenarioSpec(name=f"load-{nodes}n-{hours:g}h", nodes=nodes, duration_s=hours * 3600, seed=7,
+                        faults=[FaultSpec(kind="thermal_throttle", at_s=hours * 1800, node=nodes // 2, gpu=4,
+                                          slowdown=0.3)])  # fmt: skip
+    om = workdir / f"{spec.name}.om.gz"
+    pq = workdir / f"{spec.name}.parquet"
+    t0 = time.monotonic()
+    _, truth = write_scenario(spec, om)
+    print(f"\n## {nodes} nodes x {hours:g} h: recording {om.stat().st_size / 1e6:.0f} MB gzip, "
+          f"simulated in {time.monotonic() - t0:.1f} s", flush=True)  # fmt: skip
+    me = [sys.executable, str(Path(__file__).resolve()), "--one"]
+    fs = [sys.executable, "-m", "fleetscope"]
+    cmds = {
+        "pandas": [*me, "pandas", str(om)],
+        "read": [*me, "read", str(om)],
+        "record": [*fs, "record", "--input", str(om), "-o", str(pq), "--no-progress"],
+        "load-om": [*me, "load-om", str(om)],
+        "load-parquet": [*me, "load-parquet", str(pq)],
+        "analyze-om": [*fs, "analyze", "--input", str(om), "--format", "json", "-o", os.devnull],
+        "analyze-parquet": [*fs, "analyze", "--input", str(pq), "--format", "json", "-o", os.devnull],
+    }
+    print("| measurement | wall s | peak RSS MB | inside |\n| --- | ---: | ---: | --- |")
+    for mode in MEASUREMENTS:
+        if mode in skip or (mode.endswith("parquet") and not pq.exists() and "record" in skip):
+            continue
+        wall, rss, inner = measure(cmds[mode])
+        print(f"| {mode} | {wall:.1f} | {rss:.0f} | {inner} |", flush=True)
+    if pq.exists():
+        print(f"archive: {pq.stat().st_size / 1e6:.1f} MB")
+    if prometheus:
+        run_prometheus(om, truth, workdir)
+    om.unlink()
+    truth.unlink(missing_ok=True)
+    pq.unlink(missing_ok=True)
+
+
+def run_prometheus(om: Path, truth: Path, workdir: Path) -> None:
+    import gzip
+    import json
+
+    from tests.support.prom import Prometheus, backfill_openmetrics
+
+    plain = workdir / "backfill.om"
+    with gzip.open(om) as src, plain.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    t0 = time.monotonic()
+    backfill_openmetrics(plain, workdir / "tsdb")
+    plain.unlink()
+    print(f"backfilled into Prometheus' TSDB in {time.monotonic() - t0:.1f} s")
+    window = json.loads(truth.read_text())["window"]
+    window = ["--start", window["start"], "--end", window["end"], "--step", "15"]
+    try:
+        with Prometheus(workdir / "prom", data_dir=workdir / "tsdb") as prom:
+            fs = [sys.executable, "-m", "fleetscope"]
+            for what, cmd in (
+                ("analyze-prometheus", [*fs, "analyze", "--prometheus", prom.url, *window, "--format", "json",
+                                        "-o", os.devnull, "--timeout", "600"]),
+                ("record-prometheus", [*fs, "record", "--prometheus", prom.url, *window, "-o",
+                                       str(workdir / "p.parquet"), "--timeout", "600", "--no-progress"]),
+            ):  # fmt: skip
+                wall, rss, _ = measure(cmd)
+                print(f"| {what} | {wall:.1f} | {rss:.0f} | |", flush=True)
+    finally:
+        shutil.rmtree(workdir / "tsdb", ignore_errors=True)
+        shutil.rmtree(workdir / "prom", ignore_errors=True)
+        (workdir / "p.parquet").unlink(missing_ok=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--case", action="append", default=[], metavar="NODESxHOURS", help="e.g. 64x1 (repeatable)"
+    )
+    ap.add_argument(
+        "--skip", action="append", default=[], choices=MEASUREMENTS, help="leave a measurement out"
+    )
+    ap.add_argument(
+        "--prometheus", action="store_true", help="also backfill into a real Prometheus and query it"
+    )
+    ap.add_argument("--workdir", default=None, help="where the temporary recordings go (not the repository)")
+    ap.add_argument("--one", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one(*args.one)
+        return
+    print(f"machine: {os.cpu_count()} CPUs {platform.machine()}, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="fleetscope-bench-") as tmp:
+        for case in args.case or ["64x1"]:
+            nodes, hours = case.split("x")
+            run_case(int(nodes), float(hours), Path(tmp), set(args.skip), args.prometheus)
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
