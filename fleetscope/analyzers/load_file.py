@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -298,7 +298,7 @@ class _Reader:
             raise FleetscopeError(f"{self.path}: {exc}") from None
         entry = [name, labels, [], [], self.wanted is None or name in self.wanted, [], []]
         self.series[head] = entry
-        self.n_wanted += entry[4]
+        self.n_wanted += bool(entry[4])
         return entry
 
     def check_size(self) -> None:
@@ -459,9 +459,7 @@ def _run_end(buf: bytes, nls: list[int], i: int, prefix: bytes) -> int:
 
 #: pandas before 3 needs ``round_trip`` for Python's correctly rounded parsing; pandas 3 deprecates the
 #: option, and its default gave the same bits as ``float()`` on 200,000 random decimals.
-_ROUND_TRIP: dict[str, str] = (
-    {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-)
+_ROUND_TRIP: Literal["round_trip"] | None = "round_trip" if int(pd.__version__.split(".")[0]) < 3 else None
 
 
 def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
@@ -471,7 +469,7 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
     try:
         table = pd.read_csv(io.BytesIO(text), sep=" ", header=None, dtype=float, engine="c",
                             quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
-                            skip_blank_lines=True, **_ROUND_TRIP).to_numpy()  # fmt: skip
+                            skip_blank_lines=True, float_precision=_ROUND_TRIP).to_numpy()  # fmt: skip
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return None
     if table.shape != (n, 2):
