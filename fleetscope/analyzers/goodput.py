@@ -5,7 +5,8 @@ the allocation it held before). It is split into :data:`~fleetscope.analyzers.re
 
 * ``checkpoint``: save time (``training_checkpoint_save_seconds_total``, else the ``checkpoint``
   phase) and load time on restart (``training_checkpoint_load_seconds_total``);
-* ``eval``: the ``eval`` phase;
+* ``eval``: the ``eval`` phase, and pauses of every rank at once that the job did not report (no
+  restart, the GPUs neither spinning nor lost: an evaluation or a blocking checkpoint);
 * ``stall`` and ``recovery``: the time no step completes and no phase counts (a *gap*). A gap in
   which the job stops (every rank's series gone, a counter reset, the global step going back, the
   restart attempt going up) is a failure: the time from the last step to the abort is ``stall``
@@ -33,7 +34,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.checkpoint_advice import advise
-from fleetscope.analyzers.features import RANK_KEY, Features, job_columns
+from fleetscope.analyzers.features import RANK_KEY, Features, gpu_busy, job_columns
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps, iter_runs
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
@@ -62,6 +63,7 @@ class _Gap:
     b: int  # last interval of the gap
     gpu_s: float = 0.0  # its GPU-seconds, the edges of the busy runs around it included
     restart: bool = False
+    pause: float = 0.0  # an unreported evaluation or checkpoint (GPUs idle or half busy)
     stall: float = 0.0
     recovery: float = 0.0
     rework: float = 0.0
@@ -295,7 +297,14 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
         g.recovery = total  # the job's start: startup until its first step
         return
     if not g.restart:
-        g.stall = total
+        # Every rank stopped at once, no restart, and the GPUs neither spinning (a hang) nor lost:
+        # the signature of an evaluation or a blocking checkpoint the job did not report as a
+        # phase (docs/design.md#pauses-that-are-not-faults). It is a planned pause, not a stall.
+        util = gpu_busy(j.feat, j.nodes, g.a, g.b)
+        if util is not None and util < j.feat.config.hang_util:
+            g.pause = total
+        else:
+            g.stall = total
         return
     gprev = j.g[g.a - 1] if g.a > 0 else j.g[g.a]
     last_step = j.t[g.a - 1] - (tail / gprev if gprev else 0.0)
@@ -402,7 +411,7 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     base, slow = _slowdown(j, findings, job, rework)
     parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
     parts["checkpoint"] = float(j.save.sum() + j.load.sum())
-    parts["eval"] = float(j.ev.sum())
+    parts["eval"] = float(j.ev.sum()) + sum(g.pause for g in gaps)
     parts["stall"] = sum(g.stall for g in gaps)
     parts["recovery"] = sum(g.recovery for g in gaps)
     parts["rework"] = float(rework.sum())

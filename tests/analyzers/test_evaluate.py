@@ -46,6 +46,10 @@ def test_evaluate_meets_the_thresholds(fixtures, tmp_path):
         assert score["precision"] >= 0.95, (fam, score, report.render())
         assert score["recall"] >= 0.95, (fam, score, report.render())
     assert report.goodput_sums_to_whole(), "a job's goodput account does not add up to its GPU-hours"
+    accounts = report.goodput()
+    assert {"goodput", "pauses", "hang"} <= set(accounts)
+    for fam, acc in accounts.items():  # each badput category within 2% of the truth, every family
+        assert acc["within_bound"], (fam, acc)
     per_kind = report.per_kind()
     for kind in ("job_hang",):
         assert per_kind[kind]["expected"] >= 1 and per_kind[kind]["recall"] >= 0.95, report.render()
