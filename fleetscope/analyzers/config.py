@@ -119,6 +119,12 @@ class DetectorConfig:
     #: one is the outlier.
     min_replica_peers: int = 3
 
+    # --- Neuron (Trainium / Inferentia) -----------------------------------------------------
+    #: p50 execution latency above this multiple of the peer nodes' median is a slow node: a
+    #: synchronous step waits for the slowest node, so 15% slower executions cost the job ~15%,
+    #: well above the few percent nodes of one instance type differ by (judgment).
+    neuron_latency_ratio: float = 1.15
+
     def with_overrides(self, overrides: dict[str, Any]) -> DetectorConfig:
         names = {f.name for f in fields(self)}
         bad = set(overrides) - names

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.detectors import DETECTORS
 from fleetscope.analyzers.detectors.failing_node import FailingNodeDetector
-from fleetscope.analyzers.detectors.neuron import LATENCY_RATIO, NeuronDetector
+from fleetscope.analyzers.detectors.neuron import NeuronDetector
 from fleetscope.analyzers.frames import Frames, RawSeries, build_frames
 
 STEP = 15.0
@@ -101,7 +102,7 @@ def test_slower_executions_on_one_node_make_a_node_level_straggler() -> None:
 
 def test_a_little_slower_is_no_straggler() -> None:
     w = Window()
-    w.latency["trn2-1"][w.tick(20) :] = 0.040 * (LATENCY_RATIO - 0.05)
+    w.latency["trn2-1"][w.tick(20) :] = 0.040 * (DEFAULT.neuron_latency_ratio - 0.05)
     assert analyze(w.frames()).findings == []
 
 

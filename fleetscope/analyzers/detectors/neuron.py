@@ -11,7 +11,7 @@ failing, the Neuron evidence is added to its finding instead, and replaces its c
 only says where the job broke (``ranks_stopped``), not why.
 
 A node whose executions take longer than its peers' (``execution_latency_seconds`` p50, the
-Neuron Runtime's own timing of each compiled graph, above :data:`LATENCY_RATIO` times the median
+Neuron Runtime's own timing of each compiled graph, above ``neuron_latency_ratio`` times the median
 of the other nodes with the same instance type, for the persistence) slows a synchronous job: a
 node-level straggler (``slow_execution``). It names no core: the latency is the application's,
 per node. Training ranks on Trainium are still compared by the straggler detector, which runs next.
@@ -30,10 +30,6 @@ from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps, iter_runs
 
-#: p50 execution latency above this multiple of the peer nodes' median is a slow node (judgment:
-#: a synchronous step waits for the slowest node, so 15% slower executions cost the job ~15%, well
-#: above the few percent nodes of one type differ by; docs/design.md#thresholds).
-LATENCY_RATIO = 1.15
 #: The percentile compared (the median execution: robust to one slow batch).
 LATENCY_PERCENTILE = "p50"
 
@@ -198,7 +194,7 @@ def _slow_nodes(feat: Features) -> list[Finding]:
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(lat[:, peers], axis=1)
         ratio = lat[:, j] / med
-        slow = np.isfinite(ratio) & (ratio > LATENCY_RATIO)
+        slow = np.isfinite(ratio) & (ratio > feat.config.neuron_latency_ratio)
         runs = [(a, b) for a, b in iter_runs(slow) if b - a + 1 >= feat.p]
         if not runs:
             continue
