@@ -33,6 +33,11 @@ from fleetscope.times import parse_duration
 log = logging.getLogger(__name__)
 
 PROMETHEUS_NAMES = ("prometheus",)
+WORKLOADS = ("training", "inference")
+#: The fault each workload injects unless --fault says otherwise: a lost GPU stops a training job
+#: (failing_node) or kills the vLLM replica on it (failing_replica, seconds after the XID). A
+#: throttled GPU's replica (slow_replica) takes minutes and a larger fleet to stand out.
+DEFAULT_FAULT = {"training": "gpu_lost", "inference": "gpu_lost"}
 ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's name
 
 
@@ -56,10 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop after this long, e.g. 300 or 5m (default: Ctrl-C)",
     )
     p.add_argument("--nodes", type=int, default=4, help="virtual nodes (default 4)")
-    from fleetscope.simulate.spec import FAULT_KINDS
+    from fleetscope.simulate.spec import FAULT_KINDS, INFERENCE_FAULT_KINDS
 
     p.add_argument(
-        "--fault", choices=FAULT_KINDS, default="gpu_lost", help="fault to inject (default gpu_lost)"
+        "--workload",
+        choices=WORKLOADS,
+        default="training",
+        help="what the virtual nodes run: a training job, or vLLM replicas serving a model (default training)",
+    )
+    p.add_argument(
+        "--fault",
+        choices=sorted({*FAULT_KINDS, *INFERENCE_FAULT_KINDS}),
+        default=None,
+        help="fault to inject (default gpu_lost)",
     )
     p.add_argument(
         "--fault-at",
@@ -107,6 +121,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_fault(args: argparse.Namespace) -> None:
+    """Fill in the workload's default fault; refuse a fault the workload's simulator cannot inject."""
+    from fleetscope.simulate.spec import FAULT_KINDS, INFERENCE_FAULT_KINDS
+
+    workload = getattr(args, "workload", "training")
+    args.workload = workload
+    if args.fault is None:
+        args.fault = DEFAULT_FAULT[workload]
+    if workload == "inference":
+        allowed = ("healthy", "thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS)
+        if args.nodes < 3:
+            raise FleetscopeError(
+                "--workload inference needs --nodes of at least 3 (replicas compare with 2 peers)"
+            )
+    else:
+        allowed = FAULT_KINDS
+    if args.fault not in allowed:
+        raise FleetscopeError(
+            f"--fault {args.fault} is not simulated for --workload {workload}; one of: {', '.join(allowed)}"
+        )
+
+
 def _service_address(args: argparse.Namespace) -> tuple[str, int]:
     """Host and port of the web page: ``--listen`` (its port must be free), else the default or any."""
     from fleetscope.service.cli import parse_listen
@@ -124,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         raise FleetscopeError("--nodes must be at least 2 (the analyzers compare a node with its peers)")
     if not 0 <= args.fault_node < args.nodes:
         raise FleetscopeError(f"--fault-node must be in 0..{args.nodes - 1}")
+    _check_fault(args)
     host, service_port = _service_address(args)
 
     keep = args.workdir is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from fleetscope.demo.configs import alertmanager_config, prometheus_config, rule_files, write_yaml
@@ -20,17 +21,43 @@ DEFAULT_ALERTMANAGER_PORT = 9093
 READY_TIMEOUT = 60.0
 
 
+#: The inference demo's compressed day (its traffic's daily pattern), in scenario seconds.
+INFERENCE_DAY_S = 3600.0
+
+
+def inference_scenario(args: argparse.Namespace) -> dict:
+    """The inference simulator's scenario for the demo's flags: one vLLM replica per node."""
+    faults = []
+    if args.fault != "healthy":
+        faults.append({"kind": args.fault, "at_s": args.fault_at, "node": args.fault_node,
+                       "gpu": args.fault_gpu, "slowdown": 0.2})  # fmt: skip
+    return {
+        "name": "demo", "family": "inference", "nodes": args.nodes, "seed": args.seed,
+        "duration_s": INFERENCE_DAY_S, "day_s": INFERENCE_DAY_S, "faults": faults,
+    }  # fmt: skip
+
+
 def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
-    """The virtual nodes on consecutive free ports; returns their file_sd targets file."""
+    """The virtual nodes on consecutive free ports (training ranks, or with ``--workload inference``
+    vLLM replicas from the inference simulator); returns their file_sd targets file."""
     base_port = pick_port_range("127.0.0.1", args.base_port, args.nodes)
     targets_file = procs.workdir / "targets.json"
     targets_file.unlink(missing_ok=True)  # a kept --workdir may hold the last run's
+    inference = getattr(args, "workload", "training") == "inference"
+    if inference:
+        scenario = procs.workdir / "scenario.json"
+        scenario.write_text(json.dumps(inference_scenario(args), indent=1) + "\n")
+        what = ["--scenario", str(scenario)]
+    else:
+        what = [
+            "--nodes", str(args.nodes), "--fault", args.fault, "--fault-at", format_number(args.fault_at),
+            "--fault-node", str(args.fault_node), "--fault-gpu", str(args.fault_gpu), "--seed", str(args.seed),
+        ]  # fmt: skip
     procs.start(
         "simulator",
         fleetscope_argv(
-            "simulate", "--live", "--nodes", str(args.nodes), "--listen", "127.0.0.1",
-            "--base-port", str(base_port), "--fault", args.fault, "--fault-at", format_number(args.fault_at),
-            "--fault-node", str(args.fault_node), "--fault-gpu", str(args.fault_gpu), "--seed", str(args.seed), "--targets-file", str(targets_file),
+            "simulate", "--live", *what, "--listen", "127.0.0.1", "--base-port", str(base_port),
+            "--targets-file", str(targets_file),
         ),
     )  # fmt: skip
     procs.wait_until(
@@ -38,8 +65,9 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
         READY_TIMEOUT,
         "the virtual nodes",
     )
+    kind = "inference fleet (one vLLM replica per node)" if inference else "cluster"
     say(
-        f"simulated cluster: {args.nodes} virtual nodes on 127.0.0.1:{base_port}-{base_port + args.nodes - 1}, "
+        f"simulated {kind}: {args.nodes} virtual nodes on 127.0.0.1:{base_port}-{base_port + args.nodes - 1}, "
         f"fault {args.fault} on node {args.fault_node} {args.fault_at:g}s after start"
     )
     return targets_file
