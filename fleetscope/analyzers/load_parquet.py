@@ -97,8 +97,9 @@ def read_archive(
     raw: dict[str, list[RawSeries]] = {}
     try:
         for name, ids in by_metric.items():
-            table = pf.read_row_groups(ids, columns=[*columns, TIME_COL, VALUE_COL])
-            series = _split_series(pa, table, columns, labels)
+            present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few of the labels
+            table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
+            series = _split_series(pa, table, present, labels)
             if series:
                 raw[name] = series
             done += table.num_rows
@@ -133,6 +134,17 @@ def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
     check_grid(lo if start is None else start, hi if end is None else end, float(step), series)
 
 
+def _all_null(pf: Any, ids: list[int], column: str) -> bool:
+    """Whether the statistics say ``column`` holds only nulls in these row groups (unknown: False)."""
+    col = pf.schema_arrow.get_field_index(column)
+    for i in ids:
+        chunk = pf.metadata.row_group(i).column(col)
+        st = chunk.statistics
+        if st is None or st.null_count is None or st.null_count < chunk.num_values:
+            return False
+    return True
+
+
 def _seconds(ts: Any) -> float:
     if hasattr(ts, "timestamp"):
         return float(ts.timestamp())
@@ -154,14 +166,14 @@ def _split_series(pa: Any, table: Any, columns: list[str], labels: dict[str, str
             continue
         if not pa.types.is_dictionary(arr.type):
             arr = arr.dictionary_encode()
-        idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         change[1:] |= idx[1:] != idx[:-1]
         codes.append((labels.get(col, col), idx))
         dicts.append(arr.dictionary.to_pylist())
     starts = np.flatnonzero(change)
     bounds = np.append(starts, n)
     times = table.column(TIME_COL).chunk(0).cast(pa.int64()).to_numpy(zero_copy_only=False) / 1000.0
-    values = table.column(VALUE_COL).chunk(0).to_numpy(zero_copy_only=False).astype(float)
+    values = table.column(VALUE_COL).chunk(0).to_numpy(zero_copy_only=False).astype(float, copy=False)
     out = []
     for k, first in enumerate(starts.tolist()):
         lab = {}
