@@ -259,3 +259,24 @@ def test_fast_path_errors_are_the_line_parsers(tmp_path, bad, message):
     with pytest.raises(FleetscopeError) as ref:
         _reference(path, None)
     assert str(fast.value) == str(ref.value) and message in str(fast.value)
+
+
+def test_a_grid_over_the_limit_is_refused_before_the_whole_recording_is_read(recording, monkeypatch):
+    from fleetscope.analyzers import load_file as lf
+
+    monkeypatch.setattr(lf, "CHUNK_BYTES", 1 << 20)
+    chunks = []
+    real = lf._chunks
+
+    def counted(path):
+        for item in real(path):
+            chunks.append(item)
+            yield item
+
+    monkeypatch.setattr(lf, "_chunks", counted)
+    with pytest.raises(FleetscopeError, match="coarsen it with --step"):
+        analyze_file(recording, step=0.002)  # 750,001 grid times: the cells are over the limit
+    refused_after = len(chunks)
+    chunks.clear()
+    lf.read_openmetrics(recording)
+    assert refused_after < len(chunks) / 2, (refused_after, len(chunks))
