@@ -45,6 +45,10 @@ def is_parquet(path: str | Path) -> bool:
 def _open(path: Path) -> tuple[Any, dict[str, Any]]:
     pa, pq = pyarrow_modules()
     try:
+        path.stat()
+    except OSError as exc:
+        raise FleetscopeError(f"cannot read {path}: {exc.strerror}") from None
+    try:
         pf = pq.ParquetFile(path)
     except OSError as exc:
         raise FleetscopeError(f"cannot read {path}: {exc.strerror or 'not a Parquet file'}") from None
