@@ -195,8 +195,9 @@ def _to_raw(path: Path, reader: _Reader) -> dict[str, list[RawSeries]]:
         name, labels, _, _, _, vchunks, tchunks = entry
         if not vchunks:
             continue
-        values = np.concatenate(vchunks)
-        times = np.concatenate(tchunks)
+        # One run is one array already (most series): no copy, no second peak.
+        values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
+        times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
         entry[5], entry[6] = [], []
         # Milliseconds (text-format convention), judged by the bulk so one odd stamp decides nothing.
         finite = times[np.isfinite(times)]
