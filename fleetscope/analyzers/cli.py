@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--input", "-i", metavar="FILE", help="recorded OpenMetrics file (gzip allowed)")
+    src.add_argument("--input", "-i", metavar="FILE",
+                     help="recorded OpenMetrics file (gzip allowed) or a fleetscope record Parquet archive")  # fmt: skip
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible API base URL")
     p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
                    "(with --input: the file's first sample)")  # fmt: skip
