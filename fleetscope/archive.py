@@ -33,7 +33,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetscope.argtypes import positive_float, positive_int
+from fleetscope.analyzers.cli import add_prometheus_access
+from fleetscope.argtypes import positive_float
 from fleetscope.errors import FleetscopeError
 
 if TYPE_CHECKING:
@@ -234,15 +235,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--input: keep every series of the file, not only those the analyzers read")  # fmt: skip
     p.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds each Prometheus request may take, whole answer included (default 30)")  # fmt: skip
-    p.add_argument("--max-answer-bytes", type=positive_int, default=256 * 1024 * 1024, metavar="N",
-                   help="largest Prometheus answer read, in bytes (default 256 MiB)")  # fmt: skip
-    p.add_argument(
-        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
-    )
-    p.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
-    p.add_argument(
-        "--header", action="append", default=[], metavar="K=V", help="extra HTTP header (repeatable)"
-    )
+    add_prometheus_access(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
 

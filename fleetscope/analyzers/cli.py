@@ -46,6 +46,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds each Prometheus request may take, whole answer included (default 30)",
     )
+    add_prometheus_access(p)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
+
+
+def add_prometheus_access(p: argparse.ArgumentParser) -> None:
+    """How to reach a Prometheus-compatible API: answer size, SigV4 and headers.
+
+    Shared by ``analyze``, ``record``, ``serve`` and ``plan`` (read back by :func:`prometheus_access`).
+    """
     p.add_argument(
         "--max-answer-bytes",
         type=positive_int,
@@ -60,8 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--header", action="append", default=[], metavar="K=V", help="extra HTTP header (repeatable)"
     )
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
 
 
 class ProgressBar:

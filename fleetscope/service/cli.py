@@ -15,8 +15,8 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
-from fleetscope.analyzers.cli import DEFAULT_MAX_ANSWER_BYTES
-from fleetscope.argtypes import fraction, positive_float, positive_int
+from fleetscope.analyzers.cli import add_prometheus_access
+from fleetscope.argtypes import fraction, positive_float
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
 
@@ -86,24 +86,7 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", metavar="FILE", help="YAML/JSON of detector thresholds (see docs/analyzers.md)"
     )
-    parser.add_argument(
-        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
-    )
-    parser.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="extra HTTP header to Prometheus (repeatable)",
-    )
-    parser.add_argument(
-        "--max-answer-bytes",
-        type=positive_int,
-        default=DEFAULT_MAX_ANSWER_BYTES,
-        metavar="N",
-        help=f"largest Prometheus answer read, in bytes (default {DEFAULT_MAX_ANSWER_BYTES >> 20} MiB)",
-    )
+    add_prometheus_access(parser)
 
 
 def analyzer_options(args: argparse.Namespace) -> dict:
