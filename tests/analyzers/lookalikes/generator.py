@@ -13,7 +13,11 @@ turned into the exporter's cumulative counters and gauges:
   ``checkpoint`` phase, each node scraped at its own offset within the interval with a little jitter;
 * the things real clusters do that the project's simulator does not: other scrape intervals,
   exporter restarts (counters from 0), HA Prometheus pairs, one collector failing, SW power capping
-  all the time, jobs that start or end mid-window, mixed GPU models, node replacement, kernel panics.
+  all the time, jobs that start or end mid-window, mixed GPU models, node replacement, kernel panics;
+  round 3: 5 s scrapes, windows that open inside a hang or after a GPU was lost, dcgm-exporter
+  alone (the XID gauge, no fleetscope_gpu_* series), jobs without phase timers or without any
+  training telemetry, every series scraped twice by two scrape jobs, very short windows,
+  aggressive checkpointing and a warm-up that speeds the job up.
 
 A case is a :class:`Cluster` with jobs and events, plus what the analyzers must and must not report.
 """
@@ -89,6 +93,8 @@ class Job:
     #: Checkpoint written by local rank 0 of each node only: the others count a quarter of the save in
     #: ``checkpoint`` and wait the rest in a barrier that their next step's forward absorbs.
     ckpt_local_writers: bool = False
+    # --- round 3 ---
+    phases: bool = True  # False: the job exports no training_phase_seconds_total (steps, tokens only)
 
 
 @dataclass
@@ -131,6 +137,14 @@ class Cluster:
         self._stage_of: dict[tuple[str, int], int] = {}
         self.replicas = 0  # 2: an HA Prometheus pair (label replica a/b); -2: both merged, no label
         self.node_offset = self.rng.uniform(0.0, 0.8 * self.scrape_s, N)
+        # --- round 3 ---
+        self.power_viol = np.zeros((K, G))  # share of the interval power-braked (power violation)
+        self.gpu_absent = np.zeros((K, G), dtype=bool)  # one GPU's series missing (not the node's)
+        #: dcgm-exporter alone: the XID is its DCGM_FI_DEV_XID_ERRORS gauge (the last XID, held), and
+        #: there is no fleetscope_gpu_* series (no gpu_up, no xid counter, no peak FLOP/s).
+        self.dcgm_only = False
+        #: Two scrape jobs scrape every exporter: each series twice, with other ``job``/``instance``.
+        self.dup_scrape = False
 
     # ------------------------------------------------------------------ helpers for cases
     def k(self, t_s: float) -> int:
@@ -165,7 +179,7 @@ class Cluster:
             for name, key in (("training_steps_total", "steps"), ("training_step_seconds_total", "step_s"),
                               ("training_tokens_total", "tokens"), ("training_model_flops_total", "flops")):  # fmt: skip
                 self._put(out, name, lab, node, cnt[key], m, counter=True)
-            for ph in ("data", "forward", "backward", "optimizer", "checkpoint"):
+            for ph in ("data", "forward", "backward", "optimizer", "checkpoint") if job.phases else ():
                 self._put(
                     out,
                     "training_phase_seconds_total",
@@ -332,6 +346,10 @@ class Cluster:
         if self.replicas == 2:
             for rep, shift in (("a", 0.0), ("b", 1.7)):
                 add(lab + (("replica", rep),), t[mask] + shift, v[mask])
+        elif self.dup_scrape:
+            host = self.names[node]
+            for sj, port, shift in (("dcgm", 9400, 0.0), ("gpu-nodes", 9401, 0.9)):
+                add(lab + (("job", sj), ("instance", f"{host}:{port}")), t[mask] + shift, v[mask])
         elif self.replicas == -2:
             add(lab, np.concatenate([t[mask], t[mask] + 1.7]), np.concatenate([v[mask], v[mask]]))
         else:
@@ -370,7 +388,7 @@ class Cluster:
             clock = np.where(s == 0, m.idle_clock, m.sm_clock) * self.clock_f[:, c]
             clock = clock * (1 - np.abs(rng.normal(0, 0.003, K)))
             reasons = np.where(s == 0, 0x1, 0).astype(np.int64) | self.bits[:, c]
-            pviol = np.zeros(K)
+            pviol = self.power_viol[:, c].copy()
             if self.sw_power_cap_all:
                 capped = training
                 reasons = np.where(capped, reasons | 0x4, reasons)
@@ -403,12 +421,11 @@ class Cluster:
                 "DCGM_FI_DEV_ROW_REMAP_FAILURE": np.zeros(K),
                 "DCGM_FI_DEV_GPU_RECOVERY_ACTION": np.zeros(K),
             }
+            mask = mask & ~self.gpu_absent[:, c]
             gmask = mask & ~lost
             for name, v in gauges.items():
                 self._put(out, name, lab, node, v, gmask, counter=False)
-            self._put(out, "fleetscope_gpu_up", lab, node, up[:, c], mask, counter=False)
-            self._put(out, "fleetscope_gpu_peak_flops", lab + (("dtype", "bf16"),), node, np.full(K, m.peak_bf16),
-                      mask, counter=False)  # fmt: skip
+            self._exporter_own(out, lab, node, gpu, up[:, c], m, mask, gmask)
             # DCGM's violation counters are driver-cumulative (ns); they do not move at exporter restarts.
             for name, share in (("DCGM_FI_DEV_POWER_VIOLATION", pviol), ("DCGM_FI_DEV_THERMAL_VIOLATION",
                                                                         self.thermal_viol[:, c])):  # fmt: skip
@@ -425,7 +442,7 @@ class Cluster:
                 self._put(out, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", lab, node, self.correctable_remapped[:, c],
                           gmask, counter=False)  # fmt: skip
         # XIDs: a series appears at the first occurrence of each code (the exporter's counter).
-        for n, g in sorted({(n, g) for n, g, _, _ in self.xids}):
+        for n, g in sorted({(n, g) for n, g, _, _ in self.xids} if not self.dcgm_only else ()):
             for x in sorted({x for nn, gg, x, _ in self.xids if (nn, gg) == (n, g)}):
                 v = np.zeros(K)
                 for nn, gg, xx, t in self.xids:
@@ -435,6 +452,20 @@ class Cluster:
                 first = int(np.nonzero(v > 0)[0][0])
                 m = ~self.absent["gpu"][:, n] & (np.arange(K) >= first)
                 self._put(out, "fleetscope_gpu_xid_errors_total", lab, n, v, m, counter=True)
+
+    def _exporter_own(self, out, lab: Labels, node: int, gpu: int, up, m: GpuModel, mask, gmask) -> None:
+        """fleetscope's own GPU series, or dcgm-exporter's XID gauge (the last XID, held) without them."""
+        K = len(self.t)
+        if self.dcgm_only:
+            xg = np.zeros(K)
+            for nn, gg, xx, t in sorted(self.xids, key=lambda e: e[3]):
+                if (nn, gg) == (node, gpu):
+                    xg[self.k(t) :] = xx
+            self._put(out, "DCGM_FI_DEV_XID_ERRORS", lab, node, xg, gmask, counter=False)
+            return
+        self._put(out, "fleetscope_gpu_up", lab, node, up, mask, counter=False)
+        self._put(out, "fleetscope_gpu_peak_flops", lab + (("dtype", "bf16"),), node, np.full(K, m.peak_bf16),
+                  mask, counter=False)  # fmt: skip
 
     def _efa_lustre(self, out, state, rng) -> None:
         K = state.shape[0]
@@ -543,6 +574,11 @@ class Case:
     allow: tuple[str, ...] = ()
     #: One incident, one finding: at most one finding of each ``must`` kind on its node.
     single: bool = False
+    #: At least one of these must appear (either finding is right); findings of their kind on their
+    #: node are then exempt from ``forbid`` like the ``must`` ones.
+    one_of: tuple[Want, ...] = ()
+    #: Findings these match are allowed, not required (a fault that may or may not be detectable).
+    may: tuple[Want, ...] = ()
 
     def judge(self, findings) -> list[str]:
         """Problems with the findings (empty: as expected)."""
@@ -554,10 +590,16 @@ class Case:
             if self.single and len(same) > 1:
                 problems.append(f"{len(same)} {w.kind} findings on {w.node}, one expected: " + ", ".join(
                     f"gpu={f.gpu} rank={f.rank} cause={f.cause}" for f in same))  # fmt: skip
+        if self.one_of and not any(w.matches(f) for w in self.one_of for f in findings):
+            problems.append("missing one of " + ", ".join(str(w) for w in self.one_of))
         for f in findings:
             if f.severity not in self.forbid or f.kind in self.allow:
                 continue
-            if any(f.kind == w.kind and (w.node is None or f.node == w.node) for w in self.must):
+            if any(
+                f.kind == w.kind and (w.node is None or f.node == w.node) for w in self.must + self.one_of
+            ):
+                continue
+            if any(w.matches(f) for w in self.may):
                 continue
             problems.append(
                 f"unexpected {f.severity} {f.kind} node={f.node} gpu={f.gpu} rank={f.rank} job={f.job_id} "
@@ -1084,4 +1126,189 @@ CASES += [
         "r2_app_clocks_locked", r2_app_clocks_locked, (Want("straggler", "node-3", "0"),), allow=("mfu_drop",)
     ),
     Case("r2_cluster_wide_thermal", r2_cluster_thermal, allow=("mfu_drop",)),
+]
+
+
+# ---------------------------------------------------------------------- round 3 cases
+def r3_scrape5() -> Cluster:
+    """High-resolution monitoring: 5 s scrapes of a 5 s step, so each scrape sees 0, 1 or 2 steps
+    (whole-step counters, each node at its own offset). Per-grid-step phase times are 0 or a full
+    step's; the detectors' medians must not turn that quantization into a straggler: healthy."""
+    return _one_job(4, scrape=5.0, dur=20 * MIN, seed=401)
+
+
+def r3_scrape5_hot() -> Cluster:
+    """5 s scrapes, node-1 GPU 4 throttles 15% from minute 8 (HW thermal 0x40, lower clock, thermal
+    violation): the same fault every other scrape interval finds. Expected: a thermal_throttle
+    straggler on that GPU, one finding."""
+    cl = _one_job(4, scrape=5.0, dur=20 * MIN, seed=402)
+    _hot_gpu(cl, 1, 4, 8 * MIN)
+    return cl
+
+
+def r3_mid_hang() -> Cluster:
+    """The recording starts inside a hang: the collective blocked 10 minutes before the window, every
+    GPU spins at 100% and no rank steps until minute 8, when the watchdog kills the job; it restarts
+    at minute 9 and trains. No hardware spoke. Expected: the stall is reported (job_hang, or a
+    failing_node if a node is blamed) and no straggler or other warning: the window shows the ranks
+    reporting without progress for 8 minutes, which is all a hang is."""
+    dur = 30 * MIN
+    cl = Cluster(4, duration_s=dur, seed=411)
+    nodes = [0, 1, 2, 3]
+    cl.jobs.append(Job("llm-a", [Segment(-20 * MIN, 8 * MIN, nodes), Segment(9 * MIN, dur + 1, nodes)],
+                       hangs=[(-10 * MIN, 8 * MIN)]))  # fmt: skip
+    return cl
+
+
+def r3_gpu_lost_before_window() -> Cluster:
+    """node-3 GPU 6 fell off the bus before the window: its series never appear. The scheduler
+    drained node-3, so the job runs on nodes 0-2 and node-3's 7 remaining GPUs idle, reporting.
+    Nothing happens in the window: healthy. In particular no failing_node may be invented (no
+    series *stopped*, no XID, no rank vanished) and no membership noise above info."""
+    dur = 30 * MIN
+    cl = Cluster(4, duration_s=dur, seed=421)
+    cl.jobs.append(Job("llm-a", [Segment(0.0, dur + 1, [0, 1, 2])]))
+    cl.gpu_absent[:, cl.gcol(3, 6)] = True
+    return cl
+
+
+def r3_dcgm_xid_gauge() -> Cluster:
+    """dcgm-exporter alone (no fleetscope_gpu_* series): node-2 GPU 3 reports XID 79 at minute 15 in
+    DCGM_FI_DEV_XID_ERRORS (the gauge holds the last XID; every other GPU 0). Its other gauges keep
+    coming (the exporter repeats what it last read), so only the XID gauge says what happened; its
+    rank dies, the job hangs 5 min and restarts without node-2. Expected: failing_node on node-2
+    GPU 3 (a drain-class XID held by the gauge is one of the documented signals)."""
+    cl = _one_job(4, seed=431)
+    cl.dcgm_only = True
+    at = 15 * MIN
+    cl.xids.append((2, 3, 79, at))
+    job = cl.jobs[0]
+    seg = job.segments[0]
+    end, seg.end_s = seg.end_s, at + 5 * MIN
+    job.hangs.append((at, at + 5 * MIN))
+    job.segments.append(Segment(at + 6 * MIN, end, [0, 1, 3]))
+    cl.vanish(2, at, at + 6 * MIN, what=("train",))
+    return cl
+
+
+def r3_no_phases_hot() -> Cluster:
+    """A job that exports only training_steps_total, tokens, step seconds and FLOPs (no phase timers:
+    a trainer without the per-phase hooks). node-3 GPU 2 throttles 15% from minute 12 with HW thermal
+    0x40, its SM clock 13% below its peers, thermal violation 60% of the time. Every rank's step
+    time is the same (synchronous), so only the GPU series say who: the documented GPU-level path
+    (clock >= 8% below the busy GPUs' median while throttle evidence holds) must find it.
+    Expected: a thermal_throttle straggler on node-3 GPU 2."""
+    cl = _one_job(4, seed=441, phases=False)
+    _hot_gpu(cl, 3, 2, 12 * MIN)
+    return cl
+
+
+def _power_brake(cl: Cluster, node: int, gpu: int, at: float, slow: float = 0.15) -> None:
+    """HW power brake (0x80, an external power-brake signal: a PSU or the rack's power shelf): the
+    GPU's SM clock and speed drop, the power-violation counter runs."""
+    a, c = cl.k(at), cl.gcol(node, gpu)
+    cl.slow[a:, c] *= 1 + slow
+    cl.clock_f[a:, c] *= 1 / (1 + slow)
+    cl.bits[a:, c] |= 0x80
+    cl.power_viol[a:, c] = 0.6
+
+
+def r3_gpu_only_power_brake() -> Cluster:
+    """No training telemetry at all (GPU series only, the trainer is not instrumented): a 4-node job
+    keeps every GPU at 100%; node-1 GPU 7 is power-braked from minute 10 (0x80, clock 13% below its
+    peers, power violation 60%). Expected: a GPU-level straggler on node-1 GPU 7, cause power_brake."""
+    cl = _one_job(4, seed=451)
+    cl.absent["train"][:] = True
+    _power_brake(cl, 1, 7, 10 * MIN)
+    return cl
+
+
+def r3_dup_scrape() -> Cluster:
+    """Every exporter scraped by two Prometheus scrape jobs (``job``=dcgm on :9400 and gpu-nodes on
+    :9401, 0.9 s apart): each series twice with other scrape labels. Healthy."""
+    cl = _one_job(4, seed=461)
+    cl.dup_scrape = True
+    return cl
+
+
+def r3_dup_scrape_hot() -> Cluster:
+    """Duplicate scrape jobs as above, and node-0 GPU 6 throttles 15% from minute 14 (HW thermal).
+    Expected: one thermal_throttle straggler on node-0 GPU 6, not two (one per scrape job)."""
+    cl = _one_job(4, seed=462)
+    cl.dup_scrape = True
+    _hot_gpu(cl, 0, 6, 14 * MIN)
+    return cl
+
+
+def r3_short_window() -> Cluster:
+    """A 10-minute window (an operator's quick look) with node-2 GPU 1 throttling from minute 3.
+    Too short to be sure of much: finding that straggler is fine, missing it is fine, but the
+    analysis must not crash and must not invent anything else at warning or critical."""
+    cl = _one_job(4, dur=10 * MIN, seed=471)
+    _hot_gpu(cl, 2, 1, 3 * MIN)
+    return cl
+
+
+def r3_ckpt_every_2min() -> Cluster:
+    """Aggressive checkpointing: a blocking save every 2 minutes that takes ~20 s (two 15 s scrapes),
+    counted in the checkpoint phase, GPUs nearly idle during it. A quarter of the time is saving,
+    the rest trains at full speed: pauses, not drops. Healthy: no mfu_drop, no hang."""
+    return _one_job(4, ckpt_every_s=120.0, ckpt_s=20.0, seed=481)
+
+
+def r3_warmup_improves() -> Cluster:
+    """Step time improves by ~10% over the first 20 minutes on every rank alike (torch.compile and
+    autotuning caches warming, the allocator settling), then stays. MFU rises; nothing is wrong.
+    Healthy: in particular no mfu_drop measured against the later, faster baseline."""
+    cl = _one_job(4, dur=30 * MIN, seed=491)
+    ramp = np.clip(cl.t / (20 * MIN), 0.0, 1.0)
+    cl.slow *= (1 - 0.13 * ramp)[:, None]
+    return cl
+
+
+CASES += [
+    Case("r3_scrape5_healthy", r3_scrape5),
+    Case(
+        "r3_scrape5_hot_gpu",
+        r3_scrape5_hot,
+        (Want("straggler", "node-1", "4", "thermal_throttle"),),
+        allow=("mfu_drop",),
+        single=True,
+    ),
+    Case("r3_window_starts_mid_hang", r3_mid_hang, one_of=(Want("job_hang"), Want("failing_node"))),
+    Case("r3_gpu_lost_before_window", r3_gpu_lost_before_window),
+    Case(
+        "r3_dcgm_xid_gauge_79",
+        r3_dcgm_xid_gauge,
+        (Want("failing_node", "node-2", "3"),),
+        allow=("mfu_drop",),
+    ),
+    Case(
+        "r3_no_phase_counters_hot_gpu",
+        r3_no_phases_hot,
+        (Want("straggler", "node-3", "2", "thermal_throttle"),),
+        allow=("mfu_drop",),
+    ),
+    Case(
+        "r3_gpu_only_power_brake",
+        r3_gpu_only_power_brake,
+        (Want("straggler", "node-1", "7", "power_brake"),),
+        allow=("mfu_drop",),
+    ),
+    Case("r3_dup_scrape_jobs_healthy", r3_dup_scrape),
+    Case(
+        "r3_dup_scrape_jobs_hot_gpu",
+        r3_dup_scrape_hot,
+        (Want("straggler", "node-0", "6", "thermal_throttle"),),
+        allow=("mfu_drop",),
+        single=True,
+    ),
+    Case(
+        "r3_short_window_fault_at_3min",
+        r3_short_window,
+        allow=("mfu_drop",),
+        may=(Want("straggler", "node-2", "1"),),
+    ),
+    Case("r3_checkpoint_every_2min", r3_ckpt_every_2min),
+    Case("r3_warmup_step_time_improves", r3_warmup_improves),
 ]

@@ -40,3 +40,17 @@ def test_judge_catches_a_missing_and_an_extra_finding() -> None:
     )
     problems = case.judge([extra])
     assert len(problems) == 2 and problems[0].startswith("missing") and "failing_node" in problems[1]
+
+
+def test_judge_one_of_and_may() -> None:
+    from fleetscope.analyzers.findings import Finding
+    from tests.analyzers.lookalikes.generator import Want
+
+    hang = Finding(kind="job_hang", severity="critical", node=None, start=0.0, cause="hang", action="")
+    slow = Finding(kind="straggler", severity="warning", node="node-2", start=0.0, cause="unknown", action="")
+    either = Case("x", lambda: None, one_of=(Want("job_hang"), Want("failing_node")))  # type: ignore[arg-type,return-value]
+    assert either.judge([hang]) == []
+    assert either.judge([])[0].startswith("missing one of")
+    maybe = Case("y", lambda: None, may=(Want("straggler", "node-2"),))  # type: ignore[arg-type,return-value]
+    assert maybe.judge([]) == [] and maybe.judge([slow]) == []
+    assert maybe.judge([hang])[0].startswith("unexpected critical job_hang")
