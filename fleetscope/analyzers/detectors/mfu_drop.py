@@ -24,7 +24,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_stalls, stepping
+from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_nodes, job_stalls, stepping
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rolling_sum
 
@@ -252,7 +252,10 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             while lo_k < hi_k and x[lo_k] > base * (1 - cfg.mfu_drop / 2):
                 lo_k += 1
             a_i, b_i = idx[lo_k], idx[hi_k]
-            if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s:
+            # A low level the window opens with, that nothing explains, is a job still warming up
+            # (compilation, caches, data-loader workers) rising to its level, not a drop from it.
+            leading = i == 0 and not _explained(feat, job, a_i, b_i, prior)
+            if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
                 out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))
             i = j + 1
@@ -316,6 +319,18 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
     return Finding(kind="mfu_drop", severity=sev, node=node, gpu=gpu, job_id=job, start=t0,
                    end=None if b >= last - 1 else t1, score=round(lvl / base, 3), cause=cause, evidence=ev,
                    action=_ACTIONS[cause])  # fmt: skip
+
+
+def _explained(feat: Features, job: str, a: int, b: int, prior: Sequence[Finding]) -> bool:
+    """A straggler or failing-node finding of ``job`` overlaps grid times [a, b]."""
+    t0, t1 = float(feat.times[a]), float(feat.times[b])
+    nodes = job_nodes(feat, job)
+    return any(
+        f.kind in ("straggler", "failing_node") and f.severity != "info"
+        and (f.job_id == job or (f.job_id is None and f.node in nodes))
+        and f.start <= t1 and (f.end is None or f.end >= t0)
+        for f in prior
+    )  # fmt: skip
 
 
 def _culprit(causes: Sequence[Finding]) -> tuple[str | None, str | None]:
