@@ -19,6 +19,7 @@ a ``failing_node`` finding with the hang as evidence; with no hardware cause the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,7 +27,15 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope import xids
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
+from fleetscope.analyzers.features import (
+    Features,
+    fmt_time,
+    gpu_busy,
+    job_columns,
+    job_nodes,
+    job_stalls,
+    stepping,
+)
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
 
@@ -55,6 +64,30 @@ def _paused(feat: Features, job: str, a: int, b: int) -> bool:
         ph in r.phases and np.nansum(np.nan_to_num(r.phases[ph][a : b + 1, cols])) > 0
         for ph in c.PAUSE_PHASES
     )
+
+
+def _computing(feat: Features, job: str, nodes: set[str], a: int, b: int) -> bool:
+    """The job's GPUs do real work through [a, b]: their tensor pipes (or power) stay near training's.
+
+    Utilisation counts a kernel that only polls as busy, so NCCL's spinning kernels read 100% while
+    the tensor pipes idle and the power falls to a fraction of training's; an evaluation with big
+    batches keeps both up. Without either series nothing can be told apart (False).
+    """
+    gs = feat.gpus
+    cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes)) if len(gs.keys) else None
+    if cols is None or not cols.any():
+        return False
+    train = stepping(feat, job)
+    train[a : b + 1] = False
+    for x, share in ((gs.tensor, 0.5), (gs.power, 0.8)):
+        v = x[:, cols]
+        if not np.isfinite(v[a : b + 1]).any() or not np.isfinite(v[train]).any():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            during, usual = float(np.nanmedian(v[a : b + 1])), float(np.nanmedian(v[train]))
+        return usual > 0 and during >= share * usual
+    return False
 
 
 def _efa_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[str, tuple[int, str]]:
@@ -142,6 +175,8 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
                 continue
             if util is not None and util < cfg.hang_util:
                 continue  # GPUs idle or half busy: a pause (evaluation, checkpoint), not a spin
+            if _computing(feat, job, nodes, a, b):
+                continue  # busy with real math (an evaluation with big batches), not spinning
             t0 = float(times[a])
             ongoing = b >= len(times) - 2
             stall_ev = {

@@ -55,6 +55,8 @@ class Gpu:
     reasons: np.ndarray
     up: np.ndarray
     present: np.ndarray
+    #: DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (0-1); None: not served (no DCGM profiling metrics).
+    tensor: np.ndarray | None = None
 
 
 @dataclass
@@ -189,6 +191,8 @@ class Cluster:
             put(c.DCGM_FI_DEV_GPU_UTIL, lab, g.util, g.present)
             put(c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, lab, g.reasons, g.present)
             put(c.GPU_UP, lab, g.up, g.present)
+            if g.tensor is not None:
+                put(c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, lab, g.tensor, g.present)
         for e in self.efa_list:
             lab = {c.NODE_LABEL: e.node, "device": e.device, "port": "1"}
             counter(c.EFA_TX_PKTS, lab, e.tx_pkts, e.present)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fleetscope.analyzers.core import analyze
 from tests.analyzers.detectors.frames_builder import Cluster
 
@@ -45,3 +47,24 @@ def test_stop_that_counts_eval_phase_time_is_not_a_hang():
     # The GPUs are as busy as in a hang, but the job says it is evaluating.
     report = analyze(_stopped(util=100.0, eval_s=15.0).frames())
     assert report.findings == []
+
+
+def _with_tensor(during: float) -> Cluster:
+    """As :func:`_stopped` at 100% utilisation, with tensor activity 0.45 while training."""
+    cl = _stopped(util=100.0)
+    stop = cl.between(30, 36)
+    for g in cl.gpu_list:
+        g.tensor = np.full(len(cl.times), 0.45)
+        g.tensor[stop] = during
+    return cl
+
+
+def test_spinning_gpus_with_idle_tensor_pipes_are_a_hang():
+    # NCCL's kernels poll: utilisation 100%, tensor pipes idle.
+    kinds = [f.kind for f in analyze(_with_tensor(0.01).frames()).findings]
+    assert kinds == ["job_hang"]
+
+
+def test_a_stop_with_the_tensor_pipes_still_busy_is_a_compute_pause_not_a_hang():
+    # An evaluation with big batches the job does not report: utilisation 100% *and* real math.
+    assert analyze(_with_tensor(0.40).frames()).findings == []
