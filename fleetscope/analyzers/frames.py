@@ -348,12 +348,6 @@ def rate(values: np.ndarray, step: float, window: int) -> np.ndarray:
     return rolling_sum(increase_steps(values), window) / (window * step)
 
 
-def last_valid(x: np.ndarray) -> np.ndarray:
-    """The last non-NaN value of each column (NaN when none)."""
-    df = pd.DataFrame(x).ffill()
-    return df.iloc[-1].to_numpy() if len(df) else np.array([])
-
-
 def iter_runs(mask: np.ndarray) -> Iterable[tuple[int, int]]:
     """(first, last) indices of each run of True in a 1-D boolean array."""
     m = np.asarray(mask, dtype=bool)

@@ -149,10 +149,11 @@ def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
 
 
 def _rolling_max(x: np.ndarray, w: int) -> np.ndarray:
-    out = np.empty_like(x)
-    for i in range(len(x)):
-        out[i] = x[max(0, i - w + 1) : i + 1].max()
-    return out
+    """The maximum over the last ``w`` rows (fewer at the start)."""
+    if not len(x):
+        return x.copy()
+    pad = np.concatenate([np.full(w - 1, x[0]), x])
+    return np.lib.stride_tricks.sliding_window_view(pad, w).max(axis=1)
 
 
 def _peaks(feat: Features, cols: np.ndarray) -> np.ndarray:
@@ -276,7 +277,7 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
     cp = [fmt_time(times[idx[s[0]]]) for s in segs[1:]]
     if cp:
         ev["change_points"] = ", ".join(cp)
-    nodes = {str(n) for n in feat.ranks.keys[c.NODE_LABEL].to_numpy()[job_columns(feat, job)]}
+    nodes = job_nodes(feat, job)
     ours = [f for f in prior if f.job_id == job or (f.job_id is None and f.node in nodes)]
     failing = [f for f in ours if f.kind == "failing_node" and f.severity == "critical"
                and t0 - margin <= f.start <= t1]  # fmt: skip

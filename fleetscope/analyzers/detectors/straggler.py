@@ -248,7 +248,7 @@ def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) 
     out = np.zeros((T, n), dtype=bool)
     if not n or not len(gs.keys):
         return out
-    cols = np.array([gs.col(str(nd), str(g)) if gs.col(str(nd), str(g)) is not None else -1
+    cols = np.array([gs.index.get((str(nd), str(g)), -1)
                      for nd, g in zip(r.keys[c.NODE_LABEL], r.keys["gpu"], strict=True)])  # fmt: skip
     have = cols >= 0
     clock = np.full((T, n), np.nan)
