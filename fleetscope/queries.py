@@ -8,6 +8,8 @@ function says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fleetscope import contract
 
 # --------------------------------------------------------------------------------------------
@@ -249,15 +251,92 @@ def instance_hostname(expr: str) -> str:
     return f'label_replace({expr}, "{_NODE}", "$1", "{contract.INSTANCE_LABEL}", "\\\\[?([^\\\\]]+?)\\\\]?(?::[0-9]+)?")'
 
 
-def replica_gpus_k8s(gpu_metric: str) -> str:
+#: Kubernetes pod identity is (namespace, pod), and only a non-empty one identifies anything: a
+#: series without the labels reads them as "" and "" equals "" in a join, so without these
+#: matchers every pod-less GPU would be attributed to every pod-less (statically scraped) replica.
+_POD_ON = ", ".join(contract.K8S_POD_JOIN_LABELS)
+_HAS_POD = ", ".join(f'{k}!=""' for k in contract.K8S_POD_JOIN_LABELS)
+_NO_POD = f'{contract.K8S_POD_JOIN_LABELS[-1]}=""'
+
+
+def _sel(metric: str, *matchers: str) -> str:
+    """``metric{m1, m2}`` with the empty matchers left out (``metric`` alone when none is left)."""
+    inner = ", ".join(m for m in matchers if m)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def one_model_per(on: str, rows: str, chosen: str = "") -> str:
+    """``rows`` (one series per ``on`` labels and ``model_name``) less the ``on`` groups that hold
+    more than one model, narrowed to the groups ``chosen`` (a series with ``on`` and ``model_name``)
+    has when it is given.
+
+    The right side of a ``group_left`` join must hold one series per match group: one duplicate
+    fails the whole query ("found duplicate series for the match group"), so a pod or node that
+    reports two models (two engines in one pod, two pod-less replicas of different models on one
+    node, a model swapped within the lookback) would blank every panel that joins. Such a group
+    joins nothing instead, as its GPUs cannot be told apart. The ambiguity is judged before
+    ``chosen`` narrows, so picking one of the models does not hand it the other's GPUs.
+    """
+    unique = f"({rows} unless on ({on}) (count by ({on}) ({rows}) > 1))"
+    return f"({unique} and on ({on}, {_MODEL_NAME}) {chosen})" if chosen else unique
+
+
+def serving_pods(matchers: str = "") -> str:
+    """One series per serving pod (non-empty namespace and pod) with its ``model_name``; ``matchers``
+    (``model_name=~"$model"``) narrow the pods."""
+    running = contract.VLLM_NUM_REQUESTS_RUNNING
+    rows = f"group by ({_POD_ON}, {_MODEL_NAME}) ({_sel(running, _HAS_POD)})"
+    return one_model_per(_POD_ON, rows, _sel(running, _HAS_POD, matchers) if matchers else "")
+
+
+def replica_gpus_k8s(gpu_metric: str, gpu_matchers: str = "", serving_matchers: str = "") -> str:
     """A DCGM GPU series restricted to serving pods' GPUs, joined on (namespace, pod): the
-    exporter's attribution labels on the GPU side, the scrape's target labels on the serving side."""
-    on = ", ".join(contract.K8S_POD_JOIN_LABELS)
-    serving = f"group by ({on}, {_MODEL_NAME}) ({contract.VLLM_NUM_REQUESTS_RUNNING})"
-    return f"{gpu_metric} * on ({on}) group_left ({_MODEL_NAME}) {serving}"
+    exporter's attribution labels on the GPU side, the scrape's target labels on the serving side.
+    Only a non-empty pod identity joins, and a pod with two models joins nothing
+    (:func:`one_model_per`), so the query never fails on duplicates."""
+    gpus = _sel(gpu_metric, _HAS_POD, gpu_matchers)
+    return f"{gpus} * on ({_POD_ON}) group_left ({_MODEL_NAME}) {serving_pods(serving_matchers)}"
 
 
-def replica_gpus_host(gpu_metric: str) -> str:
-    """A DCGM GPU series of the nodes that run a vLLM replica, joined on Hostname from ``instance``."""
-    serving = f"group by ({_NODE}, {_MODEL_NAME}) ({instance_hostname(contract.VLLM_NUM_REQUESTS_RUNNING)})"
-    return f"{gpu_metric} * on ({_NODE}) group_left ({_MODEL_NAME}) {serving}"
+def replica_nodes(matchers: str = "") -> str:
+    """The pod-less vLLM replicas (Slurm/EC2 ``host:port`` targets) with ``Hostname`` from ``instance``."""
+    return instance_hostname(_sel(contract.VLLM_NUM_REQUESTS_RUNNING, _NO_POD, matchers))
+
+
+def serving_nodes(matchers: str = "", source: Callable[[str], str] = replica_nodes) -> str:
+    """One series per node that runs pod-less replicas of one model, with that ``model_name``.
+    ``source(matchers)`` gives replicas with ``Hostname`` (:func:`replica_nodes`, or the recorded
+    ``instance:inference_replica_node:group`` the dashboards read)."""
+    rows = f"group by ({_NODE}, {_MODEL_NAME}) ({source('')})"
+    return one_model_per(_NODE, rows, source(matchers) if matchers else "")
+
+
+def replica_gpus_host(
+    gpu_metric: str,
+    gpu_matchers: str = "",
+    serving_matchers: str = "",
+    source: Callable[[str], str] = replica_nodes,
+) -> str:
+    """A DCGM GPU series of the nodes that run a pod-less vLLM replica, joined on ``Hostname`` (every
+    GPU of the node is the replica's; a node with replicas of two models joins nothing)."""
+    gpus = _sel(gpu_metric, gpu_matchers)
+    return f"{gpus} * on ({_NODE}) group_left ({_MODEL_NAME}) {serving_nodes(serving_matchers, source)}"
+
+
+def replica_gpus(
+    gpu_metric: str,
+    gpu_matchers: str = "",
+    pod_matchers: str = "",
+    node_matchers: str = "",
+    source: Callable[[str], str] = replica_nodes,
+) -> str:
+    """The GPUs serving replicas run on, with their ``model_name``: pods' GPUs on (namespace, pod)
+    (:func:`replica_gpus_k8s`), and the rest on the node (:func:`replica_gpus_host`), leaving out
+    GPUs attributed to a serving pod so that no GPU is counted for two models. ``pod_matchers``
+    narrow the pods (``pod=~"$replica"``), ``node_matchers`` the host-side replicas
+    (``instance=~"$replica"``)."""
+    k8s = replica_gpus_k8s(gpu_metric, gpu_matchers, pod_matchers)
+    pods = _sel(contract.VLLM_NUM_REQUESTS_RUNNING, _HAS_POD)
+    rest = f"({_sel(gpu_metric, gpu_matchers)} unless on ({_POD_ON}) {pods})"
+    host = f"{rest} * on ({_NODE}) group_left ({_MODEL_NAME}) {serving_nodes(node_matchers, source)}"
+    return f"({k8s} or {host})"

@@ -20,8 +20,8 @@ EXPECTED = {
     "fsx.json": ("fleetscope-fsx", {"Hostname"}),
     "training.json": ("fleetscope-training", {"job_id"}),
     "neuron-node.json": ("fleetscope-neuron-node", {"Hostname"}),
-    "inference-fleet.json": ("fleetscope-inference-fleet", set()),
-    "inference-replica.json": ("fleetscope-inference-replica", {"Hostname"}),
+    "inference-fleet.json": ("fleetscope-inference-fleet", {"model"}),
+    "inference-replica.json": ("fleetscope-inference-replica", {"model", "replica"}),
 }
 #: Panel types that hold data (rows are layout only: no datasource, no unit).
 LAYOUT_TYPES = {"row"}

@@ -26,6 +26,7 @@ from fleetscope.alerts import names
 from fleetscope.alerts.stack import PROMETHEUS_SCRAPE_DURATION, PROMETHEUS_UP
 from fleetscope.dashboards.cluster import ALERTS
 from tests.dashboards.promql_names import series_names
+from tests.fixtures.inference.rules_series import MODEL
 from tests.support.prom import Prometheus, backfill_openmetrics, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +48,16 @@ ALLOWED = (
     | {PROMETHEUS_UP, PROMETHEUS_SCRAPE_DURATION, ALERTS}
 )
 
-#: Dashboard variables as Grafana would substitute them for the fixture's worst node and main job.
-VARIABLES = {"$__rate_interval": "5m", "$Hostname": fx.A, "$job_id": "4711"}
+#: Dashboard variables as Grafana would substitute them for the fixture's worst node, main job,
+#: served model and the replica on the worst node.
+VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__range": "1h",
+    "$Hostname": fx.A,
+    "$job_id": "4711",
+    "$model": MODEL,
+    "$replica": f"{fx.A}:8000",
+}
 
 
 @dataclass(frozen=True)
@@ -74,18 +83,23 @@ def _panels(panels: list[dict]) -> list[dict]:
     return out
 
 
+def variable_expr(query: str) -> str:
+    """The PromQL behind a query variable: its values exist when this returns series."""
+    if query.startswith("query_result("):
+        return query.removeprefix("query_result(").removesuffix(")")
+    # label_values(metric, label)
+    inner = query.removeprefix("label_values(").removesuffix(")")
+    metric, label = (s.strip() for s in inner.split(","))
+    return f"count by ({label}) ({metric})"
+
+
 def dashboard_exprs() -> list[Expr]:
     exprs = []
     for path in sorted((ROOT / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         for var in board["templating"]["list"]:
             if var["type"] == "query":
-                # label_values(metric, label): the values exist when this returns series.
-                inner = var["query"].removeprefix("label_values(").removesuffix(")")
-                metric, label = (s.strip() for s in inner.split(","))
-                exprs.append(
-                    Expr(f"{path.name} variable {var['name']}", f"count by ({label}) ({metric})", True)
-                )
+                exprs.append(Expr(f"{path.name} variable {var['name']}", variable_expr(var["query"]), True))
         for panel in _panels(board["panels"]):
             for target in panel.get("targets", []):
                 where = f"{path.name} panel {panel['title']!r} {target['refId']}"

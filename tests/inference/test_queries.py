@@ -20,6 +20,7 @@ EXPRS = {
     "ttft_p99": q.histogram_quantile_by(0.99, c.VLLM_TIME_TO_FIRST_TOKEN.bucket, "5m", ("model_name",)),
     "k8s_join": q.replica_gpus_k8s(c.DCGM_FI_DEV_GPU_UTIL),
     "host_join": q.replica_gpus_host(c.DCGM_FI_DEV_POWER_USAGE),
+    "join": q.replica_gpus(c.DCGM_FI_DEV_FB_USED, 'Hostname="n1"', 'pod=~"p"', 'instance=~"n1:8000"'),
 }
 
 
