@@ -4,18 +4,22 @@ is on its page, parsed by prometheus_client's own parser, with the contract's ty
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope import contract as c
+from fleetscope.analyzers.serving import SERVING_METRICS
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "inference"
 
 #: page -> (the contract's series for that engine and version, label keys the version adds)
 CASES: dict[str, tuple[tuple[c.Metric, ...], tuple[str, ...]]] = {
     "vllm-v0.metrics.txt": (c.VLLM_V0_SERIES, ()),
+    "vllm-v0-0.4.3.recorded.metrics.txt": (c.VLLM_V0_SERIES, ()),
     "vllm-v1.metrics.txt": (c.VLLM_V1_SERIES, c.VLLM_V1_EXTRA_LABELS),
     "tgi.metrics.txt": (c.TGI_SERIES, ()),
     "triton-trtllm-23.11.metrics.txt": (c.TRITON_SERIES, ()),
@@ -78,3 +82,149 @@ def test_histogram_series_are_contract_names() -> None:
             for series in (metric.bucket, metric.sum, metric.observations):
                 assert c.METRICS[series] is series
             assert "le" in metric.bucket.labels
+
+
+# --------------------------------------------------------------------------------------------
+# Recorded pages: /metrics of real servers (SOURCE.md: where each was recorded, version, licence).
+# They are checked for every series fleetscope's generated dashboards, rules and serving detector
+# read, under that name or its documented V0/V1 alias, and for the contract's types and labels on
+# every contract family the page holds.
+# --------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+#: Generated artifacts that may read the engines' series (``fleetscope generate`` writes them).
+READERS = (*sorted((REPO / "dashboards").glob("*.json")), *sorted((REPO / "alerts").glob("*.rules.yml")))
+ENGINE_ORIGINS = ("vllm", "tgi", "triton")
+
+#: recorded page -> (engine, series of the contract the page's version serves, series fleetscope
+#: reads that the page lacks with the reason). Every other series fleetscope reads of that engine
+#: must be on the page, under its name or its alias.
+RECORDED: dict[str, tuple[str, tuple[c.Metric, ...], dict[c.Metric, str]]] = {
+    "vllm-v0-0.4.3.recorded.metrics.txt": (
+        "vllm",
+        c.VLLM_V0_SERIES,
+        {
+            c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without them)"
+        },
+    ),
+    "tgi-3.recorded.metrics.txt": ("tgi", (), {}),
+    "triton-trtllm-23.11.metrics.txt": ("triton", c.TRITON_SERIES, {}),
+}
+
+
+def _read_by_fleetscope() -> set[c.Metric]:
+    """Engine series named in the generated dashboards and rules, and read by the serving detector."""
+    text = "\n".join(path.read_text() for path in READERS)
+    tokens = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text))
+    named = {c.METRICS[t] for t in tokens if t in c.METRICS and c.METRICS[t].origin in ENGINE_ORIGINS}
+    return named | {c.METRICS[name] for name in SERVING_METRICS}
+
+
+def _aliases(metric: c.Metric) -> set[str]:
+    """The metric and the other name of a V0/V1 rename (histogram series follow their family)."""
+    names = {str(metric)}
+    for old, new in c.VLLM_RENAMES:
+        for a, b in ((old, new), (new, old)):
+            if metric == a:
+                names.add(str(b))
+            if isinstance(a, c.Histogram) and isinstance(b, c.Histogram):
+                for sa, sb in zip(
+                    (a.bucket, a.sum, a.observations), (b.bucket, b.sum, b.observations), strict=True
+                ):
+                    if metric == sa:
+                        names.add(str(sb))
+    return names
+
+
+def _samples(page: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Series name -> (labels, value) of every sample, names as the engine wrote them."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    written = {line.split("{")[0].split(" ")[0] for line in (PAGES / page).read_text().splitlines()}
+    for family in text_string_to_metric_families((PAGES / page).read_text()):
+        for s in family.samples:
+            # prometheus_client reports counters as ``_total``; keep the name the page wrote.
+            name = s.name if s.name in written else s.name.removesuffix("_total")
+            out.setdefault(name, []).append((s.labels, s.value))
+    return out
+
+
+def test_fleetscope_reads_engine_series() -> None:
+    """The scan finds what the dashboards and rules read (it is no empty set by accident)."""
+    read = _read_by_fleetscope()
+    for metric in (c.VLLM_NUM_REQUESTS_RUNNING, c.VLLM_KV_CACHE_USAGE, c.VLLM_GPU_CACHE_USAGE,
+                   c.VLLM_TIME_TO_FIRST_TOKEN.bucket, c.TGI_QUEUE_SIZE, c.TRITON_REQUEST_FAILURE):  # fmt: skip
+        assert metric in read, metric
+
+
+@pytest.mark.parametrize("page", sorted(RECORDED))
+def test_recorded_page_serves_what_fleetscope_reads(page: str) -> None:
+    engine, _, lacking = RECORDED[page]
+    samples = _samples(page)
+    read = sorted(m for m in _read_by_fleetscope() if m.origin == engine)
+    assert read, f"fleetscope reads no {engine} series"
+    for metric in read:
+        if metric in lacking:
+            assert not _aliases(metric) & set(samples), f"{page}: {metric} is on the page now"
+            continue
+        found = _aliases(metric) & set(samples)
+        assert found, f"{page}: {metric} (or its alias) missing"
+        for name in found:
+            for labels, value in samples[name]:
+                assert math.isfinite(value) and value >= 0, f"{page}: {name}{labels} = {value}"
+
+
+@pytest.mark.parametrize("page", sorted(RECORDED))
+def test_recorded_page_matches_the_contract(page: str) -> None:
+    """Every contract family of the engine on the page has the contract's type and label keys;
+    the version's series (where the page is whole) are all there."""
+    engine, series, _ = RECORDED[page]
+    families = _families(page)
+    extra = c.VLLM_V1_EXTRA_LABELS if any(c.VLLM_V1_EXTRA_LABELS[0] in lbl for _, v in families.values()
+                                          for _, lbl in v) else ()  # fmt: skip
+    mine = [
+        m for m in c.METRICS.values() if m.origin == engine and m.type in ("counter", "gauge", "histogram")
+    ]
+    checked = 0
+    for metric in mine:
+        name = _family_name(metric)
+        if name not in families:  # a histogram's _bucket/_sum/_count are no families
+            continue
+        kind, found = families[name]
+        assert kind == metric.type, f"{page}: {metric} is a {kind}, the contract says {metric.type}"
+        for _, labels in found:
+            assert set(metric.labels) | set(extra) <= set(labels) | {"le"}, f"{page}: {metric} {labels}"
+        checked += 1
+    assert checked, f"{page}: no contract family of {engine}"
+    for metric in series:
+        assert _family_name(metric) in families, f"{page}: {metric} missing"
+
+
+@pytest.mark.parametrize("page", sorted(RECORDED))
+def test_recorded_histograms_are_cumulative(page: str) -> None:
+    """Buckets never fall as ``le`` grows and the ``+Inf`` bucket equals ``_count``."""
+    for family in text_string_to_metric_families((PAGES / page).read_text()):
+        if family.type != "histogram":
+            continue
+        series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        counts: dict[tuple[tuple[str, str], ...], float] = {}
+        for s in family.samples:
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            if s.name.endswith("_bucket"):
+                series.setdefault(key, []).append((float(s.labels["le"]), s.value))
+            elif s.name.endswith("_count"):
+                counts[key] = s.value
+        for key, buckets in series.items():
+            values = [v for _, v in sorted(buckets)]
+            assert values == sorted(values), f"{page}: {family.name}{dict(key)}"
+            assert max(buckets)[0] == math.inf and values[-1] == counts[key], f"{page}: {family.name}"
+
+
+def test_the_recorded_v0_page_needs_the_aliases() -> None:
+    """On the 0.4.3 page the V1 names are absent: only the documented V0 alias makes them pass."""
+    samples = _samples("vllm-v0-0.4.3.recorded.metrics.txt")
+    for old, new in c.VLLM_RENAMES:
+        if isinstance(old, c.Histogram) and isinstance(new, c.Histogram):
+            old, new = old.bucket, new.bucket
+        assert str(new) not in samples and str(old) in samples
+        assert str(old) in _aliases(new)
+    assert str(c.VLLM_TIME_PER_OUTPUT_TOKEN.bucket) in _aliases(c.VLLM_INTER_TOKEN_LATENCY.bucket)
