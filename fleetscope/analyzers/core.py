@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.detectors import DETECTORS
-from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+from fleetscope.analyzers.detectors.mfu_drop import job_levels, job_mfu
 from fleetscope.analyzers.detectors.straggler import rank_scores
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
@@ -37,24 +38,41 @@ Progress = Callable[[float], None]
 LOADED: tuple[str, ...] = METRICS_USED + tuple(m for m in GOODPUT_METRICS if m not in METRICS_USED)
 
 
-def analyze(frames: Frames, config: DetectorConfig | None = None) -> Report:
-    """Run every detector over ``frames`` and read the verdicts off their findings (``None``: defaults)."""
-    feat = build_features(frames, config or DEFAULT)
+def analyze(
+    frames: Frames,
+    config: DetectorConfig | None = None,
+    *,
+    carry: Carry | None = None,
+    own_start: float | None = None,
+) -> Report:
+    """Run every detector over ``frames`` and read the verdicts off their findings (``None``: defaults).
+
+    ``carry`` and ``own_start`` are for one chunk of a streamed window (:mod:`fleetscope.analyzers.stream`):
+    what the chunks before learnt, and where this chunk's own region begins after its lead-in (the
+    goodput account covers only the own region). ``report.carry`` is what this chunk hands on.
+    """
+    cfg = config or DEFAULT
+    feat = build_features(frames, cfg)
+    feat.carry = carry
     findings: list[Finding] = []
     for detector in DETECTORS:
         findings += detector.detect(feat, findings)
-    findings = one_finding_per_incident(findings, (config or DEFAULT).hang_lookback_s)
+    findings = one_finding_per_incident(findings, cfg.hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     report = Report(
         start=frames.start,
         end=frames.end,
         findings=findings,
-        nodes=_verdicts(feat, findings),
+        nodes=node_verdicts(feat, findings),
         straggler_scores=_scores(feat),
-        jobs=_jobs(feat, findings),
+        jobs=job_summaries(feat, findings),
     )
-    report.goodput = goodput_accounts(feat, findings)
+    report.goodput = goodput_accounts(feat, findings, own_start)
     report.features = feat
+    steps = {job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None}
+    feat.learnt.mfu_base = job_levels(feat)
+    feat.learnt.step_base = steps
+    report.carry = feat.learnt
     return report
 
 
@@ -125,7 +143,7 @@ def analyze_prometheus(
     return analyze(frames, config)
 
 
-def _verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, NodeVerdict]:
+def node_verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, NodeVerdict]:
     nodes: dict[str, NodeVerdict] = {}
     gs = feat.gpus
     for node, gpu in zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True):
@@ -165,7 +183,7 @@ def _scores(feat: Features) -> list[StragglerScore]:
     return out
 
 
-def _jobs(feat: Features, findings: Sequence[Finding]) -> dict[str, JobSummary]:
+def job_summaries(feat: Features, findings: Sequence[Finding]) -> dict[str, JobSummary]:
     jobs: dict[str, JobSummary] = {}
     r = feat.ranks
     for job in feat.jobs:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
+from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum
 from fleetscope.analyzers.serving import SERVING_METRICS
@@ -103,6 +104,10 @@ class Features:
     gpus: GpuSignals
     ranks: RankSignals
     jobs: list[str]
+    #: What the chunks before this one learnt, in a streamed window (None: a window on its own).
+    carry: Carry | None = None
+    #: What the detectors learnt of this window for the next chunk (they fill it; see ``carry``).
+    learnt: Carry = field(default_factory=Carry)
 
     @property
     def times(self) -> np.ndarray:

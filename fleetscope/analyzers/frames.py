@@ -357,3 +357,16 @@ def iter_runs(mask: np.ndarray) -> Iterable[tuple[int, int]]:
     starts = np.nonzero(d == 1)[0]
     ends = np.nonzero(d == -1)[0] - 1
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def slice_frames(frames: Frames, t0: float, t1: float) -> Frames:
+    """The grid times of ``frames`` in ``[t0, t1]``, and only the series with a sample there
+    (what a loader asked for that window would hold)."""
+    keep = (frames.times >= t0 - 1e-6) & (frames.times <= t1 + 1e-6)
+    metrics = {}
+    for name, m in frames.metrics.items():
+        v = m.values[keep]
+        has = ~np.isnan(v).all(axis=0) if v.size else np.zeros(v.shape[1], dtype=bool)
+        if has.any():
+            metrics[name] = MetricFrame(m.labels[has].reset_index(drop=True), v[:, has])
+    return Frames(frames.times[keep], frames.step, metrics, frames.source)

@@ -127,15 +127,21 @@ def finding_label(f: Finding) -> str:
     return f"{what}{where}{gpu}"
 
 
-def goodput_accounts(feat: Features, findings: Sequence[Finding]) -> dict[str, GoodputAccount]:
+def goodput_accounts(
+    feat: Features, findings: Sequence[Finding], own_start: float | None = None
+) -> dict[str, GoodputAccount]:
     """The goodput account of every job of the window (jobs without a rank on the grid: none),
-    each with its checkpoint advice."""
+    each with its checkpoint advice.
+
+    ``own_start``: one chunk of a streamed window counts only its intervals that end at or after
+    it; the grid times before it (the chunk's lead-in) still say which ranks held their GPUs.
+    """
     out = {}
     nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
     node_hours = len(nodes) * float(feat.times[-1] - feat.times[0]) / 3600.0
     failures = sum(1 for f in findings if f.kind == "failing_node" and f.severity == "critical")
     for job in feat.jobs:
-        j = _Job(feat, job)
+        j = _Job(feat, job, own_start)
         acct = job_account(feat, findings, job, j)
         if acct is None:
             continue
@@ -168,7 +174,7 @@ def _mine(f: Finding, job: str, nodes: set[str]) -> bool:
 class _Job:
     """The per-interval counters of one job; interval ``i`` is grid time ``t[i-1]`` to ``t[i]``."""
 
-    def __init__(self, feat: Features, job: str) -> None:
+    def __init__(self, feat: Features, job: str, own_start: float | None = None) -> None:
         r = feat.ranks
         self.feat = feat
         self.cols = cols = job_columns(feat, job)
@@ -183,6 +189,9 @@ class _Job:
             if g[i] == 0:
                 g[i] = g[i - 1]  # down: the job holds (waits for) its allocation
         self.g = g
+        if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
+            own = int(np.searchsorted(self.t, own_start - 1e-6))
+            self.first = max(self.first, own - 1)
         self.nodes = {str(n) for n in r.keys[cols][c.NODE_LABEL]} if cols.any() else set()
         self.steps = _sum(r.steps[:, cols])
         with warnings.catch_warnings():
@@ -355,10 +364,11 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
     return lost
 
 
-def _slowdown(j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray
+def _slowdown(j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray, carried: float | None = None
               ) -> tuple[float | None, list[tuple[Finding, float, float, float]]]:  # fmt: skip
     """The job's baseline step time and, per slowness finding, (finding, GPU-seconds over the
-    baseline, first, last grid time it counted)."""
+    baseline, first, last grid time it counted). ``carried``: the baseline the earlier chunks of a
+    streamed window measured (a later chunk may hold only slow steps)."""
     mid = j.t - j.step / 2
     owner = np.full(len(j.t), -1)
     slow = [f for k in SLOW_KINDS for f in findings
@@ -368,7 +378,9 @@ def _slowdown(j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray
         owner[(mid >= f.start) & (mid <= end) & j.iv] = n
     clean = j.iv & (j.steps > 0) & (owner < 0) & (rework == 0)
     per_step = np.where(j.steps > 0, j.train / np.maximum(j.steps, 1e-9), np.nan)
-    if clean.sum() >= 5:
+    if carried is not None and (j.steps > 0).any():
+        base = carried
+    elif clean.sum() >= 5:
         base = float(np.median(per_step[clean]))
     elif (j.steps > 0).any():
         base = float(np.percentile(per_step[j.steps > 0], 25))
@@ -408,7 +420,8 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     restarts = [g for g in gaps if g.restart]
     for g in restarts:
         _rework(j, g, rework)
-    base, slow = _slowdown(j, findings, job, rework)
+    carried = feat.carry.step_base.get(job) if feat.carry is not None else None
+    base, slow = _slowdown(j, findings, job, rework, carried)
     parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
     parts["checkpoint"] = float(j.save.sum() + j.load.sum())
     parts["eval"] = float(j.ev.sum()) + sum(g.pause for g in gaps)

@@ -9,6 +9,7 @@ from fleetscope.analyzers.findings import Finding, findings_document
 from fleetscope.times import rfc3339
 
 if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
+    from fleetscope.analyzers.carry import Carry
     from fleetscope.analyzers.features import Features
 
 
@@ -167,6 +168,8 @@ class Report:
         #: (``asdict`` and comparisons ignore it) and not pickled: the live service gets plain data
         #: from its analysis child.
         self.features: Features | None = None
+        #: What this window hands the next chunk of a streamed window (fleetscope.analyzers.stream).
+        self.carry: Carry | None = None
 
     def document(self) -> dict[str, Any]:
         """``fleetscope analyze --format json``: the findings document, plus each job's goodput account."""

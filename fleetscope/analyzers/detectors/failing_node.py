@@ -30,7 +30,8 @@ from fleetscope.analyzers.frames import increase_steps
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]
 
-_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
+#: A failing node's causes, most specific first (the finding names the first it has).
+CAUSE_PRIORITY = _PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
              "ranks_stopped", "pcie_width_drop")  # fmt: skip
 
 _ACTIONS = {
@@ -237,7 +238,7 @@ def one_per_node(findings: list[Finding]) -> list[Finding]:
             continue
         out += [f for f in fs if f.severity != "critical"]
         rank_of = {p: i for i, p in enumerate(_PRIORITY)}
-        keep = min(crit, key=lambda f: (rank_of.get(_base_cause(f.cause), len(_PRIORITY)), f.start))
+        keep = min(crit, key=lambda f: (rank_of.get(base_cause(f.cause), len(_PRIORITY)), f.start))
         others = [f for f in crit if f is not keep]
         if keep.cause == "ranks_stopped" and len({f.gpu for f in crit}) > 1:
             keep.gpu, keep.rank = None, None
@@ -251,7 +252,8 @@ def one_per_node(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _base_cause(cause: str) -> str:
+def base_cause(cause: str) -> str:
+    """The cause's family: ``xid_31`` -> ``xid``."""
     return "xid" if cause.startswith("xid_") else cause
 
 

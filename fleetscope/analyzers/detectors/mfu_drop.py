@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -211,30 +212,74 @@ def _noise(x: np.ndarray) -> float:
     return float(1.4826 * mad / np.sqrt(2)) if mad > 0 else float(np.std(d) / np.sqrt(2) + 1e-12)
 
 
+@dataclass
+class _Levels:
+    """A job's MFU (or tokens/s) segmented into levels: what the drop and the baseline are read from."""
+
+    unit: str
+    idx: np.ndarray  # grid indices of the valid values
+    x: np.ndarray  # the valid values
+    segs: list[tuple[int, int]]  # [a, b) into x
+    means: list[float]
+    base_i: int  # the baseline segment: the best long one
+    stalls: list[tuple[int, int]]
+
+
+def _levels(feat: Features, job: str) -> _Levels | None:
+    cfg = feat.config
+    series, unit, _paused = job_mfu(feat, job)
+    idx = np.nonzero(np.isfinite(series))[0]
+    if idx.size < 4:
+        return None
+    x = series[idx]
+    scale = float(np.nanmedian(x)) or 1.0
+    xn = x / scale
+    sigma = max(_noise(xn), 0.004)
+    min_size = max(2, round(cfg.mfu_min_drop_s / feat.step / 2))
+    pen = cfg.changepoint_penalty * feat.w * sigma**2 * np.log(len(xn))
+    cps = binary_segmentation(xn, min_size, pen)
+    bounds = [0, *cps, len(xn)]
+    segs = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+    means = [float(np.mean(x[a:b])) for a, b in segs]
+    min_base = max(2, round(cfg.mfu_min_baseline_s / feat.step))
+    long_segs = [i for i, (a, b) in enumerate(segs) if b - a >= min_base] or list(range(len(segs)))
+    base_i = max(long_segs, key=lambda i: means[i])
+    return _Levels(unit, idx, x, segs, means, base_i, job_stalls(feat, job))
+
+
+def job_levels(feat: Features) -> dict[str, tuple[str, float]]:
+    """Each job's baseline level in this window, (unit, level): what a streamed window carries on."""
+    out = {}
+    for job in feat.jobs:
+        lv = _levels(feat, job)
+        if lv is not None and lv.means[lv.base_i] > 0:
+            out[job] = (lv.unit, lv.means[lv.base_i])
+    return out
+
+
 def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     cfg = feat.config
     out: list[Finding] = []
+    carried = feat.carry.mfu_base if feat.carry is not None else {}
     for job in feat.jobs:
-        stalls = job_stalls(feat, job)
-        series, unit, _paused = job_mfu(feat, job)
-        valid = np.isfinite(series)
-        idx = np.nonzero(valid)[0]
-        if idx.size < 4:
+        lv = _levels(feat, job)
+        if lv is None:
             continue
-        x = series[idx]
-        scale = float(np.nanmedian(x)) or 1.0
-        xn = x / scale
-        sigma = max(_noise(xn), 0.004)
-        min_size = max(2, round(cfg.mfu_min_drop_s / feat.step / 2))
-        pen = cfg.changepoint_penalty * feat.w * sigma**2 * np.log(len(xn))
-        cps = binary_segmentation(xn, min_size, pen)
-        bounds = [0, *cps, len(xn)]
-        segs = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
-        means = [float(np.mean(x[a:b])) for a, b in segs]
-        min_base = max(2, round(cfg.mfu_min_baseline_s / feat.step))
-        long_segs = [i for i, (a, b) in enumerate(segs) if b - a >= min_base] or list(range(len(segs)))
-        base_i = max(long_segs, key=lambda i: means[i])
+        unit, idx, x, segs, means, base_i, stalls = (
+            lv.unit,
+            lv.idx,
+            lv.x,
+            lv.segs,
+            lv.means,
+            lv.base_i,
+            lv.stalls,
+        )
         base = means[base_i]
+        # A streamed window's earlier chunks saw the job at its level: that is the baseline (and a
+        # chunk that opens low opens in a drop, not in a warm-up).
+        before = carried.get(job)
+        if before is not None and before[0] == unit and before[1] > base:
+            base = before[1]
         if base <= 0:
             continue
         low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
@@ -255,7 +300,7 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             a_i, b_i = idx[lo_k], idx[hi_k]
             # A low level the window opens with, that nothing explains, is a job still warming up
             # (compilation, caches, data-loader workers) rising to its level, not a drop from it.
-            leading = i == 0 and not _explained(feat, job, a_i, b_i, prior)
+            leading = i == 0 and before is None and not _explained(feat, job, a_i, b_i, prior)
             if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
                 out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))

@@ -278,12 +278,18 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
         return (np.nan_to_num(x[:, k]) >= bar) & (np.nan_to_num(sl.z[name][:, k]) >= zc)
 
-    def changed(x: np.ndarray) -> np.ndarray:
-        """Slower than this rank's own best level in the window (10th percentile) by ``self_change``."""
+    who = tuple(str(v) for v in feat.ranks.keys.iloc[k])
+    before = feat.carry.rank_best if feat.carry is not None else {}
+
+    def changed(name: str, x: np.ndarray) -> np.ndarray:
+        """Slower than this rank's own best level (10th percentile) by ``self_change``: in the
+        window, or in the chunks before it of a streamed window (carried)."""
         col = x[:, k]
         if not np.isfinite(col).any():
             return np.zeros(len(col), dtype=bool)
         best = float(np.nanpercentile(col, 10))
+        feat.learnt.rank_best[(*who, name)] = best
+        best = min(best, before.get((*who, name), best))
         return np.nan_to_num(col - best) >= cfg.self_change
 
     share = cfg.phase_share
@@ -294,12 +300,12 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
     agrees = ~np.isfinite(busy) | (np.nan_to_num(busy) >= 1 + (cfg.straggler_ratio - 1) / 2)
     host_side = view("data", sl.data, share) | view("host", sl.host, share)
     soft = (
-        (view("compute", sl.compute, cfg.straggler_ratio) & changed(sl.compute) & agrees)
-        | (view("forward", sl.forward, cfg.straggler_ratio) & changed(sl.forward) & agrees)
-        | (view("data", sl.data, share) & changed(sl.data))
-        | (view("host", sl.host, share) & changed(sl.host))
-        | (view("less_wait", sl.less_wait, share) & changed(sl.less_wait) & (agrees | host_side))
-        | (view("busy", sl.busy, cfg.straggler_ratio) & changed(sl.busy))
+        (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
+        | (view("forward", sl.forward, cfg.straggler_ratio) & changed("forward", sl.forward) & agrees)
+        | (view("data", sl.data, share) & changed("data", sl.data))
+        | (view("host", sl.host, share) & changed("host", sl.host))
+        | (view("less_wait", sl.less_wait, share) & changed("less_wait", sl.less_wait) & (agrees | host_side))
+        | (view("busy", sl.busy, cfg.straggler_ratio) & changed("busy", sl.busy))
     )
     if hw is None:
         return soft, np.zeros_like(soft)

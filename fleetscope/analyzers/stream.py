@@ -1,0 +1,307 @@
+"""Streaming analysis: a long window in time chunks, memory bounded by the chunk, not the window.
+
+Why. One-shot analysis holds the whole window on the grid (8 bytes a cell, and about 30 more in
+features): a 512-node job over a day is hundreds of millions of cells. The detectors, though, look
+back only minutes (rate windows, persistence, the hang look-back, the episode gap); what they need
+from further back is small: each job's MFU baseline, and which findings are still open.
+
+So :func:`analyze_chunked` cuts ``[start, end]`` into *own* regions of ``chunk_s`` on the one-shot
+grid (same step, same phase), loads each with a *lead-in* of ``lead_s`` before it (the look-back),
+and runs :func:`~fleetscope.analyzers.core.analyze` on it with the :class:`Carry` of the chunks
+before. Findings are merged across chunks by their subject (kind, job, node, GPU, rank): a finding
+that the chunk before left open, or that ended inside this chunk's lead-in, continues. A finding
+left open whose subject the new chunk no longer holds at all (a lost GPU, a node that left) stays
+open, as one-shot analysis would keep it; one whose subject the chunk shows without it ends at the
+chunk's first grid time.
+
+What the chunks carry (:class:`Carry`): the best MFU (or tokens/s) level each job has shown. A
+chunk that opens below it is not a warm-up (the job ran at its level before) and the drop is
+measured against it, as the one-shot baseline would be.
+
+Goodput is summed over the chunks' own regions: each chunk's account covers the grid times from
+its own start (the lead-in only gives its counters the sample before). The node verdicts, straggler
+scores and job summaries are those of the last chunk (the state at the end of the window), with
+the merged findings.
+
+``tests/analyzers/test_stream.py`` compares the merged findings with one-shot analysis on the
+scenario corpus; docs/analyzers.md#streaming says where the two may differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from fleetscope.analyzers.carry import Carry
+from fleetscope.analyzers.config import DEFAULT, DetectorConfig
+from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.frames import Frames
+from fleetscope.analyzers.report import GoodputAccount, Report
+from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_duration
+
+#: (first grid time, last grid time) -> the frames of that window on the one-shot grid.
+ChunkLoader = Callable[[float, float], Frames]
+Progress = Callable[[float], None]
+
+#: Default own region of one chunk (seconds).
+DEFAULT_CHUNK_S = 3600.0
+#: Default lead-in (seconds): past the longest look-back of the detectors (the hang look-back and
+#: the episode gap, 10 minutes each, plus the persistence and rate windows around them).
+DEFAULT_LEAD_S = 1800.0
+
+
+#: --chunk auto: windows longer than this are streamed, in chunks of AUTO_CHUNK_S.
+AUTO_STREAM_OVER_S = 2 * 3600.0
+AUTO_CHUNK_S = 3600.0
+
+
+def chunk_seconds(arg: str, window_s: float | None) -> float | None:
+    """The chunk length ``--chunk`` asks for over a window of ``window_s`` (None: unknown), None = one piece."""
+
+    if arg == "off":
+        return None
+    if arg == "auto":
+        return AUTO_CHUNK_S if window_s is not None and window_s > AUTO_STREAM_OVER_S else None
+    seconds = parse_duration(arg)
+    if seconds <= 0:
+        raise FleetscopeError(f"--chunk {arg}: give a duration such as 1h, or auto, or off")
+    return seconds
+
+
+def plan_chunks(
+    start: float, end: float, step: float, chunk_s: float, lead_s: float
+) -> list[tuple[float, float, float]]:
+    """(load start, own start, own end) of each chunk, all on the grid ``start + k * step``.
+
+    Own regions tile the grid without overlap; the last one ends at the window's last grid time
+    (a tail shorter than half a chunk is part of the chunk before it).
+    """
+    n = int(np.floor((end - start) / step + 1e-9)) + 1
+    own = max(1, round(chunk_s / step))
+    lead = max(0, round(lead_s / step))
+    firsts = list(range(0, n, own))
+    if len(firsts) > 1 and n - firsts[-1] < own / 2:  # a short tail joins the chunk before it
+        firsts.pop()
+    out = []
+    for i, a in enumerate(firsts):
+        b = (firsts[i + 1] if i + 1 < len(firsts) else n) - 1
+        out.append((start + max(0, a - lead) * step, start + a * step, start + b * step))
+    return out
+
+
+#: Kinds of which one-shot analysis gives one finding per node unless it can name the GPU (the
+#: detectors fold the rest into it): a node-wide finding and a GPU's on that node are one subject.
+PER_NODE = ("failing_node", "straggler", "monitoring_gap", "membership_change")
+#: Kinds of one finding per job.
+PER_JOB = ("mfu_drop", "job_hang")
+
+
+def subject(f: Finding) -> tuple:
+    """What a finding is about, whatever its cause or numbers: the key findings merge on."""
+    if f.kind == "failing_node" or (f.kind in PER_NODE and f.node is not None and f.gpu is None):
+        return (f.kind, f.node)
+    if f.kind in PER_JOB and f.job_id is not None:
+        return (f.kind, f.job_id)
+    return (f.kind, f.job_id, f.node, f.gpu, f.rank)
+
+
+def _same_subject(a: Finding, b: Finding) -> bool:
+    """Same :func:`subject`, or a node-wide finding and one of a GPU of that node."""
+    if subject(a) == subject(b):
+        return True
+    return a.kind == b.kind and a.kind in PER_NODE and a.node == b.node and (a.gpu is None or b.gpu is None)
+
+
+def analyze_chunked(
+    load: ChunkLoader,
+    start: float,
+    end: float,
+    step: float,
+    config: DetectorConfig | None = None,
+    *,
+    chunk_s: float = DEFAULT_CHUNK_S,
+    lead_s: float = DEFAULT_LEAD_S,
+    progress: Progress | None = None,
+) -> Report:
+    """Analyze ``[start, end]`` chunk by chunk (module docstring); the grid is ``start + k * step``."""
+    cfg = config or DEFAULT
+    plan = plan_chunks(start, end, step, chunk_s, lead_s)
+    carry = Carry()
+    merged: list[Finding] = []
+    goodput: dict[str, GoodputAccount] = {}
+    last: Report | None = None
+    for k, (load_start, own_start, own_end) in enumerate(plan):
+        frames = load(load_start, own_end)
+        report = analyze(frames, cfg, carry=carry, own_start=own_start)
+        merged = merge_findings(merged, report, own_start, load_start)
+        goodput = add_accounts(goodput, report.goodput)
+        if report.carry is not None:
+            carry = carry.merge(report.carry)
+        last = report
+        del frames
+        if progress:
+            progress((k + 1) / len(plan))
+    assert last is not None
+    merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
+    merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
+    feat = last.features
+    out = dataclasses.replace(last, start=start, findings=merged)
+    if feat is not None:
+        out.nodes = node_verdicts(feat, merged)
+        out.jobs = job_summaries(feat, merged)
+    out.goodput = goodput
+    out.carry = carry
+    return out
+
+
+def merge_findings(
+    merged: list[Finding], report: Report, own_start: float, load_start: float
+) -> list[Finding]:
+    """The findings so far with one more chunk's (module docstring).
+
+    * A finding of the chunk continues the earlier finding of the same :func:`subject` that is open
+      or ended in this chunk's view (from ``load_start``).
+    * An earlier finding still open at the end of the chunk before, that began in this chunk's view
+      and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
+      (a node absent to the end looked gone), and this chunk saw its onset with more data after it,
+      as one-shot analysis would.
+    * One that began before the view and is not found again ends at ``own_start`` when the chunk
+      holds its subject, and stays open when it does not (a lost GPU stays lost).
+    * The chunk's membership findings about a node that an earlier chunk found failing, and its
+      hang of a job with a node found failing before, are that failure seen again (the detectors
+      fold them so within one window; here the cause lies before the chunk's view).
+    """
+    feat = report.features
+    present = _subjects_present(feat) if feat is not None else None
+    live = [f for f in merged if f.end is None or f.end >= load_start]
+    failing = {m.node for m in live if m.kind == "failing_node" and m.severity == "critical"}
+    continued: set[int] = set()
+    added: list[Finding] = []
+    for f in report.findings:
+        m = next((x for x in live if id(x) not in continued and _same_subject(x, f)), None)
+        if m is None:
+            if not _explained_before(f, failing, feat):
+                added.append(f)
+            continue
+        continued.add(id(m))
+        _continue(m, f, load_start)
+    withdrawn = set()
+    for m in live:
+        if id(m) in continued:
+            continue
+        if m.start >= load_start and m.end is None:
+            withdrawn.add(id(m))
+        elif m.end is None and present is not None and _holds(present, m):
+            m.end = own_start
+    return [m for m in merged if id(m) not in withdrawn] + added
+
+
+def _continue(m: Finding, f: Finding, load_start: float) -> None:
+    """``m`` (the chunks before) continued by ``f`` (this chunk, viewing from ``load_start``)."""
+    # Where the diagnosis is read: a chunk that saw the onset, with the most data after it. When
+    # this chunk saw it too, its place (GPU, rank) and cause stand; when the onset lies before its
+    # view (a GPU lost an hour ago is only "missing" now), the earlier chunk's do.
+    seen_onset = m.start >= load_start
+    if seen_onset:
+        m.node, m.gpu, m.rank, m.job_id = f.node, f.gpu, f.rank, f.job_id
+    # A failing node is named after its most specific cause (failing_node.one_per_node), whichever
+    # chunk saw it: a GPU seen lost stays lost when a later view only misses it.
+    sf, sm = _specificity(f), _specificity(m)
+    if sf < sm or (seen_onset and sf == sm):
+        m.cause, m.action = f.cause, f.action
+    m.start = min(m.start, f.start)
+    m.end = f.end
+    if _rank(f.severity) > _rank(m.severity):
+        m.severity = f.severity
+    if f.score is not None and (m.score is None or f.score > m.score):
+        m.score = f.score
+    m.evidence = {**f.evidence, **m.evidence}
+
+
+def _specificity(f: Finding) -> int:
+    """How specific a cause is (lower: more): a failing node's by its detector's order; "unknown" last."""
+    from fleetscope.analyzers.detectors.failing_node import CAUSE_PRIORITY, base_cause
+
+    if f.cause == "unknown":
+        return len(CAUSE_PRIORITY) + 2
+    if f.kind == "failing_node":
+        base = base_cause(f.cause)
+        return CAUSE_PRIORITY.index(base) if base in CAUSE_PRIORITY else len(CAUSE_PRIORITY) + 1
+    return len(CAUSE_PRIORITY) + 1
+
+
+def _explained_before(f: Finding, failing: set[str | None], feat) -> bool:
+    if f.kind in ("membership_change", "monitoring_gap"):
+        return f.node in failing
+    if f.kind == "job_hang" and f.job_id is not None and feat is not None:
+        from fleetscope.analyzers.features import job_nodes
+
+        return bool(failing & set(job_nodes(feat, f.job_id)))
+    return False
+
+
+def _rank(severity: str) -> int:
+    return {"info": 0, "warning": 1, "critical": 2}.get(severity, 0)
+
+
+def _subjects_present(feat) -> dict[str, set]:
+    from fleetscope import contract as c
+
+    nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
+    gpus = {
+        (str(n), str(g)) for n, g in zip(feat.gpus.keys[c.NODE_LABEL], feat.gpus.keys["gpu"], strict=True)
+    }
+    jobs = set(feat.jobs)
+    return {"nodes": nodes, "gpus": gpus, "jobs": jobs}
+
+
+def _holds(present: dict[str, set], f: Finding) -> bool:
+    """Does the chunk hold the finding's subject (so that its absence of the finding means it ended)?"""
+    if f.gpu is not None and f.node is not None:
+        return (f.node, f.gpu) in present["gpus"]
+    if f.node is not None:
+        return f.node in present["nodes"]
+    if f.job_id is not None:
+        return f.job_id in present["jobs"]
+    return True
+
+
+def add_accounts(
+    total: dict[str, GoodputAccount], more: dict[str, GoodputAccount]
+) -> dict[str, GoodputAccount]:
+    """Two goodput accounts of one job over adjacent spans, as one."""
+    out = dict(total)
+    for job, b in more.items():
+        a = out.get(job)
+        if a is None:
+            out[job] = b
+            continue
+        out[job] = _sum_account(a, b)
+    return out
+
+
+def _sum_account(a: GoodputAccount, b: GoodputAccount) -> GoodputAccount:
+    whole = a.whole_gpu_seconds + b.whole_gpu_seconds
+    parts = {
+        k: a.gpu_seconds.get(k, 0.0) + b.gpu_seconds.get(k, 0.0) for k in {*a.gpu_seconds, *b.gpu_seconds}
+    }
+    span = (a.end - a.start) + (b.end - b.start)
+    out = dataclasses.replace(
+        b,
+        start=min(a.start, b.start),
+        end=max(a.end, b.end),
+        whole_gpu_seconds=whole,
+        gpu_seconds=parts,
+        gpus=(a.gpus * (a.end - a.start) + b.gpus * (b.end - b.start)) / span if span > 0 else b.gpus,
+        restarts=a.restarts + b.restarts,
+        inputs={k: a.inputs.get(k, False) or b.inputs.get(k, False) for k in {*a.inputs, *b.inputs}},
+        items=[*a.items, *b.items],
+    )
+    useful = parts.get("productive", 0.0) + parts.get("slowdown", 0.0)
+    out.effective_training_ratio = useful / whole if whole else 0.0
+    out.goodput_ratio = parts.get("productive", 0.0) / whole if whole else 0.0
+    return out
