@@ -180,33 +180,112 @@ def read_openmetrics(
 
 def _to_raw(path: Path, reader: _Reader) -> dict[str, list[RawSeries]]:
     """The parsed entries as raw series (seconds), with the end-of-file checks."""
-    saw_eof, series = reader.saw_eof, reader.series
-    if not saw_eof:
-        raise FleetscopeError(
-            f"{path} is truncated: no '# EOF' at the end (a recorded OpenMetrics file ends with one)"
-        )
-    if not series:
-        raise FleetscopeError(f"{path} holds no samples")
+    _check_end(path, reader)
     raw: dict[str, list[RawSeries]] = {}
-    for entry in series.values():
+    for entry in reader.series.values():
         if not entry[4]:
             continue
-        _flush(path, entry)
-        name, labels, _, _, _, vchunks, tchunks = entry
-        if not vchunks:
-            continue
-        # One run is one array already (most series): no copy, no second peak.
-        values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
-        times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
-        entry[5], entry[6] = [], []
-        # Milliseconds (text-format convention), judged by the bulk so one odd stamp decides nothing.
-        finite = times[np.isfinite(times)]
-        if finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11)):
-            times = times / 1000.0
-        raw.setdefault(name, []).append(RawSeries(labels, times, values))
+        one = _entry_series(path, entry)
+        if one is not None:
+            raw.setdefault(entry[0], []).append(one)
     if not raw:
         raise FleetscopeError(f"{path} holds none of the series the analyzers read")
     return raw
+
+
+def _check_end(path: Path, reader: _Reader) -> None:
+    if not reader.saw_eof:
+        raise FleetscopeError(
+            f"{path} is truncated: no '# EOF' at the end (a recorded OpenMetrics file ends with one)"
+        )
+    if not reader.series:
+        raise FleetscopeError(f"{path} holds no samples")
+
+
+def _entry_series(path: Path, entry: list) -> RawSeries | None:
+    """The samples a series entry holds now, as one raw series in seconds (None: none), emptied.
+
+    Milliseconds (the text format's convention) are judged by the bulk, so one odd stamp decides
+    nothing; an entry met again later (:func:`iter_openmetrics`) keeps the unit judged first.
+    """
+    _flush(path, entry)
+    labels, vchunks, tchunks = entry[1], entry[5], entry[6]
+    if not vchunks:
+        return None
+    # One run is one array already (most series): no copy, no second peak.
+    values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
+    times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
+    entry[5], entry[6] = [], []
+    if len(entry) > 7 and entry[7] is not None:
+        ms = entry[7]
+    else:
+        finite = times[np.isfinite(times)]
+        ms = bool(finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11)))
+        if len(entry) > 7:
+            entry[7] = ms
+    if ms:
+        times = times / 1000.0
+    return RawSeries(labels, times, values)
+
+
+#: Metric names a family ``F`` declares (``# TYPE F ...``): F itself and F with one of these.
+FAMILY_SUFFIXES = ("", "_total", "_created", "_count", "_sum", "_bucket", "_info", "_gcount", "_gsum")
+
+
+def iter_openmetrics(
+    path: str | Path,
+    metrics: Collection[str] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> Iterator[tuple[str, list[RawSeries]]]:
+    """Parse the file family by family: (metric, its series) as soon as the family is finished.
+
+    OpenMetrics forbids interleaving families, so when a ``# TYPE`` line opens the next family (or
+    ``# EOF`` ends the file) the series of the one before are complete: they are yielded and
+    dropped, and memory follows the largest family instead of the file. Series are those
+    :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.analyzers.samples.summarize`
+    (the caller cleans). A sample outside its family (a file that breaks the rule) is held until
+    its own family ends, or the end of the file; a series met again after it was yielded comes
+    again, as a second batch of its metric (the reader merges them: ``build_frames`` merges series
+    of the same labels). Errors are :func:`read_openmetrics`' (truncated: after the batches before).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise FleetscopeError(f"cannot read {path}: {exc.strerror}") from None
+    if size == 0:
+        raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
+    reader = _Reader(path, metrics, streaming=True)
+    try:
+        carry = b""
+        for data, at in _chunks(path):
+            first = data.find(b"\n") + 1
+            last = data.rfind(b"\n") + 1
+            if not first:
+                carry += data
+                continue
+            if carry:
+                reader.feed(carry + data[:first], 0, len(carry) + first)
+                reader.feed(data, first, last)
+            else:
+                reader.feed(data, 0, last)
+            carry = data[last:]
+            yield from reader.take_ready()
+            if progress:
+                progress(min(at / size, 1.0))
+        if carry:
+            reader.feed(carry + b"\n", 0, len(carry) + 1)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
+    except UnicodeDecodeError:
+        raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
+    _check_end(path, reader)
+    reader.family_done(None)  # whatever is still held (samples outside their family)
+    yield from reader.take_ready()
+    if not reader.n_wanted:
+        raise FleetscopeError(f"{path} holds none of the series the analyzers read")
+    if progress:
+        progress(1.0)
 
 
 class _Reader:
@@ -223,8 +302,14 @@ class _Reader:
     samples stay in file order and every error is the line-by-line parser's.
     """
 
-    def __init__(self, path: Path, metrics: Collection[str] | None) -> None:
+    def __init__(self, path: Path, metrics: Collection[str] | None, streaming: bool = False) -> None:
         self.path = path
+        # Streaming (iter_openmetrics): entries that took samples since they were last handed out
+        # (an entry gets an 8th and 9th field: its unit once judged, whether it is in ``fresh``),
+        # and the finished families' batches waiting to be taken.
+        self.streaming = streaming
+        self.fresh: list[list] = []
+        self.ready: list[tuple[str, list[RawSeries]]] = []
         self.wanted = set(metrics) if metrics is not None else None
         # series head bytes -> [name, labels, list of value bytes, list of time bytes, wanted,
         #                       value arrays, time arrays]
@@ -312,9 +397,40 @@ class _Reader:
         except FleetscopeError as exc:
             raise FleetscopeError(f"{self.path}: {exc}") from None
         entry = [name, labels, [], [], self.wanted is None or name in self.wanted, [], []]
+        if self.streaming:
+            entry += [None, False]
         self.series[head] = entry
         self.n_wanted += bool(entry[4])
         return entry
+
+    # ------------------------------------------------------------------ streaming
+    def _mark(self, entry: list) -> None:
+        entry[8] = True
+        self.fresh.append(entry)
+
+    def family_done(self, family: bytes | None) -> None:
+        """Queue the series of ``family`` that took samples since last time, by metric in order of
+        first appearance (``None``: every series still held, at the end of the file)."""
+        if not self.fresh:
+            return
+        fam = None if family is None else family.decode("utf-8", "replace")
+        batch: dict[str, list[RawSeries]] = {}
+        held = []
+        for entry in self.fresh:
+            name = entry[0]
+            if fam is not None and not (name.startswith(fam) and name[len(fam) :] in FAMILY_SUFFIXES):
+                held.append(entry)  # a sample outside its family: kept until its own ends
+                continue
+            entry[8] = False
+            one = _entry_series(self.path, entry)
+            if one is not None:
+                batch.setdefault(name, []).append(one)
+        self.fresh = held
+        self.ready.extend(batch.items())
+
+    def take_ready(self) -> list[tuple[str, list[RawSeries]]]:
+        ready, self.ready = self.ready, []
+        return ready
 
     def check_size(self) -> None:
         """Refuse, early and in check_grid's words, a recording whose grid will be over the limits.
@@ -360,6 +476,8 @@ class _Reader:
             at = 0
             for (entry, *_), n in zip(pending, counts.tolist(), strict=True):
                 _flush(self.path, entry)
+                if self.streaming and not entry[8]:
+                    self._mark(entry)
                 # Copies: a view would keep the chunk's whole table alive until the last series is
                 # assembled, doubling the peak memory.
                 entry[5].append(table[at : at + n, 0].copy())
@@ -376,6 +494,8 @@ class _Reader:
             one = _parse_pairs(pairs, j - i) if pairs.count(b" ") == j - i else None
             if one is not None:
                 _flush(self.path, entry)
+                if self.streaming and not entry[8]:
+                    self._mark(entry)
                 entry[5].append(one[:, 0].copy())
                 entry[6].append(one[:, 1].copy())
             else:
@@ -386,7 +506,7 @@ class _Reader:
     # ------------------------------------------------------------------ line by line
     def _lines(self, buf: bytes, pos: int, stop: int) -> None:  # noqa: C901 -- the reference parser
         """Parse ``buf[pos:stop]`` one line at a time (the reference for every case and error)."""
-        path, wanted = self.path, self.wanted
+        path, wanted, streaming = self.path, self.wanted, self.streaming
         lineno = self.lineno
         lines = buf[pos:stop].split(b"\n")
         if lines and not lines[-1]:
@@ -400,6 +520,8 @@ class _Reader:
             if line[:1] == b"#":
                 if line.startswith(b"# TYPE "):
                     parts = line.split()
+                    if streaming:
+                        self.family_done(self.family)
                     self.family = family = parts[2] if len(parts) > 2 else b""
                     fam = family.decode()
                     self.family_skip = wanted is not None and not any(
@@ -408,6 +530,8 @@ class _Reader:
                     )
                 elif line.rstrip() == b"# EOF":
                     self.saw_eof = True
+                    if streaming:
+                        self.family_done(self.family)
                 continue
             if self.family_skip and line.startswith(self.family):
                 continue
@@ -426,6 +550,8 @@ class _Reader:
                     _flush(path, last)  # a finished run of one series -> numpy (less memory)
                 self.last_head, self.last_entry = head, entry
             if entry[4]:
+                if streaming and not entry[8]:
+                    self._mark(entry)
                 entry[2].append(v)
                 entry[3].append(t)
         self.lineno = lineno

@@ -1,8 +1,15 @@
 """Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.archive`) into frames.
 
-Only the row groups of the metrics asked for are read (each row group holds one metric). A metric's
-rows are its series one after another, so a series ends where any label column changes; each becomes
-one :class:`~fleetscope.analyzers.frames.RawSeries`, in the archive's order, and from there the
+Only the row groups of the metrics asked for are read (each row group holds one metric), and, given
+``start``/``end``, of a format-2 archive only those whose [t0, t1] meets [start - margin, end]
+(the margin: what the grid rule looks back, :data:`~fleetscope.archive.LOOKBACK_MARGIN_S` at
+least), and of their rows only those in that range: a chunk's read costs what the chunk holds, and
+gives the grid values a read of the whole archive gives on those grid times
+(:func:`~fleetscope.analyzers.frames.slice_frames`). Format 2 keeps each row's series number, so
+its rows are put back together series by series (a stable sort, in time order), in the order the
+source gave them; format 1 holds a metric's series one after another, so a series ends where any
+label column changes. Either way each series becomes one
+:class:`~fleetscope.analyzers.frames.RawSeries`, in the source's order, and from there the
 archive goes through exactly what a recording goes through (:func:`samples.summarize` and
 :func:`samples.frames_from_raw`): the same samples give the same grid and the same findings. An
 export from Prometheus holds grid values already; it is put back on its own grid without a second
@@ -18,15 +25,26 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, check_grid
+from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, check_grid, lookback_seconds
 from fleetscope.analyzers.grid import round_step
 from fleetscope.analyzers.samples import frames_from_raw, summarize
-from fleetscope.archive import FORMAT_VERSION, META_KEY, NAME_COL, TIME_COL, VALUE_COL, pyarrow_modules
+from fleetscope.archive import (
+    EXTRA_COL,
+    FORMAT_VERSION,
+    LOOKBACK_MARGIN_S,
+    META_KEY,
+    NAME_COL,
+    SERIES_COL,
+    TIME_COL,
+    VALUE_COL,
+    pyarrow_modules,
+)
 from fleetscope.errors import FleetscopeError
 
 #: The first bytes (and the last) of every Parquet file.
@@ -40,6 +58,46 @@ def is_parquet(path: str | Path) -> bool:
             return fh.read(4) == MAGIC
     except OSError:
         return str(path).endswith(".parquet")
+
+
+@dataclass
+class ReadStats:
+    """What one read took from the archive (a caller passes one in to see it)."""
+
+    row_groups: int = 0  #: row groups read
+    row_groups_total: int = 0  #: row groups of the metrics asked for
+    rows: int = 0  #: rows read (before the rows outside the slice were dropped)
+
+
+class ArchiveSpan(NamedTuple):
+    """What a chunked analysis plans from: the first and last sample time and the grid step (an
+    export from Prometheus: its grid's start, end and step, so ``first + k * step`` are its grid
+    times)."""
+
+    first: float
+    last: float
+    step: float
+
+
+def archive_span(path: str | Path) -> ArchiveSpan:
+    """The archive's span and step from its footer alone (no data page is read).
+
+    Format 2 keeps the span in its metadata (stray stamps far from the bulk left out, at row-group
+    resolution); format 1 from the row groups' statistics. The step is the export's grid step, or
+    the typical sample spacing rounded as the loader rounds it (:func:`~fleetscope.analyzers.grid.round_step`).
+    """
+    pf, meta = _open(Path(path))
+    grid = meta.get("grid")
+    if grid:
+        return ArchiveSpan(float(grid["start"]), float(grid["end"]), float(grid["step"]))
+    step = round_step(float(meta.get("spacing") or 15.0))
+    span = meta.get("span")
+    if isinstance(span, list) and len(span) == 2:
+        return ArchiveSpan(float(span[0]), float(span[1]), step)
+    lo, hi = _stats_span(pf, range(pf.metadata.num_row_groups))
+    if not np.isfinite(lo):
+        raise FleetscopeError(f"{path}: the archive's row groups have no time statistics")
+    return ArchiveSpan(lo, hi, step)
 
 
 def _open(path: Path) -> tuple[Any, dict[str, Any]]:
@@ -77,14 +135,61 @@ def read_archive(
     metrics: Collection[str] | None = None,
     progress: Callable[[float], None] | None = None,
     window: tuple[float | None, float | None, float | None] = (None, None, None),
+    stats: ReadStats | None = None,
 ) -> tuple[dict[str, list[RawSeries]], dict[str, Any]]:
     """(raw series by metric, the archive's metadata), of ``metrics`` only (all when None).
 
-    ``window`` (start, end, step as asked for, None = unknown) bounds the grid before reading.
+    ``window`` (start, end, step as asked for, None = unknown) bounds the grid before reading and,
+    in a format-2 archive, what is read: the rows in [start - margin, end] (module docstring).
+    ``stats``: filled with what was read.
     """
     path = Path(path)
     pf, meta = _open(path)
     pa, _ = pyarrow_modules()
+    by_metric = _groups_by_metric(path, meta, metrics)
+    stats = stats if stats is not None else ReadStats()
+    stats.row_groups_total = sum(map(len, by_metric.values()))
+    v2 = meta["version"] >= 2
+    rows = _row_range(meta, window) if v2 else None
+    if rows is not None:
+        lo, hi = rows
+        by_metric = {name: kept for name, ids in by_metric.items()
+                     if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])}  # fmt: skip
+    _check_size(pf, meta, by_metric, window)
+    labels: dict[str, str] = meta.get("labels") or {}
+    total = sum(pf.metadata.row_group(i).num_rows for ids in by_metric.values() for i in ids) or 1
+    done = 0
+    raw: dict[str, list[RawSeries]] = {}
+    try:
+        for name, ids in by_metric.items():
+            if v2:
+                present = _v2_columns(pf, meta, name)
+                table = pf.read_row_groups(ids, columns=[*present, SERIES_COL, TIME_COL, VALUE_COL])
+                series = _split_v2(pa, table, present, labels, rows)
+            else:
+                columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
+                present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few labels
+                table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
+                series = _split_series(pa, table, present, labels)
+            if series:
+                raw[name] = series
+            done += table.num_rows
+            stats.row_groups += len(ids)
+            stats.rows += table.num_rows
+            if progress:
+                progress(done / total)
+    except (pa.ArrowException, OSError) as exc:
+        raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
+    if not raw:
+        if rows is not None:
+            raise FleetscopeError(f"{path} has no samples in the requested window")
+        raise FleetscopeError(f"{path} holds none of the series the analyzers read")
+    return raw, meta
+
+
+def _groups_by_metric(
+    path: Path, meta: dict[str, Any], metrics: Collection[str] | None
+) -> dict[str, list[int]]:
     wanted = set(metrics) if metrics is not None else None
     by_metric: dict[str, list[int]] = {}
     for i, g in enumerate(meta["row_groups"]):
@@ -93,41 +198,115 @@ def read_archive(
             raise FleetscopeError(f"{path}: the archive's metadata is malformed")
         if wanted is None or name in wanted:
             by_metric.setdefault(name, []).append(i)
-    _check_size(pf, meta, by_metric, window)
-    labels: dict[str, str] = meta.get("labels") or {}
-    columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
-    total = sum(pf.metadata.row_group(i).num_rows for ids in by_metric.values() for i in ids) or 1
-    done = 0
-    raw: dict[str, list[RawSeries]] = {}
-    try:
-        for name, ids in by_metric.items():
-            present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few of the labels
-            table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
-            series = _split_series(pa, table, present, labels)
-            if series:
-                raw[name] = series
-            done += table.num_rows
-            if progress:
-                progress(done / total)
-    except (pa.ArrowException, OSError) as exc:
-        raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
-    if not raw:
-        raise FleetscopeError(f"{path} holds none of the series the analyzers read")
-    return raw, meta
+    return by_metric
+
+
+def _row_range(
+    meta: dict[str, Any], window: tuple[float | None, float | None, float | None]
+) -> tuple[float, float] | None:
+    """[start - margin, end] in seconds (None: no slice asked for). The margin covers the grid
+    rule's lookback at the step asked for (none for an export's grid values)."""
+    start, end, step = window
+    if start is None and end is None:
+        return None
+    margin = 0.0 if meta.get("grid") else max(LOOKBACK_MARGIN_S, lookback_seconds(step) if step else 0.0)
+    return (-np.inf if start is None else start - margin), (np.inf if end is None else end)
+
+
+def _meets(group: dict[str, Any], lo: float, hi: float) -> bool:
+    t0, t1 = group.get("t0"), group.get("t1")
+    if not isinstance(t0, int | float) or not isinstance(t1, int | float):
+        return True  # unknown: read it
+    return t1 >= lo and t0 <= hi
+
+
+def _v2_columns(pf: Any, meta: dict[str, Any], name: str) -> list[str]:
+    """The label columns (and ``__labels__``) the metric's series use, from the metadata."""
+    info = (meta.get("metrics") or {}).get(name) or {}
+    names = pf.schema_arrow.names
+    cols = info.get("columns")
+    if not isinstance(cols, list):
+        cols = [c for c in names if c not in (NAME_COL, SERIES_COL, TIME_COL, VALUE_COL)]
+    return [c for c in cols if c in names]
+
+
+def _split_v2(pa: Any, table: Any, columns: list[str], labels: dict[str, str],
+              rows: tuple[float, float] | None) -> list[RawSeries]:  # fmt: skip
+    """A format-2 metric's rows back into series: those in ``rows`` (seconds), ordered by series
+    number (stable, so each series stays in time order), labels from each series' first row."""
+    if not table.num_rows:
+        return []
+    table = table.unify_dictionaries().combine_chunks()
+    tms = table.column(TIME_COL).chunk(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    sid = table.column(SERIES_COL).chunk(0).to_numpy(zero_copy_only=False)
+    keep = None if rows is None else _inside(tms, rows)
+    if keep is not None:
+        tms, sid = tms[keep], sid[keep]
+    if not tms.size:
+        return []
+    order = np.argsort(sid.astype(np.uint16) if sid.max() < 1 << 16 else sid, kind="stable")
+    sid, tms = sid[order], tms[order]
+    cut = np.flatnonzero(sid[1:] != sid[:-1]) + 1
+    same = np.ones(tms.size - 1, dtype=bool)
+    same[cut - 1] = False
+    if (np.diff(tms)[same] < 0).any():  # a series written in two batches: put it in time order
+        again = np.lexsort((tms, sid))
+        order, sid, tms = order[again], sid[again], tms[again]
+        cut = np.flatnonzero(sid[1:] != sid[:-1]) + 1
+    starts = np.concatenate([[0], cut]).astype(np.int64)
+    values = table.column(VALUE_COL).chunk(0).to_numpy(zero_copy_only=False).astype(float, copy=False)
+    rows_at = order if keep is None else np.flatnonzero(keep)[order]  # table rows, in series order
+    values = values[rows_at]
+    times = tms / 1000.0
+    lab = _v2_labels(pa, table, columns, labels, rows_at[starts])
+    bounds = np.append(starts, tms.size)
+    return [RawSeries(lab[k], times[bounds[k] : bounds[k + 1]], values[bounds[k] : bounds[k + 1]])
+            for k in range(starts.size)]  # fmt: skip
+
+
+def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
+    """Which rows (milliseconds) lie in ``rows`` (seconds); None when all do."""
+    lo, hi = rows
+    keep = np.ones(tms.size, dtype=bool)
+    if np.isfinite(lo):
+        keep &= tms >= np.floor(lo * 1000)
+    if np.isfinite(hi):
+        keep &= tms <= np.ceil(hi * 1000)
+    return None if keep.all() else keep
+
+
+def _v2_labels(
+    pa: Any, table: Any, columns: list[str], labels: dict[str, str], first: np.ndarray
+) -> list[dict[str, str]]:
+    """Each series' labels, from the label columns at its first row (``first``: table rows)."""
+    lab: list[dict[str, str]] = [{} for _ in range(first.size)]
+    for col in columns:
+        arr = table.column(col).chunk(0) if table.column(col).num_chunks else None
+        if arr is None or arr.null_count == len(arr):
+            continue
+        if not pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_encode()
+        codes = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False)[first].tolist()
+        words = arr.dictionary.to_pylist()
+        for k, code in enumerate(codes):
+            if code < 0:
+                continue
+            if col == EXTRA_COL:
+                lab[k].update(json.loads(words[code]))
+            else:
+                lab[k][labels.get(col, col)] = words[code]
+    return lab
 
 
 def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
                 window: tuple[float | None, float | None, float | None]) -> None:  # fmt: skip
     """check_grid before reading: the series count from the metadata, the span from the statistics."""
-    series = sum(int(meta["row_groups"][i].get("series") or 0) for ids in by_metric.values() for i in ids)
-    lo, hi = np.inf, -np.inf
-    col = pf.schema_arrow.get_field_index(TIME_COL)
-    for ids in by_metric.values():
-        for i in ids:
-            st = pf.metadata.row_group(i).column(col).statistics
-            if st is not None and st.has_min_max:
-                lo = min(lo, _seconds(st.min))
-                hi = max(hi, _seconds(st.max))
+    if meta["version"] >= 2:
+        info = meta.get("metrics") or {}
+        series = sum(int((info.get(name) or {}).get("series") or 0) for name in by_metric)
+    else:
+        series = sum(int(meta["row_groups"][i].get("series") or 0) for ids in by_metric.values() for i in ids)
+    lo, hi = _stats_span(pf, [i for ids in by_metric.values() for i in ids])
     start, end, step = window
     grid = meta.get("grid") or {}
     step = step or grid.get("step")
@@ -136,6 +315,18 @@ def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
     if not step or not np.isfinite(lo):
         return
     check_grid(lo if start is None else start, hi if end is None else end, float(step), series)
+
+
+def _stats_span(pf: Any, ids: Any) -> tuple[float, float]:
+    """(first, last) sample time of row groups ``ids`` from their statistics (inf, -inf: none)."""
+    lo, hi = np.inf, -np.inf
+    col = pf.schema_arrow.get_field_index(TIME_COL)
+    for i in ids:
+        st = pf.metadata.row_group(i).column(col).statistics
+        if st is not None and st.has_min_max:
+            lo = min(lo, _seconds(st.min))
+            hi = max(hi, _seconds(st.max))
+    return lo, hi
 
 
 def _all_null(pf: Any, ids: list[int], column: str) -> bool:
@@ -197,9 +388,16 @@ def load_parquet(
     start: float | None = None,
     end: float | None = None,
     progress: Callable[[float], None] | None = None,
+    stats: ReadStats | None = None,
 ) -> Frames:
-    """Load the archive onto a grid, as :func:`~fleetscope.analyzers.load_file.load_file` a recording."""
-    raw, meta = read_archive(path, metrics, progress, (start, end, step))
+    """Load the archive onto a grid, as :func:`~fleetscope.analyzers.load_file.load_file` a recording.
+
+    With ``start``/``end``, a format-2 archive is read only around that window (module docstring),
+    and the grid step, when not given, comes from the archive's typical spacing (:func:`archive_span`),
+    so every chunk of a chunked analysis gets the same step whatever its own samples' spacing.
+    ``stats``: filled with the row groups and rows read.
+    """
+    raw, meta = read_archive(path, metrics, progress, (start, end, step), stats)
     source = os.fspath(path)
     grid = meta.get("grid")
     if grid:  # query_range grid values: their own grid, no second lookback
@@ -215,4 +413,7 @@ def load_parquet(
         return build_frames(raw, g_start if start is None else start, g_end if end is None else min(end, g_end),
                             g_step, source=source, gridded=True)  # fmt: skip
     raw, t_min, t_max, spacing = summarize(raw, source)
+    sliced = meta["version"] >= 2 and (start is not None or end is not None)
+    if sliced and step is None and isinstance(meta.get("spacing"), int | float):
+        spacing = float(meta["spacing"])
     return frames_from_raw(raw, t_min, t_max, spacing, step=step, start=start, end=end, source=source)

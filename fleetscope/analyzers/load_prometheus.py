@@ -549,7 +549,7 @@ def load_prometheus(
                 if progress:
                     progress((k + 1) / len(jobs))
         else:
-            _run_concurrently(run, len(jobs), concurrency, progress)
+            run_concurrently(run, len(jobs), concurrency, progress)
     finally:
         client.close()
     frames = Frames(times=grid, step=step, source=url)
@@ -577,7 +577,7 @@ def load_prometheus(
     return frames
 
 
-def _run_concurrently(run: Callable[[int], int], n: int, concurrency: int,
+def run_concurrently(run: Callable[[int], int], n: int, concurrency: int,
                       progress: Callable[[float], None] | None) -> None:  # fmt: skip
     """``run(0..n-1)`` on ``concurrency`` threads; the first error is raised, the rest cancelled."""
     pool = ThreadPoolExecutor(max_workers=min(concurrency, n), thread_name_prefix="fleetscope-query")

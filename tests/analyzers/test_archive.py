@@ -2,11 +2,13 @@
 
 The archive must give exactly the findings of what it came from (the whole JSON document), hold the
 layout it promises (dictionary-encoded label columns, millisecond timestamps, one metric per row
-group, series then time order), never be left half-written, and refuse bad archives in one line.
+group, rows in time-block, series, time order), never be left half-written, and refuse bad archives
+in one line. Time-sliced reads, format 1 and the bounded-memory record: test_archive_stream.py.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -59,28 +61,36 @@ def test_archive_layout(recording, tmp_path, capsys):
     assert _record(["--input", str(recording), "-o", str(out)], capsys)[0] == 0
     pf = pq.ParquetFile(out)
     schema = pf.schema_arrow
-    for col in ("__name__", "Hostname", "gpu", "job_id", "rank", "phase", "device"):
+    for col in ("__name__", "Hostname", "gpu", "job_id", "rank", "phase", "device", "__labels__"):
         assert pa.types.is_dictionary(schema.field(col).type), col
     assert schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
     assert pf.metadata.schema.column(schema.get_field_index("timestamp")).physical_type == "INT64"
     assert schema.field("value").type == pa.float64()
+    assert schema.field("__series__").type == pa.int32()
+    meta = json.loads(pf.metadata.metadata[archive.META_KEY])
+    assert meta["version"] == 2 and len(meta["row_groups"]) == pf.num_row_groups
+    block_ms = int(archive.BLOCK_S * 1000)
     names = []
     for i in range(pf.num_row_groups):
         g = pf.read_row_group(i)
         metric = set(g.column("__name__").to_pylist())
-        assert len(metric) == 1  # one metric per row group
+        assert len(metric) == 1 and meta["row_groups"][i]["metric"] in metric  # one metric per row group
         names.append(metric.pop())
-        # Series one after another, each in time order.
-        labels = [c for c in g.column_names if c not in ("__name__", "timestamp", "value")]
-        key = list(zip(*[g.column(c).to_pylist() for c in labels], strict=True))
+        # Rows in (time block, series, time) order, the group's [t0, t1] in the metadata.
         t = g.column("timestamp").cast(pa.int64()).to_numpy()
-        changes = [k for k in range(1, len(key)) if key[k] != key[k - 1]]
-        assert len(changes) + 1 == len(set(key))  # no series comes back later
-        same = np.ones(len(t) - 1, dtype=bool)
-        same[np.array(changes, dtype=int) - 1] = False
-        assert (np.diff(t)[same] > 0).all()
+        sid = g.column("__series__").to_numpy()
+        key = np.lexsort((t, sid, t // block_ms))
+        assert (key == np.arange(len(t))).all()
+        assert meta["row_groups"][i]["t0"] == t.min() / 1000 and meta["row_groups"][i]["t1"] == t.max() / 1000
+    for name in set(names):  # series numbers 0..n-1 per metric, in the recording's order
+        ids = np.unique(
+            pq.read_table(out, columns=["__series__"], filters=[("__name__", "=", name)])["__series__"]
+        )
+        assert (ids == np.arange(meta["metrics"][name]["series"])).all(), name
     assert "DCGM_FI_DEV_GPU_UTIL" in names and "training_steps_total" in names
-    assert len(names) == len(set(names))  # small metrics: one group each
+    # Each row's labels: a label the contract does not declare for these metrics is in __labels__.
+    first = pf.read_row_group(0).to_pylist()[0]
+    assert first["__series__"] == 0 and first["Hostname"]
 
 
 def test_archive_of_a_prometheus_window(recording, tmp_path, capsys):
@@ -129,6 +139,7 @@ def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
 
     raw = read_openmetrics(recording, LOADED)[0]
     calls = []
+    real = archive.ArchiveWriter._write_group
 
     def boom(*args, **kwargs):
         if calls:
@@ -136,10 +147,13 @@ def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    real = archive._metric_table
-    monkeypatch.setattr(archive, "_metric_table", boom)
+    monkeypatch.setattr(archive.ArchiveWriter, "_write_group", boom)
     with pytest.raises(RuntimeError):
         archive.write_archive(raw, tmp_path / "x.parquet", source="t")
+    assert list(tmp_path.iterdir()) == []
+    # record --input too: the error, and nothing left.
+    with pytest.raises(RuntimeError):
+        archive.convert_recording(recording, tmp_path / "y.parquet", LOADED)
     assert list(tmp_path.iterdir()) == []
 
 
