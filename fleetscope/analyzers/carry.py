@@ -9,22 +9,24 @@ from dataclasses import dataclass, field
 class Carry:
     """What one chunk hands the next: the per-job levels the detectors cannot see again."""
 
-    #: job -> (unit, best level): MFU or tokens/s of the job's best long segment so far.
+    #: job -> (unit, level): the job's baseline MFU or tokens/s (its best long segment) in the latest
+    #: chunk that did not end in a drop: the level a drop is measured from. The latest, not the best
+    #: of all: a healthy job drifts (data mix, sequence length), and a short window's best is noisy.
     mfu_base: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: job -> the goodput account's baseline step time (seconds), as the first chunk that had one measured it.
     step_base: dict[str, float] = field(default_factory=dict)
     #: (job_id, rank, Hostname, gpu, view) -> the rank's best (lowest) slowness level in that view so
     #: far: a rank slow through a whole chunk has still changed against its own earlier level.
     rank_best: dict[tuple[str, ...], float] = field(default_factory=dict)
+    #: Nodes seen so far: one that reappears after a chunk's edge came back, it did not join.
+    nodes_seen: set[str] = field(default_factory=set)
 
     def merge(self, other: Carry) -> Carry:
-        """This carry updated by the next chunk's: the best MFU level, the first baseline step."""
-        out = dict(self.mfu_base)
-        for job, (unit, level) in other.mfu_base.items():
-            old = out.get(job)
-            if old is None or old[0] != unit or level > old[1]:
-                out[job] = (unit, level)
+        """This carry updated by the next chunk's: its MFU levels, the first baseline step, the lowest
+        slowness levels, every node seen."""
+        out = {**self.mfu_base, **other.mfu_base}
         best = dict(self.rank_best)
         for key, level in other.rank_best.items():
             best[key] = min(level, best.get(key, level))
-        return Carry(mfu_base=out, step_base={**other.step_base, **self.step_base}, rank_best=best)
+        return Carry(mfu_base=out, step_base={**other.step_base, **self.step_base}, rank_best=best,
+                     nodes_seen=self.nodes_seen | other.nodes_seen)  # fmt: skip

@@ -21,6 +21,7 @@ DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
+    from fleetscope.analyzers.report import Report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_prometheus_access(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
+    p.add_argument("--chunk", metavar="DURATION", default="auto",
+                   help="analyze the window in time chunks of this length (e.g. 1h), holding one chunk "
+                        "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
+                        "'auto' (default): 1h chunks for a window longer than 2h from Prometheus or "
+                        "an archive; 'off': in one piece")  # fmt: skip
 
 
 def add_prometheus_access(p: argparse.ArgumentParser) -> None:
@@ -141,6 +147,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     t0 = time.monotonic()
+    from fleetscope.analyzers.streamed_sources import streamed_report
+
+    region, headers = prometheus_access(args) if args.prometheus else (None, {})
+    report = streamed_report(args, config, lambda label: ProgressBar(label, show), region, headers)
+    if report is not None:
+        return _write(args, report, show, t0)
     if args.input:
         from fleetscope.analyzers.load_file import load_file
         from fleetscope.times import parse_time
@@ -160,6 +172,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")
     report = analyze(frames, config)
+    return _write(args, report, show, t0)
+
+
+def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> int:
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
         text = json.dumps(report.document(), indent=2) + "\n"

@@ -70,7 +70,9 @@ def analyze(
     report.goodput = goodput_accounts(feat, findings, own_start)
     report.features = feat
     steps = {job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None}
-    feat.learnt.mfu_base = job_levels(feat)
+    # A job's level is carried on only from a chunk that ends outside a drop (see carry.Carry).
+    dropping = {f.job_id for f in findings if f.kind == "mfu_drop" and f.end is None}
+    feat.learnt.mfu_base = {job: lv for job, lv in job_levels(feat).items() if job not in dropping}
     feat.learnt.step_base = steps
     report.carry = feat.learnt
     return report

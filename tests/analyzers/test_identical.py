@@ -9,6 +9,7 @@ from fleetscope.analyzers.core import analyze_file, analyze_prometheus
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 
@@ -29,10 +30,17 @@ def test_file_and_prometheus_give_identical_findings(tmp_path, capsys, monkeypat
                    "--format", "json"])  # fmt: skip
         assert rc == 0
         from_prom = json.loads(capsys.readouterr().out)
+        # Streamed in 10-minute chunks (--chunk): the same findings, one chunk in memory at a time.
+        rc = main(["analyze", "--prometheus", prom.url, "--start", w["start"], "--end", w["end"], "--step", "15",
+                   "--chunk", "10m", "--format", "json"])  # fmt: skip
+        assert rc == 0
+        streamed = json.loads(capsys.readouterr().out)
         # Chunked by time (tiny chunks here) the answer is the same.
         monkeypatch.setattr(load_prometheus, "MAX_POINTS", 7)
         chunked = analyze_prometheus(prom.url, w["start"], w["end"], 15.0)
     assert from_prom == from_file
+    assert streamed["window"] == from_file["window"]
+    assert_same_findings(from_file, streamed)
     assert chunked.document() == from_file
     # The service's API gives the same, with node verdicts and scores filled.
     analysis = analyze_file(out)

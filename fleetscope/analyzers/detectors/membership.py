@@ -53,9 +53,16 @@ def _others_progress(feat: Features, node: str, presence: dict[str, np.ndarray])
     """Per grid time: the rest of the cluster carries on (its ranks step, or its nodes report)."""
     r = feat.ranks
     if r.steps.size:
-        cols = r.keys[c.NODE_LABEL].to_numpy().astype(str) != node
-        if cols.any():
-            return np.nansum(np.where(np.isnan(r.steps[:, cols]), 0, r.steps[:, cols]), axis=1) > 0
+        # Steps per grid time of every node, once per window; the others' = all minus this node's.
+        per = feat.memo.get("node_steps")
+        if not isinstance(per, dict):
+            nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
+            steps = np.nan_to_num(r.steps)
+            per = {n: steps[:, nodes == n].sum(axis=1) for n in np.unique(nodes)}
+            per["*"] = steps.sum(axis=1)
+            feat.memo["node_steps"] = per
+        if len(per) > 2 or node not in per:
+            return (per["*"] - per.get(node, 0.0)) > 1e-9
     others = [p for n, p in presence.items() if n != node]
     return np.any(others, axis=0) if others else np.zeros(len(feat.times), dtype=bool)
 
@@ -68,6 +75,8 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     presence = _node_presence(feat)
     failing = {f.node for f in prior if f.kind == "failing_node"}
     out: list[Finding] = []
+    seen_before = feat.carry.nodes_seen if feat.carry is not None else set()
+    feat.learnt.nodes_seen |= {n for n, here in presence.items() if here.any()}
     for node, here in sorted(presence.items()):
         if node in failing or not here.any():
             continue
@@ -84,6 +93,8 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
                 kind, cause, action = "membership_change", "node_left", LEFT_ACTION
                 text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"
             elif a == 0 and b < T - 1:
+                if node in seen_before:  # a streamed window's earlier chunk had it: it came back
+                    continue
                 kind, cause, action = "membership_change", "node_joined", JOINED_ACTION
                 text = f"series began at {fmt_time(times[b + 1])} while the job was already running"
             else:

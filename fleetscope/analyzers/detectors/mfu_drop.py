@@ -248,7 +248,8 @@ def _levels(feat: Features, job: str) -> _Levels | None:
 
 
 def job_levels(feat: Features) -> dict[str, tuple[str, float]]:
-    """Each job's baseline level in this window, (unit, level): what a streamed window carries on."""
+    """Each job's baseline level in this window, (unit, level of its best long segment), read the
+    same way :func:`detect` reads it: what a streamed window carries on (carry.Carry)."""
     out = {}
     for job in feat.jobs:
         lv = _levels(feat, job)
@@ -275,10 +276,12 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             lv.stalls,
         )
         base = means[base_i]
-        # A streamed window's earlier chunks saw the job at its level: that is the baseline (and a
-        # chunk that opens low opens in a drop, not in a warm-up).
+        # A streamed window's earlier chunks saw the job at its level (their best typical level).
+        # When even this chunk's best is a drop from it, the chunk lies inside a drop that began
+        # before it: that level is the baseline (and the chunk opens in a drop, not in a warm-up).
+        # Otherwise the chunk's own best stands.
         before = carried.get(job)
-        if before is not None and before[0] == unit and before[1] > base:
+        if before is not None and before[0] == unit and base <= before[1] * (1 - cfg.mfu_drop):
             base = before[1]
         if base <= 0:
             continue
