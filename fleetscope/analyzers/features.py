@@ -108,6 +108,8 @@ class Features:
     carry: Carry | None = None
     #: What the detectors learnt of this window for the next chunk (they fill it; see ``carry``).
     learnt: Carry = field(default_factory=Carry)
+    #: Derived signals computed once per window by whoever needs them first (``slowness.slowness``).
+    memo: dict[str, object] = field(default_factory=dict)
 
     @property
     def times(self) -> np.ndarray:

@@ -107,9 +107,9 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         if not len(f):
             return
         lab, vals = f.group((c.NODE_LABEL, "gpu"))
-        for j in range(vals.shape[1]):
-            mask = test(vals[:, j])
-            i = _first_event(mask)
+        masks = test(vals)  # every GPU at once (T x GPUs); one loop over the GPUs that show it
+        for j in np.nonzero(masks.any(axis=0))[0]:
+            i = _first_event(masks[:, j])
             if i is not None:
                 add(
                     str(lab.iloc[j][c.NODE_LABEL]),
@@ -123,8 +123,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     per_gpu(c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(float(times[i]))}")
 
     def counted(v: np.ndarray) -> np.ndarray:
-        inc = increase_steps(v[:, None])[:, 0]
-        return inc > 0
+        return np.nan_to_num(increase_steps(v)) > 0
 
     per_gpu(c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counted, "ecc_uncorrectable",
             lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} double-bit errors")  # fmt: skip

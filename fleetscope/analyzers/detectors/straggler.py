@@ -35,7 +35,7 @@ from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
-from fleetscope.analyzers.slowness import Slowness, slowness
+from fleetscope.analyzers.slowness import Slowness, column_nanpercentile, slowness
 
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
 NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
@@ -270,33 +270,70 @@ def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) 
     return out
 
 
-def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(slow without hardware evidence, slow with it) per grid time for rank column ``k``."""
+def rank_ids(feat: Features) -> list[tuple[str, ...]]:
+    """Each rank column's (job_id, rank, Hostname, gpu) as strings, read from the keys once."""
+    ids = feat.memo.get("rank_ids")
+    if not isinstance(ids, list):
+        keys = feat.ranks.keys
+        ids = (
+            [tuple(str(v) for v in row) for row in keys.itertuples(index=False, name=None)]
+            if len(keys)
+            else []
+        )
+        feat.memo["rank_ids"] = ids
+    return ids
+
+
+def _best_levels(feat: Features, sl: Slowness, name: str) -> np.ndarray:
+    """Every rank's best level (10th percentile over the window) in one slowness view."""
+    key = f"best_{name}"
+    out = feat.memo.get(key)
+    if not isinstance(out, np.ndarray):
+        x = getattr(sl, name)
+        out = column_nanpercentile(x, 10) if x.size else np.full(x.shape[1], np.nan)
+        feat.memo[key] = out
+    return out
+
+
+def _rank_flags(
+    feat: Features, sl: Slowness, hw: np.ndarray, has_gpu: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(slow without hardware evidence, slow with it) per grid time and rank column (T x ranks).
+
+    ``hw``: the ranks' hardware evidence; ``has_gpu``: which ranks' GPUs are on the grid (the
+    others can have no hardware evidence).
+    """
     cfg = feat.config
     zc = cfg.straggler_z
+    if not sl.z:  # no ranks on the grid
+        none = np.zeros(sl.compute.shape, dtype=bool)
+        return none, none
 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
-        return (np.nan_to_num(x[:, k]) >= bar) & (np.nan_to_num(sl.z[name][:, k]) >= zc)
+        return (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
 
-    who = tuple(str(v) for v in feat.ranks.keys.iloc[k])
+    ids = rank_ids(feat)
     before = feat.carry.rank_best if feat.carry is not None else {}
 
     def changed(name: str, x: np.ndarray) -> np.ndarray:
-        """Slower than this rank's own best level (10th percentile) by ``self_change``: in the
+        """Slower than each rank's own best level (10th percentile) by ``self_change``: in the
         window, or in the chunks before it of a streamed window (carried)."""
-        col = x[:, k]
-        if not np.isfinite(col).any():
-            return np.zeros(len(col), dtype=bool)
-        best = float(np.nanpercentile(col, 10))
-        feat.learnt.rank_best[(*who, name)] = best
-        best = min(best, before.get((*who, name), best))
-        return np.nan_to_num(col - best) >= cfg.self_change
+        here = _best_levels(feat, sl, name)
+        best = here.copy()
+        for k in np.nonzero(np.isfinite(here))[0]:
+            key = (*ids[k], name)
+            feat.learnt.rank_best[key] = float(here[k])
+            if key in before:
+                best[k] = min(best[k], before[key])
+        out = np.nan_to_num(x - best[None, :]) >= cfg.self_change
+        out[:, ~np.isfinite(here)] = False
+        return out
 
     share = cfg.phase_share
     # Timers measure waits as well as work: under pipeline parallelism a later stage waits for
     # activations inside forward. Where the GPU's own tensor activity is served, a timer view
     # counts only when the GPU looks busier than its peers too (or the host phases explain it).
-    busy = sl.busy[:, k]
+    busy = sl.busy
     agrees = ~np.isfinite(busy) | (np.nan_to_num(busy) >= 1 + (cfg.straggler_ratio - 1) / 2)
     host_side = view("data", sl.data, share) | view("host", sl.host, share)
     soft = (
@@ -307,14 +344,16 @@ def _rank_flags(feat: Features, sl: Slowness, k: int, hw: np.ndarray | None) -> 
         | (view("less_wait", sl.less_wait, share) & changed("less_wait", sl.less_wait) & (agrees | host_side))
         | (view("busy", sl.busy, cfg.straggler_ratio) & changed("busy", sl.busy))
     )
-    if hw is None:
-        return soft, np.zeros_like(soft)
     mild = cfg.straggler_ratio_with_hw
     mild_share = cfg.phase_share_with_hw
-    hard = hw & (
-        (np.nan_to_num(sl.compute[:, k]) >= mild)
-        | (np.nan_to_num(sl.forward[:, k]) >= mild)
-        | (np.nan_to_num(sl.less_wait[:, k]) >= mild_share)
+    hard = (
+        hw
+        & has_gpu[None, :]
+        & (
+            (np.nan_to_num(sl.compute) >= mild)
+            | (np.nan_to_num(sl.forward) >= mild)
+            | (np.nan_to_num(sl.less_wait) >= mild_share)
+        )
     )
     return soft, hard
 
@@ -369,15 +408,20 @@ def detect(feat: Features) -> list[Finding]:
     """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module docstring)."""
     findings: list[Finding] = []
     net = node_network_trouble(feat)
-    r = feat.ranks
     sl = slowness(feat)
     hw_all = gpu_throttle_evidence(feat)
     rank_hw = rank_hardware_evidence(feat, sl, hw_all)
     score = sl.score()
+    ids = rank_ids(feat)
+    gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
+    has_gpu = np.array([g is not None for g in gcols], dtype=bool)
+    softs, hards = _rank_flags(feat, sl, rank_hw, has_gpu)
     for k in range(score.shape[1]):
-        node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
-        gcol = feat.gpus.col(node, gpu)
-        soft, hard = _rank_flags(feat, sl, k, rank_hw[:, k] if gcol is not None else None)
+        job_id, rank_s, node, gpu = ids[k]
+        gcol = gcols[k]
+        soft, hard = softs[:, k], hards[:, k]
+        if not (soft.any() or hard.any()):
+            continue
         for a, b, duty in _episodes(soft, hard, feat):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -390,10 +434,7 @@ def detect(feat: Features) -> list[Finding]:
                   **ev}  # fmt: skip
             if duty < 0.9:
                 ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
-            rank = int(float(r.keys.iloc[k]["rank"]))
-            findings.append(
-                _finding(feat, node, gpu, rank, str(r.keys.iloc[k]["job_id"]), a, b, sc, cause, ev)
-            )
+            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev))
     findings.extend(_hardware_only(feat, list(findings), net, hw_all))
     findings = _one_per_node(feat, findings)
     # Network: node-level; it replaces the node's own rank findings that it explains.
