@@ -10,7 +10,10 @@ fresh process, timed from outside (wall time, peak RSS of that process):
 * ``read``: ``load_file.read_openmetrics`` (what ``analyze --input X.om.gz`` parses);
 * ``record``: ``fleetscope record --input X.om.gz -o X.parquet``;
 * ``load-om`` / ``load-parquet``: ``load_file`` to frames (the whole load: parse, clean, grid);
-* ``analyze-om`` / ``analyze-parquet``: ``fleetscope analyze --input ... --format json``;
+* ``analyze-om`` / ``analyze-parquet``: ``fleetscope analyze --input ... --format json --chunk off``
+  (the window in one piece);
+* ``stream-om`` / ``stream-parquet``: the same with ``--chunk 1h`` (streamed: one hour and its
+  15-minute lead-in in memory at a time; the recording converted to an archive first);
 * with ``--prometheus``: the recording backfilled into a real Prometheus (promtool), then
   ``fleetscope analyze --prometheus`` over the window, and ``fleetscope record --prometheus``.
 
@@ -46,7 +49,8 @@ sys.stderr.write(res.stderr[-2000:])
 sys.stdout.write(res.stdout[-2000:])
 print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
-MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet")
+MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet",
+                "stream-om", "stream-parquet")  # fmt: skip
 
 
 def pandas_baseline(path: str) -> tuple[int, int]:
@@ -119,8 +123,54 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         "record": [*fs, "record", "--input", str(om), "-o", str(pq), "--no-progress"],
         "load-om": [*me, "load-om", str(om)],
         "load-parquet": [*me, "load-parquet", str(pq)],
-        "analyze-om": [*fs, "analyze", "--input", str(om), "--format", "json", "-o", os.devnull],
-        "analyze-parquet": [*fs, "analyze", "--input", str(pq), "--format", "json", "-o", os.devnull],
+        "analyze-om": [
+            *fs,
+            "analyze",
+            "--input",
+            str(om),
+            "--format",
+            "json",
+            "-o",
+            os.devnull,
+            "--chunk",
+            "off",
+        ],
+        "analyze-parquet": [
+            *fs,
+            "analyze",
+            "--input",
+            str(pq),
+            "--format",
+            "json",
+            "-o",
+            os.devnull,
+            "--chunk",
+            "off",
+        ],
+        "stream-om": [
+            *fs,
+            "analyze",
+            "--input",
+            str(om),
+            "--format",
+            "json",
+            "-o",
+            os.devnull,
+            "--chunk",
+            "1h",
+        ],
+        "stream-parquet": [
+            *fs,
+            "analyze",
+            "--input",
+            str(pq),
+            "--format",
+            "json",
+            "-o",
+            os.devnull,
+            "--chunk",
+            "1h",
+        ],
     }
     print("| measurement | wall s | peak RSS MB | inside |\n| --- | ---: | ---: | --- |")
     for mode in MEASUREMENTS:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 class Carry:
     """What one chunk hands the next: the per-job levels the detectors cannot see again."""
 
-    #: job -> (unit, level): the job's baseline MFU or tokens/s (its best long segment) in the latest
-    #: chunk that did not end in a drop: the level a drop is measured from. The latest, not the best
-    #: of all: a healthy job drifts (data mix, sequence length), and a short window's best is noisy.
+    #: job -> (unit, level): the baseline MFU or tokens/s the latest chunk measured from (its best
+    #: long segment; in a chunk inside a drop, the level carried in): the next chunk's reference.
+    #: The latest, not the best of all: a healthy job drifts (data mix, sequence length), and a
+    #: short window's best is noisy.
     mfu_base: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: job -> the goodput account's baseline step time (seconds), as the first chunk that had one measured it.
     step_base: dict[str, float] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.detectors import DETECTORS
-from fleetscope.analyzers.detectors.mfu_drop import job_levels, job_mfu
+from fleetscope.analyzers.detectors.mfu_drop import job_mfu
 from fleetscope.analyzers.detectors.straggler import rank_scores
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
@@ -70,9 +70,6 @@ def analyze(
     report.goodput = goodput_accounts(feat, findings, own_start)
     report.features = feat
     steps = {job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None}
-    # A job's level is carried on only from a chunk that ends outside a drop (see carry.Carry).
-    dropping = {f.job_id for f in findings if f.kind == "mfu_drop" and f.end is None}
-    feat.learnt.mfu_base = {job: lv for job, lv in job_levels(feat).items() if job not in dropping}
     feat.learnt.step_base = steps
     report.carry = feat.learnt
     return report

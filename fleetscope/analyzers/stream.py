@@ -47,11 +47,15 @@ from fleetscope.times import parse_duration
 ChunkLoader = Callable[[float, float], Frames]
 Progress = Callable[[float], None]
 
+#: A finding judged at the data's edge is withdrawn by a later chunk that does not find it again
+#: only when that chunk saw at least this much before its onset (seconds: the persistence and the
+#: rate window), enough to judge it.
+WITHDRAW_CONTEXT_S = 300.0
 #: Default own region of one chunk (seconds).
 DEFAULT_CHUNK_S = 3600.0
 #: Default lead-in (seconds): past the longest look-back of the detectors (the hang look-back and
-#: the episode gap, 10 minutes each, plus the persistence and rate windows around them).
-DEFAULT_LEAD_S = 1800.0
+#: the episode gap, 10 minutes each, plus the rate window before them).
+DEFAULT_LEAD_S = 900.0
 
 
 #: --chunk auto: windows longer than this are streamed, in chunks of AUTO_CHUNK_S.
@@ -135,6 +139,8 @@ def analyze_chunked(
     goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
     for k, (load_start, own_start, own_end) in enumerate(plan):
+        if last is not None:
+            last.features = None  # the chunk before lets go of its grid before this one loads
         frames = load(load_start, own_end)
         report = analyze(frames, cfg, carry=carry, own_start=own_start)
         merged = merge_findings(merged, report, own_start, load_start)
@@ -166,7 +172,7 @@ def merge_findings(
     * A finding of the chunk continues the earlier finding of the same :func:`subject` that is open
       or ended in this chunk's view (from ``load_start``).
     * An earlier finding still open at the end of the chunk before, that began in this chunk's view
-      and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
+      (at least :data:`WITHDRAW_CONTEXT_S` into it) and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
       (a node absent to the end looked gone), and this chunk saw its onset with more data after it,
       as one-shot analysis would.
     * One that began before the view and is not found again ends at ``own_start`` when the chunk
@@ -193,7 +199,7 @@ def merge_findings(
     for m in live:
         if id(m) in continued:
             continue
-        if m.start >= load_start and m.end is None:
+        if m.start >= load_start + WITHDRAW_CONTEXT_S and m.end is None:
             withdrawn.add(id(m))
         elif m.end is None and present is not None and _holds(present, m):
             m.end = own_start

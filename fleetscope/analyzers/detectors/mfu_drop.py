@@ -247,17 +247,6 @@ def _levels(feat: Features, job: str) -> _Levels | None:
     return _Levels(unit, idx, x, segs, means, base_i, job_stalls(feat, job))
 
 
-def job_levels(feat: Features) -> dict[str, tuple[str, float]]:
-    """Each job's baseline level in this window, (unit, level of its best long segment), read the
-    same way :func:`detect` reads it: what a streamed window carries on (carry.Carry)."""
-    out = {}
-    for job in feat.jobs:
-        lv = _levels(feat, job)
-        if lv is not None and lv.means[lv.base_i] > 0:
-            out[job] = (lv.unit, lv.means[lv.base_i])
-    return out
-
-
 def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     cfg = feat.config
     out: list[Finding] = []
@@ -285,6 +274,9 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             base = before[1]
         if base <= 0:
             continue
+        # What the next chunk of a streamed window measures from: the baseline (in a chunk that
+        # ends in a drop, the level the drop fell from; inside one, the level carried in).
+        feat.learnt.mfu_base[job] = (unit, base)
         low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
         # Merge neighbouring low segments into one drop.
         i = 0
