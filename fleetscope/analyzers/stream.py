@@ -49,7 +49,7 @@ Progress = Callable[[float], None]
 
 #: A finding judged at the data's edge is withdrawn by a later chunk that does not find it again
 #: only when that chunk saw at least this much before its onset (seconds: the persistence and the
-#: rate window), enough to judge it.
+#: rate window), enough to judge it (a node's presence: any of it, see ``_context``).
 WITHDRAW_CONTEXT_S = 300.0
 #: Default own region of one chunk (seconds).
 DEFAULT_CHUNK_S = 3600.0
@@ -172,7 +172,7 @@ def merge_findings(
     * A finding of the chunk continues the earlier finding of the same :func:`subject` that is open
       or ended in this chunk's view (from ``load_start``).
     * An earlier finding still open at the end of the chunk before, that began in this chunk's view
-      (at least :data:`WITHDRAW_CONTEXT_S` into it) and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
+      (:func:`_context` into it) and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
       (a node absent to the end looked gone), and this chunk saw its onset with more data after it,
       as one-shot analysis would.
     * One that began before the view and is not found again ends at ``own_start`` when the chunk
@@ -199,7 +199,7 @@ def merge_findings(
     for m in live:
         if id(m) in continued:
             continue
-        if m.start >= load_start + WITHDRAW_CONTEXT_S and m.end is None:
+        if m.end is None and m.start > load_start + _context(m):
             withdrawn.add(id(m))
         elif m.end is None and present is not None and _holds(present, m):
             m.end = own_start
@@ -226,6 +226,12 @@ def _continue(m: Finding, f: Finding, load_start: float) -> None:
     if f.score is not None and (m.score is None or f.score > m.score):
         m.score = f.score
     m.evidence = {**f.evidence, **m.evidence}
+
+
+def _context(f: Finding) -> float:
+    """How much of a chunk's view before a finding's onset lets the chunk judge it: a node's
+    presence needs one grid time of it, a level or a rate :data:`WITHDRAW_CONTEXT_S`."""
+    return 0.0 if f.kind in ("membership_change", "monitoring_gap") else WITHDRAW_CONTEXT_S
 
 
 def _specificity(f: Finding) -> int:
