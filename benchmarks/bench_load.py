@@ -117,60 +117,20 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
           f"simulated in {time.monotonic() - t0:.1f} s", flush=True)  # fmt: skip
     me = [sys.executable, str(Path(__file__).resolve()), "--one"]
     fs = [sys.executable, "-m", "fleetscope"]
+
+    def analyze(path: Path, chunk: str) -> list[str]:
+        return [*fs, "analyze", "--input", str(path), "--format", "json", "-o", os.devnull, "--chunk", chunk]
+
     cmds = {
         "pandas": [*me, "pandas", str(om)],
         "read": [*me, "read", str(om)],
         "record": [*fs, "record", "--input", str(om), "-o", str(pq), "--no-progress"],
         "load-om": [*me, "load-om", str(om)],
         "load-parquet": [*me, "load-parquet", str(pq)],
-        "analyze-om": [
-            *fs,
-            "analyze",
-            "--input",
-            str(om),
-            "--format",
-            "json",
-            "-o",
-            os.devnull,
-            "--chunk",
-            "off",
-        ],
-        "analyze-parquet": [
-            *fs,
-            "analyze",
-            "--input",
-            str(pq),
-            "--format",
-            "json",
-            "-o",
-            os.devnull,
-            "--chunk",
-            "off",
-        ],
-        "stream-om": [
-            *fs,
-            "analyze",
-            "--input",
-            str(om),
-            "--format",
-            "json",
-            "-o",
-            os.devnull,
-            "--chunk",
-            "1h",
-        ],
-        "stream-parquet": [
-            *fs,
-            "analyze",
-            "--input",
-            str(pq),
-            "--format",
-            "json",
-            "-o",
-            os.devnull,
-            "--chunk",
-            "1h",
-        ],
+        "analyze-om": analyze(om, "off"),
+        "analyze-parquet": analyze(pq, "off"),
+        "stream-om": analyze(om, "1h"),
+        "stream-parquet": analyze(pq, "1h"),
     }
     print("| measurement | wall s | peak RSS MB | inside |\n| --- | ---: | ---: | --- |")
     for mode in MEASUREMENTS:

@@ -140,14 +140,28 @@ def read_openmetrics(
     large for the limits be refused after the first families instead of after the whole file.
     """
     path = Path(path)
+    reader = _Reader(path, metrics)
+    reader.start, reader.end, reader.step = window
+    for done in _feed_file(path, reader):
+        reader.check_size()
+        if progress:
+            progress(done)
+    raw = _to_raw(path, reader)
+    out = summarize(raw, str(path))
+    if progress:
+        progress(1.0)
+    return out
+
+
+def _feed_file(path: Path, reader: _Reader) -> Iterator[float]:
+    """Feed ``path`` to ``reader`` chunk by chunk, whole lines at a time; after each chunk, yield
+    the share of the file read. Unreadable input ends in one :class:`FleetscopeError`."""
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise FleetscopeError(f"cannot read {path}: {exc.strerror}") from None
     if size == 0:
         raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
-    reader = _Reader(path, metrics)
-    reader.start, reader.end, reader.step = window
     try:
         carry = b""  # the start of a line that the previous chunk cut
         for data, at in _chunks(path):
@@ -162,20 +176,13 @@ def read_openmetrics(
             else:
                 reader.feed(data, 0, last)
             carry = data[last:]
-            reader.check_size()
-            if progress:
-                progress(min(at / size, 1.0))
+            yield min(at / size, 1.0)
         if carry:  # a last line without its newline reads the same with one
             reader.feed(carry + b"\n", 0, len(carry) + 1)
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
     except UnicodeDecodeError:
         raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
-    raw = _to_raw(path, reader)
-    out = summarize(raw, str(path))
-    if progress:
-        progress(1.0)
-    return out
 
 
 def _to_raw(path: Path, reader: _Reader) -> dict[str, list[RawSeries]]:
@@ -249,36 +256,11 @@ def iter_openmetrics(
     of the same labels). Errors are :func:`read_openmetrics`' (truncated: after the batches before).
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise FleetscopeError(f"cannot read {path}: {exc.strerror}") from None
-    if size == 0:
-        raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
     reader = _Reader(path, metrics, streaming=True)
-    try:
-        carry = b""
-        for data, at in _chunks(path):
-            first = data.find(b"\n") + 1
-            last = data.rfind(b"\n") + 1
-            if not first:
-                carry += data
-                continue
-            if carry:
-                reader.feed(carry + data[:first], 0, len(carry) + first)
-                reader.feed(data, first, last)
-            else:
-                reader.feed(data, 0, last)
-            carry = data[last:]
-            yield from reader.take_ready()
-            if progress:
-                progress(min(at / size, 1.0))
-        if carry:
-            reader.feed(carry + b"\n", 0, len(carry) + 1)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
-    except UnicodeDecodeError:
-        raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
+    for done in _feed_file(path, reader):
+        yield from reader.take_ready()
+        if progress:
+            progress(done)
     _check_end(path, reader)
     reader.family_done(None)  # whatever is still held (samples outside their family)
     yield from reader.take_ready()
