@@ -34,9 +34,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
+from fleetscope.analyzers.detectors.failing_node import CAUSE_PRIORITY, base_cause
+from fleetscope.analyzers.features import Features, job_nodes
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import Frames
 from fleetscope.analyzers.report import GoodputAccount, Report
@@ -236,8 +239,6 @@ def _context(f: Finding) -> float:
 
 def _specificity(f: Finding) -> int:
     """How specific a cause is (lower: more): a failing node's by its detector's order; "unknown" last."""
-    from fleetscope.analyzers.detectors.failing_node import CAUSE_PRIORITY, base_cause
-
     if f.cause == "unknown":
         return len(CAUSE_PRIORITY) + 2
     if f.kind == "failing_node":
@@ -246,12 +247,10 @@ def _specificity(f: Finding) -> int:
     return len(CAUSE_PRIORITY) + 1
 
 
-def _explained_before(f: Finding, failing: set[str | None], feat) -> bool:
+def _explained_before(f: Finding, failing: set[str | None], feat: Features | None) -> bool:
     if f.kind in ("membership_change", "monitoring_gap"):
         return f.node in failing
     if f.kind == "job_hang" and f.job_id is not None and feat is not None:
-        from fleetscope.analyzers.features import job_nodes
-
         return bool(failing & set(job_nodes(feat, f.job_id)))
     return False
 
@@ -260,9 +259,7 @@ def _rank(severity: str) -> int:
     return {"info": 0, "warning": 1, "critical": 2}.get(severity, 0)
 
 
-def _subjects_present(feat) -> dict[str, set]:
-    from fleetscope import contract as c
-
+def _subjects_present(feat: Features) -> dict[str, set]:
     nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
     gpus = {
         (str(n), str(g)) for n, g in zip(feat.gpus.keys[c.NODE_LABEL], feat.gpus.keys["gpu"], strict=True)

@@ -31,8 +31,8 @@ from fleetscope.analyzers.frames import increase_steps
 AddEvent = Callable[[str, str, str, int, str, str], None]
 
 #: A failing node's causes, most specific first (the finding names the first it has).
-CAUSE_PRIORITY = _PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
-             "ranks_stopped", "pcie_width_drop")  # fmt: skip
+CAUSE_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
+                  "ranks_stopped", "pcie_width_drop")  # fmt: skip
 
 _ACTIONS = {
     "gpu_lost": "drain the node now (the job already lost this GPU); power-cycle it, run dcgmi diag -r 3, "
@@ -179,7 +179,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         rank_of[(str(row[c.NODE_LABEL]), str(row["gpu"]))] = (int(float(row["rank"])), str(row["job_id"]))
     findings = []
     for (node, gpu), per in events.items():
-        cause = next(p for p in _PRIORITY if p in per)
+        cause = next(p for p in CAUSE_PRIORITY if p in per)
         start_i = min(i for i, _, _ in per.values())
         evidence = {key: text for _, key, text in sorted(per.values())}
         cause_name = f"xid_{per['xid'][1].split()[-1]}" if cause == "xid" else cause
@@ -236,8 +236,8 @@ def one_per_node(findings: list[Finding]) -> list[Finding]:
             out += fs
             continue
         out += [f for f in fs if f.severity != "critical"]
-        rank_of = {p: i for i, p in enumerate(_PRIORITY)}
-        keep = min(crit, key=lambda f: (rank_of.get(base_cause(f.cause), len(_PRIORITY)), f.start))
+        rank_of = {p: i for i, p in enumerate(CAUSE_PRIORITY)}
+        keep = min(crit, key=lambda f: (rank_of.get(base_cause(f.cause), len(CAUSE_PRIORITY)), f.start))
         others = [f for f in crit if f is not keep]
         if keep.cause == "ranks_stopped" and len({f.gpu for f in crit}) > 1:
             keep.gpu, keep.rank = None, None

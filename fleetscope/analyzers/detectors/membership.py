@@ -53,16 +53,16 @@ def _others_progress(feat: Features, node: str, presence: dict[str, np.ndarray])
     """Per grid time: the rest of the cluster carries on (its ranks step, or its nodes report)."""
     r = feat.ranks
     if r.steps.size:
-        # Steps per grid time of every node, once per window; the others' = all minus this node's.
-        per = feat.memo.get("node_steps")
-        if not isinstance(per, dict):
+        # Steps per grid time of every node and of all, once per window: the others' = all - this node's.
+        memo = feat.memo.get("node_steps")
+        if not isinstance(memo, tuple):
             nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
             steps = np.nan_to_num(r.steps)
-            per = {n: steps[:, nodes == n].sum(axis=1) for n in np.unique(nodes)}
-            per["*"] = steps.sum(axis=1)
-            feat.memo["node_steps"] = per
-        if len(per) > 2 or node not in per:
-            return (per["*"] - per.get(node, 0.0)) > 1e-9
+            memo = ({n: steps[:, nodes == n].sum(axis=1) for n in np.unique(nodes)}, steps.sum(axis=1))
+            feat.memo["node_steps"] = memo
+        per_node, total = memo
+        if set(per_node) - {node}:  # other nodes have ranks
+            return (total - per_node.get(node, 0.0)) > 1e-9
     others = [p for n, p in presence.items() if n != node]
     return np.any(others, axis=0) if others else np.zeros(len(feat.times), dtype=bool)
 
