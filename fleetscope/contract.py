@@ -51,6 +51,11 @@ class Metric(str):
         obj.origin = origin
         return obj
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # str's own pickling would call __new__ with the name alone (findings cross process
+        # boundaries in ``evaluate --jobs``).
+        return (Metric, (str(self), self.type, self.help, self.unit, self.labels, self.origin))
+
     @property
     def name(self) -> str:
         return str(self)

@@ -265,39 +265,71 @@ def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
 
 def evaluate(folder: str | Path, workdir: str | Path | None = None, config: DetectorConfig | None = None,
              progress: Callable[[str], None] | None = None,
-             families: list[str] | None = None) -> Report:  # fmt: skip
+             families: list[str] | None = None, jobs: int = 1) -> Report:  # fmt: skip
     """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``
-    (only those of ``families`` when given)."""
-    from fleetscope.analyzers.core import analyze_file
-    from fleetscope.simulate.record import write_scenario
+    (only those of ``families`` when given), ``jobs`` scenarios at a time in worker processes.
+
+    Each scenario is independent (its own recording, analysis and truth), so the results are the
+    same whatever ``jobs`` is; they come back in the specs' order."""
     from fleetscope.simulate.spec import ScenarioSpec
 
+    if jobs < 1:
+        raise FleetscopeError("--jobs must be at least 1")
     folder = Path(folder)
-    specs = (
+    paths = (
         sorted(p for p in folder.iterdir() if p.suffix in (".json", ".yaml", ".yml"))
         if folder.is_dir()
         else []
     )
-    if not specs:
+    if not paths:
         raise FleetscopeError(f"no scenario specs (*.json, *.yaml) in {folder}")
-    results = []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        for p in specs:
-            spec = ScenarioSpec.load(p)
-            if families and spec.family not in families:
-                continue
-            t0 = time.monotonic()
-            out, truth_path = write_scenario(spec, Path(tmp) / f"{p.stem}.om")
-            analysis = analyze_file(out, config)
-            truth = json.loads(truth_path.read_text())
-            res = score_scenario(truth, analysis.findings)
-            res.goodput = score_goodput(truth, analysis.goodput)
-            res.goodput_residual = account_residual(analysis.goodput)
-            res.seconds = time.monotonic() - t0
-            results.append(res)
-            out.unlink()
-            if progress:
-                progress(f"{p.stem}: {len(analysis.findings)} findings, {res.seconds:.1f} s")
-    if not results:
+    specs = [(p, ScenarioSpec.load(p)) for p in paths]
+    specs = [(p, spec) for p, spec in specs if not families or spec.family in families]
+    if not specs:
         raise FleetscopeError(f"no scenario specs of family {', '.join(families or [])} in {folder}")
-    return Report(results)
+    results: list[ScenarioResult | None] = [None] * len(specs)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        work = [(i, p, spec, Path(tmp), config) for i, (p, spec) in enumerate(specs)]
+        if jobs == 1 or len(work) == 1:
+            done = map(_evaluate_one, work)
+            for i, res in done:
+                results[i] = res
+                _report_progress(progress, specs[i][0], res)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            # forkserver: workers start from a clean process, not a fork of a caller that may hold
+            # threads (the service, a test runner) mid-lock.
+            ctx = multiprocessing.get_context("forkserver")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=ctx) as pool:
+                for fut in as_completed([pool.submit(_evaluate_one, w) for w in work]):
+                    i, res = fut.result()
+                    results[i] = res
+                    _report_progress(progress, specs[i][0], res)
+    return Report([r for r in results if r is not None])
+
+
+def _evaluate_one(work: tuple[int, Path, Any, Path, DetectorConfig | None]) -> tuple[int, ScenarioResult]:
+    """One scenario: simulate it into ``tmp``, analyze the recording from disk, score it."""
+    from fleetscope.analyzers.core import analyze_file
+    from fleetscope.simulate.record import write_scenario
+
+    i, path, spec, tmp, config = work
+    t0 = time.monotonic()
+    out, truth_path = write_scenario(spec, tmp / f"{path.stem}.om")
+    try:
+        analysis = analyze_file(out, config)
+    finally:
+        out.unlink(missing_ok=True)
+    truth = json.loads(truth_path.read_text())
+    res = score_scenario(truth, analysis.findings)
+    res.goodput = score_goodput(truth, analysis.goodput)
+    res.goodput_residual = account_residual(analysis.goodput)
+    res.seconds = time.monotonic() - t0
+    return i, res
+
+
+def _report_progress(progress: Callable[[str], None] | None, path: Path, res: ScenarioResult) -> None:
+    if progress:
+        progress(f"{path.stem}: {len(res.findings)} findings, {res.seconds:.1f} s")

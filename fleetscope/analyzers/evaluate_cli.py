@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from fleetscope.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--goodput", action="store_true",
                    help="exit 1 when a family's goodput account misses a badput category by more than 2%% of its "
                    "GPU-hours, or an account does not sum to its whole")  # fmt: skip
+    p.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1,
+                   help="scenarios evaluated at once, each in its own process (default: the CPU count)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no per-scenario progress lines")
 
 
@@ -27,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.evaluate import evaluate
 
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    report = evaluate(args.folder, config=load_config(args.config), progress=progress, families=args.family)
+    report = evaluate(
+        args.folder, config=load_config(args.config), progress=progress, families=args.family, jobs=args.jobs
+    )
     if args.json == "-":
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tests.support.prom import free_port, wait_for
 VENV_BIN = Path(sys.executable).parent
 FAULT_NODE = 1
 DURATION = 105  # s: start (~10 s) + fault at 5 s + FleetscopeGpuLost's `for: 1m` + margin
+START_TIMEOUT = 120.0  # s: each of the demo's four processes may take up to its own 60 s to be ready
 
 
 class Demo:
@@ -45,6 +47,21 @@ class Demo:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def wait_started(self, text: str = "web page:", timeout: float = START_TIMEOUT) -> None:
+        """Wait for the demo's ``text`` line; fail at once, with everything it printed, if it exits
+        first or never prints it (a busy CI machine starts the four processes slowly)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.saw(text):
+                return
+            if self.proc.poll() is not None:
+                self.reader.join(timeout=5)
+                if self.saw(text):
+                    return
+                raise AssertionError(f"the demo exited ({self.proc.returncode}) before {text!r}:\n{self.output()}")
+            time.sleep(0.2)
+        raise AssertionError(f"no {text!r} from the demo within {timeout:g} s:\n{self.output()}")
 
     def saw(self, text: str) -> bool:
         self.remember_children()
@@ -94,7 +111,7 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
     )  # fmt: skip
     node = node_name(FAULT_NODE)
     try:
-        wait_for(lambda: demo.saw("web page:"), timeout=60, what="the demo to start")
+        demo.wait_started()
         assert demo.saw(f"http://127.0.0.1:{service}/")
 
         def finding() -> list[dict]:
@@ -140,9 +157,7 @@ def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_p
         "--listen", f"127.0.0.1:{free_port()}", "--base-port", str(20000 + free_port() % 20000),
     )  # fmt: skip
     try:
-        wait_for(
-            lambda: demo.saw("scraping the virtual nodes directly"), timeout=60, what="the fallback to start"
-        )
+        demo.wait_started("scraping the virtual nodes directly")
         wait_for(
             lambda: demo.saw(f"FINDING failing_node (critical) node={node_name(FAULT_NODE)}"),
             timeout=60,

@@ -28,7 +28,7 @@ def test_inference_demo_finds_the_replica_that_lost_its_gpu(tmp_path: Path) -> N
     )  # fmt: skip
     node = node_name(FAULT_NODE)
     try:
-        wait_for(lambda: demo.saw("web page:"), timeout=60, what="the demo to start")
+        demo.wait_started()
         assert demo.saw("simulated inference fleet (one vLLM replica per node): 4 virtual nodes")
 
         def replicas() -> int:
