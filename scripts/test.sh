@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine and runs the whole test suite: lint, format and type checks,
-# generated-file check, then pytest (real Prometheus, promtool, Alertmanager, Chromium; no network).
+# generated-file check, then pytest (real Prometheus, promtool, Alertmanager, Chromium, vLLM on the
+# CPU from .venv-vllm; no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --with-vllm
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
