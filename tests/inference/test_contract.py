@@ -21,23 +21,27 @@ CASES: dict[str, tuple[tuple[c.Metric, ...], tuple[str, ...]]] = {
     "vllm-v0.metrics.txt": (c.VLLM_V0_SERIES, ()),
     "vllm-v0-0.4.3.recorded.metrics.txt": (c.VLLM_V0_SERIES, ()),
     "vllm-v1.metrics.txt": (c.VLLM_V1_SERIES, c.VLLM_V1_EXTRA_LABELS),
+    "vllm-v1-0.32.0.recorded.metrics.txt": (c.VLLM_V1_SERIES, c.VLLM_V1_EXTRA_LABELS),
     "tgi.metrics.txt": (c.TGI_SERIES, ()),
     "triton-trtllm-23.11.metrics.txt": (c.TRITON_SERIES, ()),
 }
 
 
-def _families(page: str) -> dict[str, tuple[str, list[tuple[str, dict[str, str]]]]]:
-    text = (PAGES / page).read_text()
+def families_of(text: str) -> dict[str, tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """Family name -> (type, [(sample name, labels)]) of a /metrics page, by prometheus_client's parser."""
     return {
         f.name: (f.type, [(s.name, s.labels) for s in f.samples])
         for f in text_string_to_metric_families(text)
     }
 
 
-def _written(page: str, name: str) -> bool:
+def _families(page: str) -> dict[str, tuple[str, list[tuple[str, dict[str, str]]]]]:
+    return families_of((PAGES / page).read_text())
+
+
+def _written(text: str, name: str) -> bool:
     """The page has a sample line of exactly this series name."""
-    lines = (PAGES / page).read_text().splitlines()
-    return any(line.startswith((f"{name}{{", f"{name} ")) for line in lines)
+    return any(line.startswith((f"{name}{{", f"{name} ")) for line in text.splitlines())
 
 
 def _family_name(metric: c.Metric) -> str:
@@ -45,10 +49,10 @@ def _family_name(metric: c.Metric) -> str:
     return metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
 
 
-@pytest.mark.parametrize("page", sorted(CASES))
-def test_every_contract_name_is_on_the_page(page: str) -> None:
-    series, extra = CASES[page]
-    families = _families(page)
+def check_contract_names(page: str, text: str, series: tuple[c.Metric, ...], extra: tuple[str, ...]) -> None:
+    """Every series of ``series`` is on the page ``text`` (named ``page`` in failures) as the engine
+    writes it, with the contract's type and label keys plus ``extra`` on every sample."""
+    families = families_of(text)
     for metric in series:
         name = _family_name(metric)
         assert name in families, f"{page}: {metric} missing"
@@ -63,9 +67,14 @@ def test_every_contract_name_is_on_the_page(page: str) -> None:
             # The parser gives every counter sample a ``_total``; the raw page says what the engine wrote.
             parsed = metric.name if metric.type != "counter" else name + "_total"
             assert parsed in sample_names, f"{page}: no sample named {metric}"
-        assert _written(page, metric.bucket if isinstance(metric, c.Histogram) else metric), metric
+        assert _written(text, metric.bucket if isinstance(metric, c.Histogram) else metric), metric
         for _, labels in samples:
             assert wanted <= set(labels), f"{page}: {metric} lacks {sorted(wanted - set(labels))}"
+
+
+@pytest.mark.parametrize("page", sorted(CASES))
+def test_every_contract_name_is_on_the_page(page: str) -> None:
+    check_contract_names(page, (PAGES / page).read_text(), *CASES[page])
 
 
 def test_the_check_can_fail() -> None:
@@ -107,6 +116,7 @@ RECORDED: dict[str, tuple[str, tuple[c.Metric, ...], dict[c.Metric, str]]] = {
             c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without them)"
         },
     ),
+    "vllm-v1-0.32.0.recorded.metrics.txt": ("vllm", c.VLLM_V1_SERIES, {}),
     "tgi-3.recorded.metrics.txt": ("tgi", (), {}),
     "triton-trtllm-23.11.metrics.txt": ("triton", c.TRITON_SERIES, {}),
 }
@@ -136,16 +146,20 @@ def _aliases(metric: c.Metric) -> set[str]:
     return names
 
 
-def _samples(page: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+def samples_of(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Series name -> (labels, value) of every sample, names as the engine wrote them."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    written = {line.split("{")[0].split(" ")[0] for line in (PAGES / page).read_text().splitlines()}
-    for family in text_string_to_metric_families((PAGES / page).read_text()):
+    written = {line.split("{")[0].split(" ")[0] for line in text.splitlines()}
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             # prometheus_client reports counters as ``_total``; keep the name the page wrote.
             name = s.name if s.name in written else s.name.removesuffix("_total")
             out.setdefault(name, []).append((s.labels, s.value))
     return out
+
+
+def _samples(page: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return samples_of((PAGES / page).read_text())
 
 
 def test_fleetscope_reads_engine_series() -> None:
@@ -156,10 +170,12 @@ def test_fleetscope_reads_engine_series() -> None:
         assert metric in read, metric
 
 
-@pytest.mark.parametrize("page", sorted(RECORDED))
-def test_recorded_page_serves_what_fleetscope_reads(page: str) -> None:
-    engine, _, lacking = RECORDED[page]
-    samples = _samples(page)
+def check_serves_what_fleetscope_reads(
+    page: str, text: str, engine: str, lacking: dict[c.Metric, str]
+) -> None:
+    """Every ``engine`` series fleetscope's dashboards, rules and detector read is on the page
+    ``text`` under its name or its V0/V1 alias, finite and non-negative, but those of ``lacking``."""
+    samples = samples_of(text)
     read = sorted(m for m in _read_by_fleetscope() if m.origin == engine)
     assert read, f"fleetscope reads no {engine} series"
     for metric in read:
@@ -171,6 +187,12 @@ def test_recorded_page_serves_what_fleetscope_reads(page: str) -> None:
         for name in found:
             for labels, value in samples[name]:
                 assert math.isfinite(value) and value >= 0, f"{page}: {name}{labels} = {value}"
+
+
+@pytest.mark.parametrize("page", sorted(RECORDED))
+def test_recorded_page_serves_what_fleetscope_reads(page: str) -> None:
+    engine, _, lacking = RECORDED[page]
+    check_serves_what_fleetscope_reads(page, (PAGES / page).read_text(), engine, lacking)
 
 
 @pytest.mark.parametrize("page", sorted(RECORDED))
@@ -191,8 +213,10 @@ def test_recorded_page_matches_the_contract(page: str) -> None:
             continue
         kind, found = families[name]
         assert kind == metric.type, f"{page}: {metric} is a {kind}, the contract says {metric.type}"
+        # V1's engine label is on the engine's series, not on the HTTP server's http_requests_total.
+        wanted = set(metric.labels) | (set(extra) if metric.name.startswith("vllm:") else set())
         for _, labels in found:
-            assert set(metric.labels) | set(extra) <= set(labels) | {"le"}, f"{page}: {metric} {labels}"
+            assert wanted <= set(labels) | {"le"}, f"{page}: {metric} {labels}"
         checked += 1
     assert checked, f"{page}: no contract family of {engine}"
     for metric in series:
@@ -228,3 +252,18 @@ def test_the_recorded_v0_page_needs_the_aliases() -> None:
         assert str(new) not in samples and str(old) in samples
         assert str(old) in _aliases(new)
     assert str(c.VLLM_TIME_PER_OUTPUT_TOKEN.bucket) in _aliases(c.VLLM_INTER_TOKEN_LATENCY.bucket)
+
+
+def test_the_recorded_v1_page_has_the_new_names_only() -> None:
+    """vLLM 0.32 (V1) serves the renamed series and neither old name (TPOT left in 0.13), every
+    contract series with ``engine``; fleetscope reads it through the ``new`` side of ``new or old``."""
+    samples = _samples("vllm-v1-0.32.0.recorded.metrics.txt")
+    for old, new in c.VLLM_RENAMES:
+        if isinstance(old, c.Histogram) and isinstance(new, c.Histogram):
+            old, new = old.bucket, new.bucket
+        assert str(new) in samples and str(old) not in samples
+    engine_series = [m for m in c.METRICS.values() if m.origin == "vllm" and m.name.startswith("vllm:")]
+    on_page = [m for m in engine_series if str(m) in samples]
+    assert len(on_page) >= len(c.VLLM_V1_SERIES)
+    for metric in on_page:
+        assert all(labels.get("engine") == "0" for labels, _ in samples[str(metric)]), metric
