@@ -12,6 +12,9 @@
                                                             # while the analysis runs back to back
     .venv/bin/python benchmarks/bench_service.py api --clients 50 --requests 6000   # idle only
     .venv/bin/python benchmarks/bench_service.py cycle --nodes 64 --minutes 30
+    .venv/bin/python benchmarks/bench_service.py cycle --nodes 512 --sliding 30   # the service's
+        # own path: a first cycle loads the 30-minute window, then each cycle slides it 30 s and
+        # fetches only what is new (the recording runs 30 min + repeats x 30 s)
 """
 
 from __future__ import annotations
@@ -229,7 +232,7 @@ def bench_api(clients: int, requests: int, client_kind: str = "asyncio", mode: s
 
 
 @contextlib.contextmanager
-def recorded_prometheus(nodes: int, minutes: int):
+def recorded_prometheus(nodes: int, minutes: float):
     """Simulate ``nodes`` x 8 GPUs for ``minutes`` (a GPU lost a third in), backfill, serve it."""
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
@@ -257,25 +260,36 @@ def recorded_prometheus(nodes: int, minutes: int):
             yield prom, spec, info
 
 
-def bench_cycle(prom, spec, info: dict, repeats: int) -> dict:
+def bench_cycle(prom, spec, info: dict, repeats: int, sliding: float = 0.0, window: float = 0.0) -> dict:
+    """``repeats`` cycles over the recording's window; with ``sliding`` (seconds), the service's
+    path: a first cycle over ``window`` seconds, then each cycle ``sliding`` seconds later."""
     from fleetscope.analyzers.core import analyze_prometheus
 
     start, end = spec.start, spec.start + spec.duration_s
     times = []
-    for _ in range(repeats):
+    first = None
+    for i in range(repeats + (1 if sliding else 0)):
         t0 = time.perf_counter()
         try:
-            analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
+            if sliding:
+                e = start + window + i * sliding
+                analysis = analyze_prometheus(prom.url, e - window, e, step=spec.step_s, sliding=True)
+            else:
+                analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
         except Exception:
             print(prom.log_file.read_text()[-3000:], file=sys.stderr)
             raise
-        times.append(time.perf_counter() - t0)
+        if sliding and i == 0:
+            first = time.perf_counter() - t0
+        else:
+            times.append(time.perf_counter() - t0)
     return {
         "nodes": spec.nodes,
         "gpus": spec.nodes * spec.gpus_per_node,
-        "window_minutes": spec.duration_s / 60,
+        "window_minutes": (window or spec.duration_s) / 60,
         "step_s": spec.step_s,
         **info,
+        **({"sliding_s": sliding, "first_cycle_s": round(first or 0.0, 2)} if sliding else {}),
         "cycle_s": [round(t, 2) for t in times],
         "cycle_median_s": round(statistics.median(times), 2),
         "findings": len(analysis.findings),
@@ -295,6 +309,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=64)
     p.add_argument("--minutes", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sliding", type=float, default=0.0, metavar="S",
+                   help="cycle as the service does: slide the window S seconds a cycle, fetching only what is new")  # fmt: skip
     p.add_argument("--client", choices=["asyncio", "threads"], default="asyncio",
                    help="50 keep-alive connections on one asyncio loop (default) or one thread each")  # fmt: skip
     args = p.parse_args()
@@ -302,8 +318,9 @@ def main() -> int:
     if args.part == "api":
         out["api"] = [bench_api(args.clients, args.requests, args.client)]
     else:
-        with recorded_prometheus(args.nodes, args.minutes) as (prom, spec, info):
-            out["cycle"] = bench_cycle(prom, spec, info, args.repeats)
+        extra = args.repeats * args.sliding / 60
+        with recorded_prometheus(args.nodes, args.minutes + extra) as (prom, spec, info):
+            out["cycle"] = bench_cycle(prom, spec, info, args.repeats, args.sliding, args.minutes * 60.0)
             if args.part == "all":
                 window = (prom.url, spec.start, spec.start + spec.duration_s)
                 out["api"] = [

@@ -126,15 +126,26 @@ def analyze_prometheus(
     headers: dict[str, str] | None = None,
     progress: Progress | None = None,
     max_answer_bytes: int | None = None,
+    sliding: bool = False,
 ) -> Report:
     """Load the window from a Prometheus-compatible API and :func:`analyze` it.
 
     Raises :class:`fleetscope.errors.FleetscopeError` when Prometheus is down, answers 5xx, or the
     window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus.
+    ``sliding``: the live service's cycles: the window's grid is aligned to whole steps and this
+    process keeps it between calls, fetching only what it does not hold yet
+    (:mod:`fleetscope.analyzers.sliding_window`).
     """
+    limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
+    if sliding:
+        from fleetscope.analyzers.sliding_window import sliding_window
+        from fleetscope.times import parse_time
+
+        window = sliding_window(url, step, LOADED, timeout=timeout, sigv4_region=sigv4_region,
+                                headers=headers, **limits)  # fmt: skip
+        return analyze(window.load(parse_time(start), parse_time(end), progress), config)
     from fleetscope.analyzers.load_prometheus import load_prometheus
 
-    limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
     frames = load_prometheus(
         url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
         progress=progress, **limits,
@@ -168,16 +179,20 @@ def node_verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, Node
 
 def _scores(feat: Features) -> list[StragglerScore]:
     _per_step, ratio, _ = rank_scores(feat)
-    out = []
+    out: list[StragglerScore] = []
     r = feat.ranks
+    if not ratio.shape[1]:
+        return out
+    jobs, ranks, nodes, gpus = (
+        r.keys[k].to_numpy(dtype=object) for k in ("job_id", "rank", c.NODE_LABEL, "gpu")
+    )
     for k in range(ratio.shape[1]):
         col = ratio[:, k]
         ok = np.nonzero(np.isfinite(col))[0]
         if not ok.size or not r.present[-1, k]:
             continue
-        row = r.keys.iloc[k]
-        out.append(StragglerScore(job_id=str(row["job_id"]), rank=int(float(row["rank"])), node=str(row[c.NODE_LABEL]),
-                                  gpu=str(row["gpu"]), score=round(float(col[ok[-1]]), 4)))  # fmt: skip
+        out.append(StragglerScore(job_id=str(jobs[k]), rank=int(float(ranks[k])), node=str(nodes[k]),
+                                  gpu=str(gpus[k]), score=round(float(col[ok[-1]]), 4)))  # fmt: skip
     out.sort(key=lambda s: (s.job_id, s.rank))
     return out
 

@@ -467,16 +467,29 @@ def frame_from_grid(
     millisecond), the last one written wins, all-NaN series are left out. None when nothing is left.
     Non-finite values are dropped like the file loader drops them (counted in ``skipped``).
     """
-    keys: dict[tuple, int] = {}
+    keys, table = grid_table(series, grid, skipped)
+    return frame_of_table(keys, table)
+
+
+#: A series' identity on the grid: its non-empty labels, sorted.
+SeriesKey = tuple[tuple[str, str], ...]
+
+
+def grid_table(
+    series: list[Series], grid: np.ndarray, skipped: Skipped | None = None
+) -> tuple[list[SeriesKey], np.ndarray]:
+    """The answers of one metric placed on ``grid``: one column per series key (first-seen order),
+    NaN where a series has no sample; all-NaN columns are kept (see :func:`frame_of_table`)."""
+    keys: dict[SeriesKey, int] = {}
     cols, times, values = [], [], []
     for labels, t, v in series:
         key = tuple(sorted((k, x) for k, x in labels.items() if x != ""))
         cols.append(np.full(t.size, keys.setdefault(key, len(keys)), dtype=np.int64))
         times.append(t)
         values.append(v)
-    if not keys:
-        return None
     T, S = len(grid), len(keys)
+    if not keys:
+        return [], np.full((T, 0), np.nan)
     gm = np.round(grid * 1000).astype(np.int64)
     tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
     row = np.minimum(np.searchsorted(gm, tm), T - 1)
@@ -494,7 +507,13 @@ def frame_from_grid(
         val = np.where(bad, np.nan, val)
     out = np.full(T * S, np.nan)
     out[cell] = val
-    table = out.reshape(T, S)
+    return list(keys), out.reshape(T, S)
+
+
+def frame_of_table(keys: list[SeriesKey], table: np.ndarray) -> MetricFrame | None:
+    """The frame of a grid table without its all-NaN columns; None when nothing is left."""
+    if not keys:
+        return None
     alive = ~np.isnan(table).all(axis=0)
     if not alive.any():
         return None
@@ -531,31 +550,12 @@ def load_prometheus(
     check_grid(start_s, end_s, step)
     client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
     grid = make_grid(start_s, end_s, step)
-    lb = lookback_seconds(step)
-    chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
     names = list(dict.fromkeys(metrics))
-    jobs = [(name, metric_query(name, lb), float(ch[0]), float(ch[-1])) for name in names for ch in chunks]
-    answers: list[list[Series] | None] = [None] * len(jobs)
-
-    def run(k: int) -> int:
-        _, query, a, b = jobs[k]
-        answers[k] = client.query_range(query, a, b, step)
-        return k
-
     try:
-        if concurrency == 1 or len(jobs) == 1:
-            for k in range(len(jobs)):
-                run(k)
-                if progress:
-                    progress((k + 1) / len(jobs))
-        else:
-            run_concurrently(run, len(jobs), concurrency, progress)
+        by_name = fetch_grid_series(client, names, grid, step, concurrency, progress)
     finally:
         client.close()
     frames = Frames(times=grid, step=step, source=url)
-    by_name = {
-        name: [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []] for name in names
-    }
     # The cell limit, now that the series are known and before their table is allocated.
     check_grid(
         start_s, end_s, step, sum(len({tuple(sorted(s[0].items())) for s in v}) for v in by_name.values())
@@ -571,10 +571,47 @@ def load_prometheus(
     if skipped.total:
         log.warning("%s", skipped.message(url))
     if not found:
-        raise FleetscopeError(
-            f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}"
-        )
+        raise no_series_error(url, start_s, end_s)
     return frames
+
+
+def no_series_error(url: str, start_s: float, end_s: float) -> FleetscopeError:
+    return FleetscopeError(
+        f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}"
+    )
+
+
+def fetch_grid_series(
+    client: PrometheusClient,
+    names: list[str],
+    grid: np.ndarray,
+    step: float,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, list[Series]]:
+    """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`), the
+    queries split below Prometheus' points limit and run ``concurrency`` at a time; per metric, the
+    answers in query order."""
+    lb = lookback_seconds(step)
+    chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
+    jobs = [(name, metric_query(name, lb), float(ch[0]), float(ch[-1])) for name in names for ch in chunks]
+    answers: list[list[Series] | None] = [None] * len(jobs)
+
+    def run(k: int) -> int:
+        _, query, a, b = jobs[k]
+        answers[k] = client.query_range(query, a, b, step)
+        return k
+
+    if concurrency == 1 or len(jobs) == 1:
+        for k in range(len(jobs)):
+            run(k)
+            if progress:
+                progress((k + 1) / len(jobs))
+    else:
+        run_concurrently(run, len(jobs), concurrency, progress)
+    return {
+        name: [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []] for name in names
+    }
 
 
 def run_concurrently(run: Callable[[int], int], n: int, concurrency: int,

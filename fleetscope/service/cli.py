@@ -142,9 +142,10 @@ def run(args: argparse.Namespace) -> int:
         max_fraction=args.max_fraction or DEFAULT_MAX_FRACTION,
     )
 
-    # A partial of a module-level function: picklable, so it can run in the child process.
+    # A partial of a module-level function: picklable, so it can run in the child process. The
+    # child keeps the window between cycles and fetches only what is new (sliding=True).
     analyze = functools.partial(
-        analyze_prometheus, url, step=args.step, timeout=args.timeout, **analyzer_options(args)
+        analyze_prometheus, url, step=args.step, timeout=args.timeout, sliding=True, **analyzer_options(args)
     )
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))

@@ -59,7 +59,9 @@ class Demo:
                 self.reader.join(timeout=5)
                 if self.saw(text):
                     return
-                raise AssertionError(f"the demo exited ({self.proc.returncode}) before {text!r}:\n{self.output()}")
+                raise AssertionError(
+                    f"the demo exited ({self.proc.returncode}) before {text!r}:\n{self.output()}"
+                )
             time.sleep(0.2)
         raise AssertionError(f"no {text!r} from the demo within {timeout:g} s:\n{self.output()}")
 

@@ -1,0 +1,177 @@
+"""The live service's window, loaded from Prometheus a little at a time.
+
+Every cycle the service analyzes the last ``window`` seconds; consecutive windows overlap in all but
+one interval (a 30-minute window every 30 s: 59/60 of it). Fetching the whole window each cycle
+makes the cycle's cost grow with the window: at 512 nodes x 8 GPUs, 29 range queries answer about
+330 MB of JSON every cycle. :class:`SlidingWindow` keeps the grid table of every metric between
+cycles and asks Prometheus only for the grid times it does not hold yet, plus a re-fetch margin for
+samples that arrive late (a slow scrape, remote-write lag), so a cycle fetches ``interval +
+margin`` of samples for every series instead of the whole window.
+
+The grid is aligned to whole multiples of the step (``end`` rounded down), so consecutive windows
+share their grid times. The frames are those :func:`~fleetscope.analyzers.load_prometheus.load_prometheus`
+gives for the same aligned window, as long as Prometheus does not change samples older than the
+margin after they were fetched (a backfill into the past, a remote-write delay longer than the
+margin). Anything that does not line up (another step, a window that moved backwards or jumped
+further than the held one, a failed cycle) drops what is held and loads the whole window.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetscope.analyzers.frames import Frames, Skipped, check_grid, make_grid
+from fleetscope.analyzers.load_prometheus import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_ANSWER_BYTES,
+    PrometheusClient,
+    SeriesKey,
+    fetch_grid_series,
+    frame_of_table,
+    grid_table,
+    no_series_error,
+)
+from fleetscope.errors import FleetscopeError
+
+log = logging.getLogger(__name__)
+
+#: Grid times fetched again every cycle, at least: samples of the last two minutes may still arrive.
+DEFAULT_REFETCH_S = 120.0
+
+
+@dataclass
+class _Held:
+    """One metric's grid table over the held grid."""
+
+    keys: list[SeriesKey]
+    table: np.ndarray
+
+
+@dataclass
+class SlidingWindow:
+    """Frames of ``[end - window, end]`` on a step-aligned grid, fetched incrementally.
+
+    ``load(start, end)`` returns the frames of the aligned window; :attr:`fetched_from` tells what the
+    last load asked Prometheus for (the first grid time fetched), for tests and logs.
+    """
+
+    url: str
+    step: float
+    metrics: Collection[str]
+    timeout: float = 30.0
+    sigv4_region: str | None = None
+    headers: dict[str, str] | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    refetch_s: float = DEFAULT_REFETCH_S
+    grid: np.ndarray | None = None
+    held: dict[str, _Held] = field(default_factory=dict)
+    fetched_from: float | None = None
+
+    def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
+        if not self.step > 0:
+            raise FleetscopeError("--step must be positive")
+        if end < start:
+            raise FleetscopeError("the window ends before it starts")
+        grid = aligned_grid(start, end, self.step)
+        check_grid(float(grid[0]), float(grid[-1]), self.step)
+        reuse = self._reusable_rows(grid)
+        names = list(dict.fromkeys(self.metrics))
+        fetch = grid[reuse:]
+        client = PrometheusClient(
+            self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
+        )
+        try:
+            by_name = fetch_grid_series(client, names, fetch, self.step, self.concurrency, progress)
+        except BaseException:
+            self.forget()  # a failed cycle: the next one starts from the whole window
+            raise
+        finally:
+            client.close()
+        self.fetched_from = float(fetch[0])
+        skipped = Skipped()
+        held: dict[str, _Held] = {}
+        for name in names:
+            keys, table = grid_table(by_name[name], fetch, skipped)
+            if reuse:
+                old = self.held.get(name) or _Held([], np.full((len(grid), 0), np.nan))
+                keys, table = _merge(old, grid, self.grid, reuse, keys, table)
+            alive = ~np.isnan(table).all(axis=0) if keys else np.zeros(0, dtype=bool)
+            if alive.any():
+                held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
+        if skipped.total:
+            log.warning("%s", skipped.message(self.url))
+        self.grid, self.held = grid, held
+        if not held:
+            raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
+        check_grid(float(grid[0]), float(grid[-1]), self.step, sum(len(h.keys) for h in held.values()))
+        frames = Frames(times=grid, step=self.step, source=self.url)
+        for name, h in held.items():
+            frame = frame_of_table(h.keys, h.table)
+            if frame is not None:
+                frames.metrics[name] = frame
+        return frames
+
+    def forget(self) -> None:
+        self.grid, self.held = None, {}
+
+    def _reusable_rows(self, grid: np.ndarray) -> int:
+        """How many leading grid times of ``grid`` can come from what is held (0: fetch it all)."""
+        old = self.grid
+        if old is None or not self.held or len(old) == 0:
+            return 0
+        margin = max(self.refetch_s, 2 * self.step)
+        keep_until = float(old[-1]) - margin  # held grid times after this are fetched again
+        if grid[0] < old[0] - 1e-6 or grid[0] > keep_until:
+            return 0  # the window moved backwards, or past everything that is kept
+        return int(np.searchsorted(grid, keep_until, side="right"))
+
+
+def aligned_grid(start: float, end: float, step: float) -> np.ndarray:
+    """The grid of ``[start, end]`` moved back to whole multiples of ``step`` (the window's length
+    rounded down to whole steps), so windows that slide share their grid times."""
+    last = math.floor(end / step + 1e-9) * step
+    n = math.floor((end - start) / step + 1e-9)
+    return make_grid(last - n * step, last, step)
+
+
+def _merge(
+    old: _Held,
+    grid: np.ndarray,
+    old_grid: np.ndarray | None,
+    reuse: int,
+    keys: list[SeriesKey],
+    table: np.ndarray,
+) -> tuple[list[SeriesKey], np.ndarray]:
+    """The held rows for ``grid[:reuse]`` above the fetched rows for ``grid[reuse:]``, over the union
+    of their series (held ones first, in their order; a series missing on one side is NaN there)."""
+    assert old_grid is not None
+    at = {k: j for j, k in enumerate(old.keys)}
+    union = list(old.keys) + [k for k in keys if k not in at]
+    col = {k: j for j, k in enumerate(union)}
+    out = np.full((len(grid), len(union)), np.nan)
+    first = int(np.searchsorted(old_grid, grid[0] - 1e-6))  # held row of grid[0]
+    out[:reuse, : len(old.keys)] = old.table[first : first + reuse]
+    if keys:
+        out[reuse:, [col[k] for k in keys]] = table
+    return union, out
+
+
+#: The windows of this process, one per source and options (the service's analysis child keeps its
+#: window here between cycles).
+_WINDOWS: dict[tuple, SlidingWindow] = {}
+
+
+def sliding_window(url: str, step: float, metrics: Collection[str], **options: object) -> SlidingWindow:
+    """This process's :class:`SlidingWindow` for ``url``, ``step``, ``metrics`` and the client
+    ``options`` (made on first use)."""
+    key = (url, float(step), tuple(metrics), tuple(sorted((k, repr(v)) for k, v in options.items())))
+    window = _WINDOWS.get(key)
+    if window is None:
+        window = _WINDOWS[key] = SlidingWindow(url, float(step), tuple(metrics), **options)  # type: ignore[arg-type]
+    return window
