@@ -7,6 +7,7 @@ the detectors only compare and decide.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,21 +121,39 @@ class Features:
         return self.frames.step
 
 
-def _align(frames: Frames, name: str, keys: pd.DataFrame, index: dict, how: str = "max") -> np.ndarray:
+def row_positions(keys: pd.DataFrame, lab: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """For every row of ``lab``, the position of the row of ``keys`` with the same ``columns``
+    values (-1 where none); ``keys``' rows are unique in those columns."""
+    if not len(lab):
+        return np.zeros(0, dtype=np.int64)
+    if not len(keys):
+        return np.full(len(lab), -1, dtype=np.int64)
+
+    def index(df: pd.DataFrame) -> pd.MultiIndex:
+        return pd.MultiIndex.from_arrays([df[k].to_numpy(dtype=object) for k in columns])
+
+    return np.asarray(index(keys).get_indexer(index(lab)), dtype=np.int64)
+
+
+def place_columns(out: np.ndarray, positions: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """``out[:, positions[j]] = vals[:, j]`` for every ``j`` with a position (the last one wins)."""
+    hit = positions >= 0
+    if hit.any():
+        out[:, positions[hit]] = vals[:, hit]
+    return out
+
+
+def _align(frames: Frames, name: str, keys: pd.DataFrame, how: str = "max") -> np.ndarray:
     T = len(frames.times)
     out = np.full((T, len(keys)), np.nan)
     if not frames.has(name):
         return out
     lab, vals = frames.get(name).group(GPU_KEY, how)
-    for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"], strict=True)):
-        k = index.get((n, g))
-        if k is not None:
-            out[:, k] = vals[:, j]
-    return out
+    return place_columns(out, row_positions(keys, lab, GPU_KEY), vals)
 
 
-def _viol_share(frames: Frames, name: str, keys: pd.DataFrame, index: dict, w: int) -> np.ndarray:
-    raw = _align(frames, name, keys, index)
+def _viol_share(frames: Frames, name: str, keys: pd.DataFrame, w: int) -> np.ndarray:
+    raw = _align(frames, name, keys)
     return rolling_sum(increase_steps(raw), w) / (w * frames.step * 1e9)
 
 
@@ -149,15 +168,15 @@ def gpu_signals(frames: Frames, w: int) -> GpuSignals:
     index = {k: i for i, k in enumerate(seen)}
     return GpuSignals(
         keys=keys,
-        clock=_align(frames, c.DCGM_FI_DEV_SM_CLOCK, keys, index),
-        util=_align(frames, c.DCGM_FI_DEV_GPU_UTIL, keys, index),
-        temp=_align(frames, c.DCGM_FI_DEV_GPU_TEMP, keys, index),
-        power=_align(frames, c.DCGM_FI_DEV_POWER_USAGE, keys, index),
-        reasons=_align(frames, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, keys, index),
-        tensor=_align(frames, c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, keys, index),
-        pcie_width=_align(frames, c.DCGM_FI_DEV_PCIE_LINK_WIDTH, keys, index),
-        thermal_viol=_viol_share(frames, c.DCGM_FI_DEV_THERMAL_VIOLATION, keys, index, w),
-        power_viol=_viol_share(frames, c.DCGM_FI_DEV_POWER_VIOLATION, keys, index, w),
+        clock=_align(frames, c.DCGM_FI_DEV_SM_CLOCK, keys),
+        util=_align(frames, c.DCGM_FI_DEV_GPU_UTIL, keys),
+        temp=_align(frames, c.DCGM_FI_DEV_GPU_TEMP, keys),
+        power=_align(frames, c.DCGM_FI_DEV_POWER_USAGE, keys),
+        reasons=_align(frames, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, keys),
+        tensor=_align(frames, c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, keys),
+        pcie_width=_align(frames, c.DCGM_FI_DEV_PCIE_LINK_WIDTH, keys),
+        thermal_viol=_viol_share(frames, c.DCGM_FI_DEV_THERMAL_VIOLATION, keys, w),
+        power_viol=_viol_share(frames, c.DCGM_FI_DEV_POWER_VIOLATION, keys, w),
         index=index,
     )
 
@@ -170,7 +189,6 @@ def rank_signals(frames: Frames) -> RankSignals:
         return RankSignals(pd.DataFrame(columns=list(RANK_KEY)), empty, empty, {}, empty, empty, empty,
                            np.zeros((T, 0), dtype=bool))  # fmt: skip
     keys, steps_raw = steps_f.group(RANK_KEY)
-    index = {tuple(r): i for i, r in enumerate(keys.itertuples(index=False, name=None))}
 
     def aligned(name: str, **match: str) -> np.ndarray:
         out = np.full((T, len(keys)), np.nan)
@@ -182,11 +200,7 @@ def rank_signals(frames: Frames) -> RankSignals:
         lab, vals = f.group(
             RANK_KEY, "sum" if match.get("phase") and not isinstance(match["phase"], str) else "max"
         )
-        for j, row in enumerate(lab.itertuples(index=False, name=None)):
-            k = index.get(tuple(row))
-            if k is not None:
-                out[:, k] = vals[:, j]
-        return out
+        return place_columns(out, row_positions(keys, lab, RANK_KEY), vals)
 
     phases = {}
     for ph in c.TRAINING_PHASES:

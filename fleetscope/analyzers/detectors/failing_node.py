@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 
 from fleetscope import contract as c
 from fleetscope import hardware, xids
@@ -67,8 +68,9 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
 
     # XIDs from fleetscope's counter: any increase (or a first sample > 0) of a drain-class XID.
     xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
+    xt_xid, xt_node, xt_gpu = xt.column("xid"), xt.column(c.NODE_LABEL), xt.column("gpu")
     for j in range(len(xt)):
-        xid = int(float(xt.labels.iloc[j].get("xid") or -1))
+        xid = int(float(xt_xid[j] or -1))
         if xids.xid_class(xid) != "drain":
             continue
         v = xt.values[:, j]
@@ -78,7 +80,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         i = _first_event(hit)
         if i is None:
             continue
-        node, gpu = str(xt.labels.iloc[j][c.NODE_LABEL]), str(xt.labels.iloc[j]["gpu"])
+        node, gpu = str(xt_node[j]), str(xt_gpu[j])
         cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
         add(
             node,
@@ -90,6 +92,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         )
     # dcgm-exporter's XID gauge (last XID code) for clusters without fleetscope's counter.
     xg = frames.get(c.DCGM_FI_DEV_XID_ERRORS)
+    xg_node, xg_gpu = xg.column(c.NODE_LABEL), xg.column("gpu")
     for j in range(len(xg)):
         v = xg.values[:, j]
         for xid in {int(x) for x in np.unique(v[~np.isnan(v)]) if x > 0}:
@@ -98,7 +101,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
             i = _first_event(v == xid)
             if i is None:
                 continue
-            node, gpu = str(xg.labels.iloc[j][c.NODE_LABEL]), str(xg.labels.iloc[j]["gpu"])
+            node, gpu = str(xg_node[j]), str(xg_gpu[j])
             cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
             add(node, gpu, cause, i, f"XID {xid}", f"last XID {xid} at {fmt_time(times[i])}")
 
@@ -107,13 +110,14 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         if not len(f):
             return
         lab, vals = f.group((c.NODE_LABEL, "gpu"))
+        lab_node, lab_gpu = lab[c.NODE_LABEL].to_numpy(dtype=object), lab["gpu"].to_numpy(dtype=object)
         masks = test(vals)  # every GPU at once (T x GPUs); one loop over the GPUs that show it
         for j in np.nonzero(masks.any(axis=0))[0]:
             i = _first_event(masks[:, j])
             if i is not None:
                 add(
-                    str(lab.iloc[j][c.NODE_LABEL]),
-                    str(lab.iloc[j]["gpu"]),
+                    str(lab_node[j]),
+                    str(lab_gpu[j]),
                     cause,
                     i,
                     name,
@@ -135,15 +139,17 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
 
     # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
     gs = feat.gpus
+    gpu_nodes = gs.keys[c.NODE_LABEL].to_numpy(dtype=object)
+    node_code = pd.factorize(gpu_nodes)[0] if len(gpu_nodes) else np.zeros(0, dtype=np.int64)
     if gs.pcie_width.size:
+        # the widest link seen on each node's GPUs over the window (NaN for a node without any)
+        widest = np.full(int(node_code.max(initial=-1)) + 1, -np.inf)
+        np.maximum.at(
+            widest, node_code, np.where(np.isnan(gs.pcie_width), -np.inf, gs.pcie_width).max(axis=0)
+        )
+        widest[np.isneginf(widest)] = np.nan
         for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
-            peers = gs.keys[c.NODE_LABEL].to_numpy() == node
-            with np.errstate(all="ignore"):
-                import warnings
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    ref = np.nanmax(gs.pcie_width[:, peers])
+            ref = widest[node_code[j]]
             v = gs.pcie_width[:, j]
             i = _first_event(v < ref)
             if i is not None:
@@ -165,7 +171,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
             if not have[:, j].any() or have[last, j]:
                 continue
             stop = int(np.nonzero(have[:, j])[0][-1]) + 1
-            peers = (gs.keys[c.NODE_LABEL].to_numpy() == node) & (np.arange(len(gs.keys)) != j)
+            peers = (node_code == node_code[j]) & (np.arange(len(gs.keys)) != j)
             if peers.any() and have[last, peers].any() and have[stop:, peers].any():
                 add(node, gpu, "gpu_lost", stop, "series", f"GPU series stopped at {fmt_time(times[stop])} "
                     "while the node's other GPUs kept reporting")  # fmt: skip
@@ -174,9 +180,10 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     # The rank that ran on each GPU (the last one seen), so a finding names it too.
     rank_of: dict[tuple[str, str], tuple[int, str]] = {}
     rk = feat.ranks.keys
-    for k in range(len(rk)):
-        row = rk.iloc[k]
-        rank_of[(str(row[c.NODE_LABEL]), str(row["gpu"]))] = (int(float(row["rank"])), str(row["job_id"]))
+    if len(rk):
+        cols = [rk[k].to_numpy(dtype=object) for k in (c.NODE_LABEL, "gpu", "rank", "job_id")]
+        for node, gpu, rank, job in zip(*cols, strict=True):
+            rank_of[(str(node), str(gpu))] = (int(float(rank)), str(job))
     findings = []
     for (node, gpu), per in events.items():
         cause = next(p for p in CAUSE_PRIORITY if p in per)
