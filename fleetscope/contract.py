@@ -906,8 +906,10 @@ VLLM_LABELS: tuple[str, ...] = ("model_name",)
 #: Label keys the V1 engine adds to every series.
 VLLM_V1_EXTRA_LABELS: tuple[str, ...] = ("engine",)
 #: Values of ``finished_reason`` on ``vllm:request_success_total`` (V1 FinishReason; V0 the same
-#: strings). ``abort`` counts client disconnects too, so it is no error signal; HTTP 5xx is.
-VLLM_FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "abort")
+#: first three strings; ``error`` and ``repetition`` are on the page of vLLM 0.32.0, recorded in
+#: tests/fixtures/inference). ``abort`` counts client disconnects too, so it is no error signal;
+#: HTTP 5xx is.
+VLLM_FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
 
 
 def _vllm(name: str, type: MetricType, help: str, unit: str = "", extra: tuple[str, ...] = ()) -> Metric:

@@ -198,8 +198,10 @@ def model_error_ratio(window: str = "5m") -> str:
     http = contract.VLLM_HTTP_REQUESTS
     target = f"{contract.INSTANCE_LABEL}, job"
     model_of_target = f"group by ({target}, {_MODEL_NAME}) ({contract.VLLM_NUM_REQUESTS_RUNNING})"
-    errors = f'sum by ({target}) (rate({http}{{handler=~"/v1/.*", status="5xx"}}[{window}]))'
     total = f'sum by ({target}) (rate({http}{{handler=~"/v1/.*"}}[{window}]))'
+    # vLLM's HTTP instrumentator creates the 5xx series at the first 5xx: until then a serving
+    # target's error rate is 0, not absent (a healthy replica has an error ratio of 0).
+    errors = f'(sum by ({target}) (rate({http}{{handler=~"/v1/.*", status="5xx"}}[{window}])) or 0 * {total})'
     per_model = (
         f"sum by ({_MODEL_NAME}) ({errors} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target})"
         f" / (sum by ({_MODEL_NAME}) ({total} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target}) > 0)"

@@ -267,3 +267,9 @@ def test_the_recorded_v1_page_has_the_new_names_only() -> None:
     assert len(on_page) >= len(c.VLLM_V1_SERIES)
     for metric in on_page:
         assert all(labels.get("engine") == "0" for labels, _ in samples[str(metric)]), metric
+
+
+def test_the_contract_knows_every_finished_reason_of_the_recorded_pages() -> None:
+    for page in ("vllm-v0-0.4.3.recorded.metrics.txt", "vllm-v1-0.32.0.recorded.metrics.txt"):
+        reasons = {labels["finished_reason"] for labels, _ in _samples(page)[str(c.VLLM_REQUEST_SUCCESS)]}
+        assert reasons and reasons <= set(c.VLLM_FINISHED_REASONS), (page, reasons)
