@@ -8,8 +8,8 @@ cycles and asks Prometheus only for the grid times it does not hold yet, plus a 
 samples that arrive late (a slow scrape, remote-write lag), so a cycle fetches ``interval +
 margin`` of samples for every series instead of the whole window.
 
-The grid is aligned to whole multiples of the step (``end`` rounded down), so consecutive windows
-share their grid times. The frames are those :func:`~fleetscope.analyzers.load_prometheus.load_prometheus`
+The grid is aligned to whole multiples of the step (``end`` rounded up, so the latest samples are in
+it), so consecutive windows share their grid times. The frames are those :func:`~fleetscope.analyzers.load_prometheus.load_prometheus`
 gives for the same aligned window, as long as Prometheus does not change samples older than the
 margin after they were fetched (a backfill into the past, a remote-write delay longer than the
 margin). Anything that does not line up (another step, a window that moved backwards or jumped
@@ -133,9 +133,14 @@ class SlidingWindow:
 
 
 def aligned_grid(start: float, end: float, step: float) -> np.ndarray:
-    """The grid of ``[start, end]`` moved back to whole multiples of ``step`` (the window's length
-    rounded down to whole steps), so windows that slide share their grid times."""
-    last = math.floor(end / step + 1e-9) * step
+    """The grid of ``[start, end]`` moved forward to whole multiples of ``step`` (the window's length
+    rounded down to whole steps), so windows that slide share their grid times.
+
+    Forward, not back: the last grid time is at or just after ``end``, so the latest samples (up to a
+    step old) are in the window, as they are in an unaligned one. Moved back, a Prometheus that has
+    just started scraping holds nothing up to the last grid time, and a cycle misses what is there.
+    """
+    last = math.ceil(end / step - 1e-9) * step
     n = math.floor((end - start) / step + 1e-9)
     return make_grid(last - n * step, last, step)
 

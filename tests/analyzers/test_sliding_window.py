@@ -57,7 +57,8 @@ def _whole(url: str, grid: np.ndarray) -> Frames:
 
 def test_aligned_grid_is_whole_steps_and_keeps_the_windows_length() -> None:
     g = sw.aligned_grid(1000.0 + 7.3, 1900.0 + 7.3, 15.0)
-    assert g[-1] == 1905.0 and g[0] == 1005.0 and len(g) == 61
+    assert g[-1] == 1920.0 and g[0] == 1020.0 and len(g) == 61  # the end moves forward: data up to it is in
+    assert sw.aligned_grid(1005.0, 1905.0, 15.0)[-1] == 1905.0  # an aligned end stays
     assert np.all(np.mod(g, 15.0) == 0)
 
 
@@ -70,7 +71,7 @@ def test_sliding_cycles_fetch_only_the_new_part_and_give_the_whole_windows_frame
     for n, e in enumerate(ends):
         frames = window.load(e - WINDOW, e)
         grid = frames.times
-        assert grid[-1] <= e < grid[-1] + STEP and len(grid) == WINDOW / STEP + 1
+        assert grid[-1] - STEP < e <= grid[-1] and len(grid) == WINDOW / STEP + 1
         if n:
             # what was held is reused: only the re-fetch margin and the new grid times are asked for
             assert window.fetched_from is not None

@@ -26,14 +26,19 @@ def _board(name: str) -> dict:
     return json.loads((ROOT / "dashboards" / name).read_text())
 
 
-def _targets(board: dict) -> list[tuple[str, str]]:
+def panel_targets(board: dict) -> list[tuple[str, dict]]:
+    """("title refId", target) of every panel query, rows included."""
     out = []
     stack = list(board["panels"])
     while stack:
         panel = stack.pop()
         stack += panel.get("panels", [])
-        out += [(f"{panel['title']} {t['refId']}", t["expr"]) for t in panel.get("targets", [])]
+        out += [(f"{panel['title']} {t['refId']}", t) for t in panel.get("targets", [])]
     return out
+
+
+def _targets(board: dict) -> list[tuple[str, str]]:
+    return [(where, t["expr"]) for where, t in panel_targets(board)]
 
 
 def _vars(board: dict) -> dict[str, dict]:

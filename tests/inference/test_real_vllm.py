@@ -33,7 +33,15 @@ import pytest
 from fleetscope import contract as c
 from fleetscope.alerts import names
 from fleetscope.demo.configs import rule_files
-from tests.dashboards.test_inference_dashboards import FLEET, REPLICA, _board, _fill, _targets, _vars
+from tests.dashboards.test_inference_dashboards import (
+    FLEET,
+    REPLICA,
+    _board,
+    _fill,
+    _targets,
+    _vars,
+    panel_targets,
+)
 from tests.dashboards.test_queries_return_data import variable_expr
 from tests.inference.test_contract import check_contract_names, check_serves_what_fleetscope_reads
 from tests.support.prom import Prometheus, free_port, http_get, wait_for
@@ -314,7 +322,7 @@ def test_every_engine_panel_returns_data(scraped: Scraped) -> None:
     empty: set[tuple[str, str]] = set()
     checked = 0
     for name in (FLEET, REPLICA):
-        for where, target in _panel_targets(_board(name)):
+        for where, target in panel_targets(_board(name)):
             # $__rate_interval -> 5m over 18 s of data: a rate needs two samples, not a full window.
             query = _fill(target["expr"], **chosen[name])
             assert "$" not in query.replace("$1", ""), f"{name} {where}: unsubstituted {query}"
@@ -336,17 +344,6 @@ def test_every_engine_panel_returns_data(scraped: Scraped) -> None:
         if "DCGM" in why:
             (expr,) = [e for w, e in _targets(_board(name)) if w == where]
             assert GPU_SERIES.search(expr), f"{name} {where} is listed as GPU-bound but reads no GPU series"
-
-
-def _panel_targets(board: dict) -> list[tuple[str, dict]]:
-    """("title refId", target) of every panel, as tests/dashboards/test_inference_dashboards names them."""
-    out = []
-    stack = list(board["panels"])
-    while stack:
-        panel = stack.pop()
-        stack += panel.get("panels", [])
-        out += [(f"{panel['title']} {t['refId']}", t) for t in panel.get("targets", [])]
-    return out
 
 
 def test_inference_recording_rules_record_the_model(scraped: Scraped, server: Server) -> None:
