@@ -291,26 +291,66 @@ def build_frames(
     lb = 0.0 if gridded else lookback_seconds(step)
     frames = Frames(times=grid, step=step, source=source)
     for name, series in raw.items():
-        merged: dict[tuple, list[RawSeries]] = {}
-        for s in series:
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if v != ""))
-            merged.setdefault(key, []).append(s)
-        label_rows = []
-        cols = []
-        for key, parts in merged.items():
-            t = np.concatenate([p.times for p in parts])
-            v = np.concatenate([p.values for p in parts])
-            t, v = clean(t, v)
-            g = to_grid(t, v, grid, lb)
-            if np.isnan(g).all():
-                continue
-            label_rows.append(dict(key))
-            cols.append(g)
-        if not cols:
+        keys, table = grid_series(series, grid, lb)
+        alive = ~np.isnan(table).all(axis=0)
+        if not alive.any():
             continue
-        labels = pd.DataFrame(label_rows).fillna("")
-        frames.metrics[name] = MetricFrame(labels, np.column_stack(cols))
+        labels = pd.DataFrame([dict(k) for k, a in zip(keys, alive, strict=True) if a]).fillna("")
+        frames.metrics[name] = MetricFrame(labels, table[:, alive])
     return frames
+
+
+def grid_series(
+    series: Sequence[RawSeries], grid: np.ndarray, lookback: float
+) -> tuple[list[tuple[tuple[str, str], ...]], np.ndarray]:
+    """Every series of one metric on ``grid`` at once: (its keys, a grid times x keys table).
+
+    Series with the same non-empty labels are one key (first-seen order). Per key, exactly
+    :func:`clean` then :func:`to_grid`: samples sorted by time, the last of duplicate timestamps
+    kept (in the order given), NaN samples dropped, then at every grid time the last sample within
+    ``lookback`` (milliseconds, as Prometheus stores them). Vectorized over all keys: one sort
+    and one ``searchsorted`` instead of a Python loop per series (15,232 series at 64 nodes).
+    """
+    keys: dict[tuple[tuple[str, str], ...], int] = {}
+    ids, times, values = [], [], []
+    for s in series:
+        k = keys.setdefault(tuple(sorted((a, v) for a, v in s.labels.items() if v != "")), len(keys))
+        t = np.asarray(s.times, dtype=float)
+        ids.append(np.full(t.size, k, dtype=np.int64))
+        times.append(t)
+        values.append(np.asarray(s.values, dtype=float))
+    T, K = len(grid), len(keys)
+    table = np.full((T, K), np.nan)
+    if not K:
+        return [], table
+    key = np.concatenate(ids)
+    tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
+    val = np.concatenate(values)
+    order = np.lexsort((tm, key))  # by key, then time; stable: duplicates keep the order given
+    key, tm, val = key[order], tm[order], val[order]
+    last = np.ones(key.size, dtype=bool)  # the last of every (key, timestamp) run
+    last[:-1] = (key[1:] != key[:-1]) | (tm[1:] != tm[:-1])
+    keep = last & ~np.isnan(val)
+    key, tm, val = key[keep], tm[keep], val[keep]
+    if key.size:
+        gm = np.round(grid * 1000).astype(np.int64)
+        base = min(int(tm.min()), int(gm.min()))
+        span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
+        flat = key * span + (tm - base)  # strictly increasing
+        lb = round(lookback * 1000)
+        block = max(1, _GRID_BLOCK // max(T, 1))  # keys per pass: bounds the temporary arrays
+        for k0 in range(0, K, block):
+            ks = np.arange(k0, min(K, k0 + block), dtype=np.int64)
+            want = ks[None, :] * span + (gm - base)[:, None]  # T x keys: the grid time in each key
+            idx = np.searchsorted(flat, want, side="right") - 1  # the last sample at or before it
+            safe = np.maximum(idx, 0)
+            ok = (idx >= 0) & (key[safe] == ks[None, :]) & ((gm[:, None] - tm[safe]) <= lb)
+            table[:, k0 : k0 + ks.size] = np.where(ok, val[safe], np.nan)
+    return list(keys), table
+
+
+#: Grid cells placed per pass of :func:`grid_series` (its temporary arrays: about 40 bytes a cell).
+_GRID_BLOCK = 4_000_000
 
 
 # ---------------------------------------------------------------------- counter arithmetic
