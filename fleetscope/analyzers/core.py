@@ -127,6 +127,7 @@ def analyze_prometheus(
     progress: Progress | None = None,
     max_answer_bytes: int | None = None,
     sliding: bool = False,
+    refetch_s: float | None = None,
 ) -> Report:
     """Load the window from a Prometheus-compatible API and :func:`analyze` it.
 
@@ -134,15 +135,17 @@ def analyze_prometheus(
     window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus.
     ``sliding``: the live service's cycles: the window's grid is aligned to whole steps and this
     process keeps it between calls, fetching only what it does not hold yet
-    (:mod:`fleetscope.analyzers.sliding_window`).
+    (:mod:`fleetscope.analyzers.sliding_window`), fetching again the last ``refetch_s`` seconds it
+    holds (default 2 minutes) for samples that arrive late.
     """
     limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
     if sliding:
         from fleetscope.analyzers.sliding_window import sliding_window
         from fleetscope.times import parse_time
 
+        margin = {} if refetch_s is None else {"refetch_s": refetch_s}
         window = sliding_window(url, step, LOADED, timeout=timeout, sigv4_region=sigv4_region,
-                                headers=headers, **limits)  # fmt: skip
+                                headers=headers, **limits, **margin)  # fmt: skip
         return analyze(window.load(parse_time(start), parse_time(end), progress), config)
     from fleetscope.analyzers.load_prometheus import load_prometheus
 

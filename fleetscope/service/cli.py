@@ -16,7 +16,7 @@ import socket
 from urllib.parse import urlsplit
 
 from fleetscope.analyzers.cli import add_prometheus_access
-from fleetscope.argtypes import fraction, positive_float
+from fleetscope.argtypes import fraction, non_negative_float, positive_float
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
 
@@ -52,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         metavar="S",
         help="seconds each Prometheus request may take, whole answer included (30)",
+    )
+    parser.add_argument(
+        "--refetch",
+        type=non_negative_float,
+        default=120.0,
+        metavar="S",
+        help="seconds at the window's end fetched again every cycle, for samples that arrive late; "
+        "raise it past the remote-write lag of the store (120; 0 re-fetches only the last two steps)",
     )
     parser.add_argument(
         "--stale-after",
@@ -145,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
     # A partial of a module-level function: picklable, so it can run in the child process. The
     # child keeps the window between cycles and fetches only what is new (sliding=True).
     analyze = functools.partial(
-        analyze_prometheus, url, step=args.step, timeout=args.timeout, sliding=True, **analyzer_options(args)
-    )
+        analyze_prometheus, url, step=args.step, timeout=args.timeout, sliding=True, refetch_s=args.refetch,
+        **analyzer_options(args),
+    )  # fmt: skip
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())

@@ -123,3 +123,16 @@ def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     kinds = {(f.kind, f.node) for f in sliding.findings}
     assert ("failing_node", "ip-10-1-0-12") in kinds
     assert len(sw._WINDOWS) == 1, "one window per source, kept between cycles"
+
+
+def test_the_refetch_margin_is_what_is_fetched_again(prom) -> None:
+    p, start, _ = prom
+    sw._WINDOWS.clear()
+    e = start + 1800
+    for margin in (0.0, 300.0):
+        analyze_prometheus(p.url, e - WINDOW, e, STEP, sliding=True, refetch_s=margin)
+        analyze_prometheus(p.url, e - WINDOW + 30, e + 30, STEP, sliding=True, refetch_s=margin)
+        (window,) = [w for w in sw._WINDOWS.values() if w.refetch_s == margin]
+        held_end = sw.aligned_grid(e - WINDOW, e, STEP)[-1]
+        # everything after the held end less the margin (at least two steps) is asked for again
+        assert window.fetched_from == held_end - max(margin, 2 * STEP) + STEP

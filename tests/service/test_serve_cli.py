@@ -58,6 +58,8 @@ def test_bad_flags_are_one_clear_line(args, message):
 def test_usage_errors_exit_2():
     res = _serve("--prometheus", "http://127.0.0.1:9", "--interval", "0")
     assert res.returncode == 2 and "must be > 0" in res.stderr
+    res = _serve("--prometheus", "http://127.0.0.1:9", "--refetch", "-5")
+    assert res.returncode == 2 and "--refetch: must be >= 0" in res.stderr
 
 
 def test_prometheus_unreachable_from_the_start(tmp_path):
