@@ -127,8 +127,8 @@ class SlidingWindow:
             return 0
         margin = max(self.refetch_s, 2 * self.step)
         keep_until = float(old[-1]) - margin  # held grid times after this are fetched again
-        if grid[0] < old[0] - 1e-6 or grid[0] > keep_until:
-            return 0  # the window moved backwards, or past everything that is kept
+        if grid[0] < old[0] - 1e-6 or grid[-1] < old[-1] - 1e-6 or grid[0] > keep_until:
+            return 0  # the window moved backwards (at either end), or past everything that is kept
         return int(np.searchsorted(grid, keep_until, side="right"))
 
 

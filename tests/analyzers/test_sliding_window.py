@@ -97,6 +97,11 @@ def test_a_jump_backwards_or_past_what_is_held_and_a_failed_cycle_load_the_whole
         frames = window.load(e - WINDOW, e)
         assert window.fetched_from == frames.times[0]
         _same_frames(frames, _whole(p.url, frames.times))
+    # a shorter window inside what is held, ending before it: loaded whole, not an empty fetch
+    frames = window.load(e - WINDOW, e - 400)
+    assert np.array_equal(frames.times, sw.aligned_grid(e - WINDOW, e - 400, STEP))
+    assert window.fetched_from == frames.times[0] and frames.has(lp.c.GPU_UP)
+    _same_frames(frames, _whole(p.url, frames.times))
 
     def down(*args, **kwargs):
         raise FleetscopeError("Prometheus is down")
