@@ -291,8 +291,7 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: Dete
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         work = [(i, p, spec, Path(tmp), config) for i, (p, spec) in enumerate(specs)]
         if jobs == 1 or len(work) == 1:
-            done = map(_evaluate_one, work)
-            for i, res in done:
+            for i, res in map(_evaluate_one, work):
                 results[i] = res
                 _report_progress(progress, specs[i][0], res)
         else:

@@ -136,7 +136,8 @@ def row_positions(keys: pd.DataFrame, lab: pd.DataFrame, columns: Sequence[str])
 
 
 def place_columns(out: np.ndarray, positions: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """``out[:, positions[j]] = vals[:, j]`` for every ``j`` with a position (the last one wins)."""
+    """``out[:, positions[j]] = vals[:, j]`` for every ``j`` with a position (positions are unique:
+    they come from :func:`row_positions` of grouped, hence unique, rows)."""
     hit = positions >= 0
     if hit.any():
         out[:, positions[hit]] = vals[:, hit]

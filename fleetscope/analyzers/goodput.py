@@ -34,7 +34,14 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.checkpoint_advice import advise
-from fleetscope.analyzers.features import RANK_KEY, Features, gpu_busy, job_columns
+from fleetscope.analyzers.features import (
+    RANK_KEY,
+    Features,
+    gpu_busy,
+    job_columns,
+    place_columns,
+    row_positions,
+)
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps, iter_runs
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
@@ -75,14 +82,8 @@ def _aligned(feat: Features, name: str, cols: np.ndarray, how: str = "max") -> n
     if not len(f):
         return None
     r = feat.ranks
-    index = {tuple(row): i for i, row in enumerate(r.keys.itertuples(index=False, name=None))}
     lab, vals = f.group(RANK_KEY, how)
-    out = np.full(r.steps.shape, np.nan)
-    for j, row in enumerate(lab.itertuples(index=False, name=None)):
-        k = index.get(tuple(row))
-        if k is not None:
-            out[:, k] = vals[:, j]
-    out = out[:, cols]
+    out = place_columns(np.full(r.steps.shape, np.nan), row_positions(r.keys, lab, RANK_KEY), vals)[:, cols]
     return None if np.isnan(out).all() else out
 
 

@@ -479,7 +479,12 @@ def grid_table(
     series: list[Series], grid: np.ndarray, skipped: Skipped | None = None
 ) -> tuple[list[SeriesKey], np.ndarray]:
     """The answers of one metric placed on ``grid``: one column per series key (first-seen order),
-    NaN where a series has no sample; all-NaN columns are kept (see :func:`frame_of_table`)."""
+    NaN where a series has no sample; all-NaN columns are kept (see :func:`frame_of_table`).
+
+    Answers are already grid values, so each sample is placed by index on its own grid time;
+    :func:`fleetscope.analyzers.frames.grid_series` is the general rule (a lookback search) for
+    samples scattered in time; at a lookback of 0 it places these the same way (this one also drops
+    and counts non-finite values)."""
     keys: dict[SeriesKey, int] = {}
     cols, times, values = [], [], []
     for labels, t, v in series:

@@ -140,7 +140,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
     gs = feat.gpus
     gpu_nodes = gs.keys[c.NODE_LABEL].to_numpy(dtype=object)
-    node_code = pd.factorize(gpu_nodes)[0] if len(gpu_nodes) else np.zeros(0, dtype=np.int64)
+    node_code = pd.factorize(gpu_nodes)[0]  # each GPU's node as a number
     if gs.pcie_width.size:
         # the widest link seen on each node's GPUs over the window (NaN for a node without any)
         widest = np.full(int(node_code.max(initial=-1)) + 1, -np.inf)

@@ -32,7 +32,7 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope import hardware
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time
+from fleetscope.analyzers.features import Features, fmt_time, place_columns, row_positions
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
 from fleetscope.analyzers.slowness import Slowness, column_nanpercentile, slowness
@@ -94,9 +94,7 @@ def node_network_trouble(feat: Features) -> dict[str, tuple[np.ndarray, dict[str
         out_ = np.full(tx.shape, np.nan)
         if frames.has(name):
             l2, v2 = frames.get(name).group(keys, "sum")
-            for j, r in enumerate(l2.itertuples(index=False, name=None)):
-                if tuple(r) in idx:
-                    out_[:, idx[tuple(r)]] = v2[:, j]
+            place_columns(out_, row_positions(lab, l2, keys), v2)
         return out_
 
     tx_rate = rate(tx, feat.step, feat.w)
