@@ -16,7 +16,7 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
-from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum
+from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 from fleetscope.analyzers.serving import SERVING_METRICS
 
 #: Every metric the analyzers read (the loaders fetch only these).
@@ -128,11 +128,12 @@ def row_positions(keys: pd.DataFrame, lab: pd.DataFrame, columns: Sequence[str])
         return np.zeros(0, dtype=np.int64)
     if not len(keys):
         return np.full(len(lab), -1, dtype=np.int64)
-
-    def index(df: pd.DataFrame) -> pd.MultiIndex:
-        return pd.MultiIndex.from_arrays([df[k].to_numpy(dtype=object) for k in columns])
-
-    return np.asarray(index(keys).get_indexer(index(lab)), dtype=np.int64)
+    n = len(keys)
+    codes, _ = row_codes([np.concatenate([keys[k].to_numpy(dtype=object), lab[k].to_numpy(dtype=object)])
+                          for k in columns])  # fmt: skip
+    at = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    at[codes[:n]] = np.arange(n)
+    return at[codes[n:]]
 
 
 def place_columns(out: np.ndarray, positions: np.ndarray, vals: np.ndarray) -> np.ndarray:

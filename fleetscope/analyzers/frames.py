@@ -73,32 +73,48 @@ class MetricFrame:
         """Aggregate series sharing the same values of ``keys`` (max, sum, or min per time)."""
         if not len(self.labels):
             return pd.DataFrame(columns=list(keys)), np.zeros((self.values.shape[0], 0))
-        idx = pd.MultiIndex.from_arrays([self.column(k) for k in keys], names=list(keys))
-        codes, uniques = pd.factorize(idx)
-        K = len(uniques)
-        T = self.values.shape[0]
+        cols = [self.column(k) for k in keys]
+        codes, first = row_codes(cols)
+        K = len(first)
         if len(codes) == K and np.array_equal(codes, np.arange(K)):
             out = self.values.copy()
         else:
-            out = np.full((T, K), np.nan)
-            for k in range(K):
-                cols = self.values[:, codes == k]
-                with np.errstate(all="ignore"):
-                    if how == "sum":
-                        out[:, k] = np.where(np.isnan(cols).all(axis=1), np.nan, np.nansum(cols, axis=1))
-                    elif how == "min":
-                        out[:, k] = _nanreduce(np.nanmin, cols)
-                    else:
-                        out[:, k] = _nanreduce(np.nanmax, cols)
-        frame = pd.DataFrame(list(uniques), columns=list(keys)) if K else pd.DataFrame(columns=list(keys))
+            out = _reduce_columns(self.values, codes, K, how)
+        frame = pd.DataFrame({k: col[first] for k, col in zip(keys, cols, strict=True)})
         return frame, out
 
 
-def _nanreduce(fn, cols: np.ndarray) -> np.ndarray:
-    allnan = np.isnan(cols).all(axis=1)
-    safe = np.where(np.isnan(cols), -np.inf if fn is np.nanmax else np.inf, cols)
-    red = (np.max if fn is np.nanmax else np.min)(safe, axis=1)
-    return np.where(allnan, np.nan, red)
+def _reduce_columns(values: np.ndarray, codes: np.ndarray, K: int, how: str) -> np.ndarray:
+    """Columns of ``values`` with the same code reduced to one (max, min, or sum), NaN ignored, NaN
+    where all are NaN: one ``reduceat`` over the columns sorted by code, not a pass per code."""
+    order = np.argsort(codes, kind="stable")
+    v = values[:, order]
+    starts = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]])
+    nan = np.isnan(v)
+    allnan = np.logical_and.reduceat(nan, starts, axis=1)
+    if how == "sum":
+        out = np.add.reduceat(np.where(nan, 0.0, v), starts, axis=1)
+    elif how == "min":
+        out = np.minimum.reduceat(np.where(nan, np.inf, v), starts, axis=1)
+    else:
+        out = np.maximum.reduceat(np.where(nan, -np.inf, v), starts, axis=1)
+    out[allnan] = np.nan
+    return out
+
+
+def row_codes(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows numbered by their values in ``columns`` (equal rows, equal numbers; 0, 1, ... in the
+    order rows first appear), and the first row of each number. One factorize per column instead
+    of a pandas MultiIndex (which builds a categorical per level)."""
+    n = len(columns[0]) if len(columns) else 0
+    codes = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        c, uniq = pd.factorize(np.asarray(col, dtype=object))
+        codes, _ = pd.factorize(codes * max(len(uniq), 1) + c)
+    if not n:
+        return codes, np.zeros(0, dtype=np.int64)
+    _, first = np.unique(codes, return_index=True)
+    return codes.astype(np.int64, copy=False), first
 
 
 @dataclass
@@ -319,37 +335,63 @@ def grid_series(
         ids.append(np.full(t.size, k, dtype=np.int64))
         times.append(t)
         values.append(np.asarray(s.values, dtype=float))
-    T, K = len(grid), len(keys)
-    table = np.full((T, K), np.nan)
-    if not K:
-        return [], table
-    key = np.concatenate(ids)
+    if not keys:
+        return [], np.full((len(grid), 0), np.nan)
     tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
-    val = np.concatenate(values)
-    order = np.lexsort((tm, key))  # by key, then time; stable: duplicates keep the order given
-    key, tm, val = key[order], tm[order], val[order]
-    last = np.ones(key.size, dtype=bool)  # the last of every (key, timestamp) run
-    last[:-1] = (key[1:] != key[:-1]) | (tm[1:] != tm[:-1])
+    return list(keys), grid_rows(np.concatenate(ids), tm, np.concatenate(values), len(keys), grid, lookback)
+
+
+def grid_rows(
+    key: np.ndarray, tm: np.ndarray, val: np.ndarray, K: int, grid: np.ndarray, lookback: float,
+    *, ordered: bool = False,
+) -> np.ndarray:  # fmt: skip
+    """The rule of :func:`grid_series` on flat rows: ``key`` (series number in ``[0, K)``), ``tm``
+    (milliseconds), ``val``; a grid times x K table. ``ordered``: the rows are sorted by (key, time)
+    already (stable: duplicates in the order written), so the sort is skipped.
+
+    A columnar source (the archive) calls this directly, without a Python object per series.
+    """
+    T = len(grid)
+    table = np.full((T, K), np.nan)
+    if not K or not key.size:
+        return table
+    gm = np.round(grid * 1000).astype(np.int64)
+    base = min(int(tm.min()), int(gm.min()))
+    span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
+    flat = key.astype(np.int64) * span + (tm - base)
+    if not ordered:  # by key, then time; stable: duplicates keep the order given
+        order = np.argsort(flat, kind="stable")
+        flat, key, tm, val = flat[order], key[order], tm[order], val[order]
+    last = np.ones(flat.size, dtype=bool)  # the last of every (key, timestamp) run
+    last[:-1] = flat[1:] != flat[:-1]
     keep = last & ~np.isnan(val)
-    key, tm, val = key[keep], tm[keep], val[keep]
-    if key.size:
-        gm = np.round(grid * 1000).astype(np.int64)
-        base = min(int(tm.min()), int(gm.min()))
-        span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
-        flat = key * span + (tm - base)  # strictly increasing
-        lb = round(lookback * 1000)
-        block = max(1, _GRID_BLOCK // max(T, 1))  # keys per pass: bounds the temporary arrays
-        for k0 in range(0, K, block):
-            ks = np.arange(k0, min(K, k0 + block), dtype=np.int64)
-            want = ks[None, :] * span + (gm - base)[:, None]  # T x keys: the grid time in each key
-            idx = np.searchsorted(flat, want, side="right") - 1  # the last sample at or before it
-            safe = np.maximum(idx, 0)
-            ok = (idx >= 0) & (key[safe] == ks[None, :]) & ((gm[:, None] - tm[safe]) <= lb)
-            table[:, k0 : k0 + ks.size] = np.where(ok, val[safe], np.nan)
-    return list(keys), table
+    if not keep.all():
+        flat, key, tm, val = flat[keep], key[keep], tm[keep], val[keep]
+    if not flat.size:
+        return table
+    # Each sample is the newest at or before every grid time from the first one at or after it (j)
+    # until the next sample of its series takes over: place each at (j, key) -- the last of its
+    # series with that j -- then carry the row numbers forward in time (they grow within a series).
+    j = np.searchsorted(gm, tm, side="left")
+    newest = np.ones(j.size, dtype=bool)
+    newest[:-1] = (key[1:] != key[:-1]) | (j[1:] != j[:-1])
+    newest &= j < T
+    rows = np.flatnonzero(newest)
+    lb = round(lookback * 1000)
+    block = max(1, _GRID_BLOCK // max(T, 1))  # keys per pass: bounds the temporary arrays
+    for k0 in range(0, K, block):
+        k1 = min(K, k0 + block)
+        r = rows[np.searchsorted(key[rows], k0) : np.searchsorted(key[rows], k1)]
+        at = np.full((T, k1 - k0), -1, dtype=np.int64)
+        at[j[r], key[r] - k0] = r
+        np.maximum.accumulate(at, axis=0, out=at)
+        safe = np.maximum(at, 0)
+        ok = (at >= 0) & ((gm[:, None] - tm[safe]) <= lb)
+        np.copyto(table[:, k0:k1], val[safe], where=ok)
+    return table
 
 
-#: Grid cells placed per pass of :func:`grid_series` (its temporary arrays: about 40 bytes a cell).
+#: Grid cells placed per pass of :func:`grid_rows` (its temporary arrays: about 30 bytes a cell).
 _GRID_BLOCK = 4_000_000
 
 

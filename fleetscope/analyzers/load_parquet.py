@@ -24,16 +24,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, check_grid, lookback_seconds
+from fleetscope.analyzers.frames import (
+    PLAUSIBLE_MARGIN_S,
+    Frames,
+    MetricFrame,
+    RawSeries,
+    build_frames,
+    check_grid,
+    grid_rows,
+    lookback_seconds,
+    make_grid,
+)
 from fleetscope.analyzers.grid import round_step
-from fleetscope.analyzers.samples import frames_from_raw, summarize
+from fleetscope.analyzers.samples import PHASE_SAMPLES, PHASE_SERIES, frames_from_raw, grid_window, summarize
 from fleetscope.archive import (
     EXTRA_COL,
     FORMAT_VERSION,
@@ -143,7 +153,19 @@ def read_archive(
     in a format-2 archive, what is read: the rows in [start - margin, end] (module docstring).
     ``stats``: filled with what was read.
     """
-    path = Path(path)
+    read, meta = _read(Path(path), metrics, progress, window, stats)
+    return {name: m.to_raw() if isinstance(m, MetricRows) else m for name, m in read.items()}, meta
+
+
+def _read(
+    path: Path,
+    metrics: Collection[str] | None,
+    progress: Callable[[float], None] | None,
+    window: tuple[float | None, float | None, float | None],
+    stats: ReadStats | None,
+) -> tuple[dict[str, MetricRows | list[RawSeries]], dict[str, Any]]:
+    """:func:`read_archive`, a format-2 metric as its rows (:class:`MetricRows`), a format-1 one as
+    its series."""
     pf, meta = _open(path)
     pa, _ = pyarrow_modules()
     by_metric = _groups_by_metric(path, meta, metrics)
@@ -159,32 +181,34 @@ def read_archive(
     labels: dict[str, str] = meta.get("labels") or {}
     total = sum(pf.metadata.row_group(i).num_rows for ids in by_metric.values() for i in ids) or 1
     done = 0
-    raw: dict[str, list[RawSeries]] = {}
+    read: dict[str, MetricRows | list[RawSeries]] = {}
     try:
         for name, ids in by_metric.items():
+            got: MetricRows | list[RawSeries] | None
             if v2:
                 present = _v2_columns(pf, meta, name)
                 table = pf.read_row_groups(ids, columns=[*present, SERIES_COL, TIME_COL, VALUE_COL])
-                series = _split_v2(pa, table, present, labels, rows)
+                got = MetricRows.of_table(pa, table, present, labels, rows)
             else:
                 columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
                 present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few labels
                 table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
-                series = _split_series(pa, table, present, labels)
-            if series:
-                raw[name] = series
+                got = _split_series(pa, table, present, labels) or None
+            if got is not None:
+                read[name] = got
             done += table.num_rows
             stats.row_groups += len(ids)
             stats.rows += table.num_rows
+            del table
             if progress:
                 progress(done / total)
     except (pa.ArrowException, OSError) as exc:
         raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
-    if not raw:
+    if not read:
         if rows is not None:
             raise FleetscopeError(f"{path} has no samples in the requested window")
         raise FleetscopeError(f"{path} holds none of the series the analyzers read")
-    return raw, meta
+    return read, meta
 
 
 def _groups_by_metric(
@@ -230,38 +254,100 @@ def _v2_columns(pf: Any, meta: dict[str, Any], name: str) -> list[str]:
     return [c for c in cols if c in names]
 
 
-def _split_v2(pa: Any, table: Any, columns: list[str], labels: dict[str, str],
-              rows: tuple[float, float] | None) -> list[RawSeries]:  # fmt: skip
-    """A format-2 metric's rows back into series: those in ``rows`` (seconds), ordered by series
-    number (stable, so each series stays in time order), labels from each series' first row."""
-    if not table.num_rows:
-        return []
-    table = table.unify_dictionaries().combine_chunks()
-    tms = table.column(TIME_COL).chunk(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    sid = table.column(SERIES_COL).chunk(0).to_numpy(zero_copy_only=False)
-    keep = None if rows is None else _inside(tms, rows)
-    if keep is not None:
-        tms, sid = tms[keep], sid[keep]
-    if not tms.size:
-        return []
+@dataclass
+class MetricRows:
+    """One metric's rows of a format-2 archive, in series order (the ``__series__`` numbers read,
+    ascending) and time order within a series (stable: duplicates as written), with no Python object
+    per series: what the columnar path (:func:`_columnar_frames`) grids directly.
+
+    ``series``: per row, the series' place among those read (0, 1, ...); ``starts``: each series'
+    first row; ``labels``: per label column, (label name, each series' code, -1 for none; the
+    dictionary's words).
+    """
+
+    series: np.ndarray
+    tms: np.ndarray
+    values: np.ndarray
+    starts: np.ndarray
+    labels: list[tuple[str, np.ndarray, list[str]]]
+
+    @classmethod
+    def of_table(cls, pa: Any, table: Any, columns: list[str], labels: dict[str, str],
+                 rows: tuple[float, float] | None) -> MetricRows | None:  # fmt: skip
+        """The rows of ``table`` in ``rows`` (seconds; None: all), None when there are none.
+
+        Only the time, series and value columns are converted whole; the label columns are read at
+        each series' first row.
+        """
+        if not table.num_rows:
+            return None
+        tms = _int64(pa, table.column(TIME_COL))
+        sid = table.column(SERIES_COL).to_numpy()
+        values = table.column(VALUE_COL).to_numpy().astype(float, copy=False)
+        keep = None if rows is None else _inside(tms, rows)
+        if keep is not None:
+            tms, sid, values = tms[keep], sid[keep], values[keep]
+        if not tms.size:
+            return None
+        order = _series_time_order(sid, tms)
+        sid, tms, values = sid[order], tms[order], values[order]
+        change = np.empty(sid.size, dtype=bool)
+        change[0] = True
+        np.not_equal(sid[1:], sid[:-1], out=change[1:])
+        starts = np.flatnonzero(change)
+        series = np.cumsum(change, dtype=np.int64) - 1
+        first = order[starts]  # each series' first row, among those kept
+        if keep is not None:
+            first = np.flatnonzero(keep)[first]  # ... in the table
+        at = table.select(columns).take(pa.array(first)).unify_dictionaries().combine_chunks()
+        lab = []
+        for col in columns:
+            arr = at.column(col).chunk(0) if at.column(col).num_chunks else None
+            if arr is None or arr.null_count == len(arr):
+                continue
+            if not pa.types.is_dictionary(arr.type):
+                arr = arr.dictionary_encode()
+            codes = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            lab.append((col if col == EXTRA_COL else labels.get(col, col), codes, arr.dictionary.to_pylist()))
+        return cls(series, tms, values, starts, lab)
+
+    def ends(self) -> np.ndarray:
+        """Each series' end (one past its last row)."""
+        return np.append(self.starts[1:], self.tms.size)
+
+    def to_raw(self) -> list[RawSeries]:
+        """One :class:`RawSeries` per series, labels from the columns (and ``__labels__``)."""
+        lab: list[dict[str, str]] = [{} for _ in range(self.starts.size)]
+        for name, codes, words in self.labels:
+            for k, code in enumerate(codes.tolist()):
+                if code < 0:
+                    continue
+                if name == EXTRA_COL:
+                    lab[k].update(json.loads(words[code]))
+                else:
+                    lab[k][name] = words[code]
+        times = self.tms / 1000.0
+        bounds = np.append(self.starts, self.tms.size)
+        return [RawSeries(lab[k], times[bounds[k] : bounds[k + 1]], self.values[bounds[k] : bounds[k + 1]])
+                for k in range(self.starts.size)]  # fmt: skip
+
+
+def _int64(pa: Any, column: Any) -> np.ndarray:
+    """A timestamp column as int64 milliseconds, one array."""
+    arr = column.to_numpy()
+    return arr.view(np.int64) if arr.dtype.kind == "M" else arr.astype(np.int64)
+
+
+def _series_time_order(sid: np.ndarray, tms: np.ndarray) -> np.ndarray:
+    """The stable order of rows by (series, time). The archive writes a series' rows in time order
+    (block by block), so a stable sort by series alone (a radix sort below 65,536 series) is
+    almost always enough; rows of a series out of time order (a metric written in two batches)
+    are sorted by time too."""
     order = np.argsort(sid.astype(np.uint16) if sid.max() < 1 << 16 else sid, kind="stable")
-    sid, tms = sid[order], tms[order]
-    cut = np.flatnonzero(sid[1:] != sid[:-1]) + 1
-    same = np.ones(tms.size - 1, dtype=bool)
-    same[cut - 1] = False
-    if (np.diff(tms)[same] < 0).any():  # a series written in two batches: put it in time order
-        again = np.lexsort((tms, sid))
-        order, sid, tms = order[again], sid[again], tms[again]
-        cut = np.flatnonzero(sid[1:] != sid[:-1]) + 1
-    starts = np.concatenate([[0], cut]).astype(np.int64)
-    values = table.column(VALUE_COL).chunk(0).to_numpy(zero_copy_only=False).astype(float, copy=False)
-    rows_at = order if keep is None else np.flatnonzero(keep)[order]  # table rows, in series order
-    values = values[rows_at]
-    times = tms / 1000.0
-    lab = _v2_labels(pa, table, columns, labels, rows_at[starts])
-    bounds = np.append(starts, tms.size)
-    return [RawSeries(lab[k], times[bounds[k] : bounds[k + 1]], values[bounds[k] : bounds[k + 1]])
-            for k in range(starts.size)]  # fmt: skip
+    s, t = sid[order], tms[order]
+    if ((np.diff(t) < 0) & (s[1:] == s[:-1])).any():
+        order = np.lexsort((tms, sid))
+    return order
 
 
 def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
@@ -273,29 +359,6 @@ def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
     if np.isfinite(hi):
         keep &= tms <= np.ceil(hi * 1000)
     return None if keep.all() else keep
-
-
-def _v2_labels(
-    pa: Any, table: Any, columns: list[str], labels: dict[str, str], first: np.ndarray
-) -> list[dict[str, str]]:
-    """Each series' labels, from the label columns at its first row (``first``: table rows)."""
-    lab: list[dict[str, str]] = [{} for _ in range(first.size)]
-    for col in columns:
-        arr = table.column(col).chunk(0) if table.column(col).num_chunks else None
-        if arr is None or arr.null_count == len(arr):
-            continue
-        if not pa.types.is_dictionary(arr.type):
-            arr = arr.dictionary_encode()
-        codes = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False)[first].tolist()
-        words = arr.dictionary.to_pylist()
-        for k, code in enumerate(codes):
-            if code < 0:
-                continue
-            if col == EXTRA_COL:
-                lab[k].update(json.loads(words[code]))
-            else:
-                lab[k][labels.get(col, col)] = words[code]
-    return lab
 
 
 def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
@@ -397,10 +460,10 @@ def load_parquet(
     so every chunk of a chunked analysis gets the same step whatever its own samples' spacing.
     ``stats``: filled with the row groups and rows read.
     """
-    raw, meta = read_archive(path, metrics, progress, (start, end, step), stats)
+    read, meta = _read(Path(path), metrics, progress, (start, end, step), stats)
     source = os.fspath(path)
     grid = meta.get("grid")
-    if grid:  # query_range grid values: their own grid, no second lookback
+    if grid:
         g_start, g_end, g_step = float(grid["start"]), float(grid["end"]), float(grid["step"])
         if step is not None and step != g_step:
             raise FleetscopeError(f"{path} was exported from Prometheus at a {g_step:g} s step; "
@@ -409,11 +472,133 @@ def load_parquet(
             raise FleetscopeError(
                 f"--start must be a grid time of {path}'s window (from {g_start:g}, every {g_step:g} s)"
             )
+    frames = _columnar_frames(read, meta, step, start, end, source)
+    if frames is not None:
+        return frames
+    raw = {name: m.to_raw() if isinstance(m, MetricRows) else m for name, m in read.items()}
+    del read
+    if grid:  # query_range grid values: their own grid, no second lookback
         summarize(raw, source)  # drops what no exporter writes, as for a recording
         return build_frames(raw, g_start if start is None else start, g_end if end is None else min(end, g_end),
                             g_step, source=source, gridded=True)  # fmt: skip
     raw, t_min, t_max, spacing = summarize(raw, source)
-    sliced = meta["version"] >= 2 and (start is not None or end is not None)
-    if sliced and step is None and isinstance(meta.get("spacing"), int | float):
+    if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
         spacing = float(meta["spacing"])
     return frames_from_raw(raw, t_min, t_max, spacing, step=step, start=start, end=end, source=source)
+
+
+def _sliced(meta: dict[str, Any], start: float | None, end: float | None) -> bool:
+    return meta["version"] >= 2 and (start is not None or end is not None)
+
+
+def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[str, Any], step: float | None,
+                     start: float | None, end: float | None, source: str) -> Frames | None:  # fmt: skip
+    """The frames the series path (:func:`samples.summarize`, :func:`samples.frames_from_raw` or
+    :func:`build_frames`) gives, computed on the rows; None where that path must run instead: a
+    format-1 archive, two series of one metric with the same labels, or samples that path would drop (non-finite values, stray times).
+
+    The equality is tested (tests/analyzers/test_archive_columnar.py) on archives of recordings and
+    of exports from Prometheus, whole and sliced.
+    """
+    rows: dict[str, MetricRows] = {}
+    for name, m in read.items():
+        if not isinstance(m, MetricRows):
+            return None
+        rows[name] = m
+    t_lo = min(int(m.tms.min()) for m in rows.values())
+    t_hi = max(int(m.tms.max()) for m in rows.values())
+    if (t_hi - t_lo) / 1000.0 > PLAUSIBLE_MARGIN_S or not all(
+        np.isfinite(m.values).all() for m in rows.values()
+    ):
+        return None  # samples.summarize would drop some: its path counts and reports them
+    keys = {}
+    for name, m in rows.items():
+        k = _label_keys(m)
+        if k is None:
+            return None
+        keys[name] = k
+    series = sum(int(m.starts.size) for m in rows.values())
+    grid = meta.get("grid")
+    if grid:
+        g_start, g_end, g_step = float(grid["start"]), float(grid["end"]), float(grid["step"])
+        start, end, step, lookback = (g_start if start is None else start,
+                                      g_end if end is None else min(end, g_end), g_step, 0.0)  # fmt: skip
+    else:
+        t_min, t_max = t_lo / 1000.0, t_hi / 1000.0
+        if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
+            spacing = float(meta["spacing"])
+        else:
+            spacing = _typical_spacing(rows.values())
+        phase = [m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0 for m in rows.values()
+                 for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)]  # fmt: skip
+        start, end, step = grid_window(phase, t_min, t_max, spacing, step=step, start=start, end=end,
+                                       source=source)  # fmt: skip
+        lookback = lookback_seconds(step)
+    check_grid(start, end, step, series)
+    times = make_grid(start, end, step)
+    frames = Frames(times=times, step=step, source=source)
+    for name, m in rows.items():
+        table = grid_rows(m.series, m.tms, m.values, int(m.starts.size), times, lookback, ordered=True)
+        alive = ~np.isnan(table).all(axis=0)
+        if alive.any():
+            frames.metrics[name] = MetricFrame(_label_frame(m, keys[name], alive), table[:, alive])
+    return frames
+
+
+def _label_keys(m: MetricRows) -> list[tuple[str, np.ndarray, np.ndarray]] | None:
+    """Each label as (label, each series' word, whether it has one), an empty word counted as none
+    (the grid's series keys leave empty labels out), the ``__labels__`` JSON spread into its
+    labels; None when two series then have the same labels (the series path merges them into one)."""
+    columns: list[tuple[str, np.ndarray, np.ndarray]] = []  # (label, dictionary codes, the words)
+    for label, codes, words in m.labels:
+        if label != EXTRA_COL:
+            columns.append((label, codes, np.array(words, dtype=object)))
+            continue
+        parsed = [json.loads(w) for w in words]
+        for key in sorted({k for d in parsed for k in d}):
+            words_k = np.array([d.get(key, "") for d in parsed], dtype=object)
+            columns.append((key, codes, words_k))
+    if len({label for label, _, _ in columns}) < len(columns):
+        return None
+    out, kept = [], []
+    for label, codes, w in columns:
+        safe = np.maximum(codes, 0)
+        has = (codes >= 0) & ((w != "")[safe] if w.size else False)
+        if has.any():
+            out.append((label, np.where(has, w[safe] if w.size else "", ""), has))
+            ids = np.unique(w, return_inverse=True)[1].reshape(-1) if w.size else np.zeros(0, dtype=np.int64)
+            kept.append(np.where(has, ids[safe] if w.size else -1, -1))
+    n = int(m.starts.size)
+    if n > 1 and (not kept or np.unique(np.stack(kept), axis=1).shape[1] < n):
+        return None
+    return out
+
+
+def _label_frame(m: MetricRows, keys: list[tuple[str, np.ndarray, np.ndarray]], alive: np.ndarray) -> Any:
+    """The labels of the ``alive`` series as the series path writes them: columns in the order the
+    rows' sorted keys first show them, "" where a series has none."""
+    import pandas as pd
+
+    cols = []
+    for label, words, has in keys:
+        h = has[alive]
+        if h.any():
+            cols.append((int(np.argmax(h)), label, words[alive]))
+    cols.sort(key=lambda c: (c[0], c[1]))
+    return pd.DataFrame({label: w for _, label, w in cols}, index=pd.RangeIndex(int(alive.sum())))
+
+
+def _typical_spacing(rows: Iterable[MetricRows]) -> float:
+    """:func:`samples.typical_spacing` on the rows: the first 200 series, in order."""
+    spacings: list[float] = []
+    for m in rows:
+        ends = m.ends()
+        for k in range(min(m.starts.size, 200 - len(spacings))):
+            t = m.tms[m.starts[k] : ends[k]] / 1000.0
+            if t.size > 1:
+                d = np.diff(np.unique(t))
+                if d.size:
+                    spacings.append(float(np.median(d)))
+        if len(spacings) >= 200:
+            break
+    return float(np.median(spacings)) if spacings else 15.0

@@ -81,13 +81,37 @@ def frames_from_raw(
     source: str = "",
 ) -> Frames:
     """Raw samples onto the grid: the step from the spacing, the phase between the scrapes (grid.py)."""
+    phase = [s.times[:PHASE_SAMPLES] for series in raw.values() for s in series[:PHASE_SERIES]]
+    start, end, step = grid_window(
+        phase, t_min, t_max, spacing, step=step, start=start, end=end, source=source
+    )
+    return build_frames(raw, start, end, step, source=source)
+
+
+#: The grid's phase is placed from the first PHASE_SAMPLES samples of each metric's first
+#: PHASE_SERIES series (a few thousand sample times are enough, grid.grid_start).
+PHASE_SAMPLES, PHASE_SERIES = 64, 256
+
+
+def grid_window(
+    phase: list[np.ndarray],
+    t_min: float,
+    t_max: float,
+    spacing: float,
+    *,
+    step: float | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    source: str = "",
+) -> tuple[float, float, float]:
+    """(start, end, step) of the grid over samples from ``t_min`` to ``t_max``: the step from the
+    spacing, the start (unless given) at the phase between the scrapes of the ``phase`` samples."""
     step = step or round_step(spacing)
     if start is None:
-        sample = [s.times[:64] for series in raw.values() for s in series[:256]]
-        start = grid_start(np.concatenate(sample) if sample else np.array([]), t_min, step)
+        start = grid_start(np.concatenate(phase) if phase else np.array([]), t_min, step)
     end = t_max if end is None else end
     if end < start:
         raise FleetscopeError("the window ends before it starts")
     if end < t_min or start > t_max:
         raise FleetscopeError(f"{source} has no samples in the requested window")
-    return build_frames(raw, start, end, step, source=source)
+    return start, end, step

@@ -22,13 +22,14 @@ from pathlib import Path
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.core import LOADED
 from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.samples import PHASE_SAMPLES
 from fleetscope.analyzers.stream import DEFAULT_LEAD_S, Progress, analyze_chunked, chunk_seconds
 from fleetscope.errors import FleetscopeError
 from fleetscope.times import parse_time
 
-#: How many of each series' first samples place the grid's phase (as ``samples.frames_from_raw``
-#: reads them): the probe read covers that many steps, and a margin.
-PROBE_SAMPLES = 64
+#: How many of each series' first samples place the grid's phase: the probe read covers that many
+#: steps, and a margin.
+PROBE_SAMPLES = PHASE_SAMPLES
 
 
 #: A progress bar for a label ("converting", "analyzing").

@@ -1,0 +1,150 @@
+"""The archive's columnar path: frames built from the rows, without a Python object per series, are
+exactly the frames of the series path (``RawSeries`` through ``samples.summarize`` and
+``frames_from_raw``), and the series path still runs where only it is exact.
+
+The reference is the same ``load_parquet`` with the columnar path switched off, so every rule of the
+series path (grid phase, typical spacing, duplicate timestamps, NaN samples, series merged by their
+labels, stray samples dropped with a warning) is compared, not re-implemented.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleetscope.analyzers import load_parquet as lp
+from fleetscope.analyzers.core import LOADED
+from fleetscope.analyzers.frames import RawSeries
+from fleetscope.archive import ArchiveWriter, convert_recording
+from fleetscope.simulate.record import write_scenario
+from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+
+T0 = 1_796_000_000.0
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory):
+    """A recording with a replaced node, an ECC error (XID labels lie outside the columns) and a throttled GPU."""
+    spec = ScenarioSpec(name="col", nodes=3, duration_s=2400, seed=11, faults=[
+        FaultSpec(kind="gpu_lost", at_s=900, node=1, gpu=2, restart="replace"),
+        FaultSpec(kind="ecc_uncorrectable", at_s=600, node=2, gpu=5),
+        FaultSpec(kind="thermal_throttle", at_s=1200, node=0, gpu=3, slowdown=0.3),
+    ])  # fmt: skip
+    tmp = tmp_path_factory.mktemp("col")
+    rec, _ = write_scenario(spec, tmp / "s.om.gz")
+    out = tmp / "s.parquet"
+    convert_recording(rec, out, LOADED)
+    return out
+
+
+def _both(monkeypatch, path, **kw):
+    """(columnar frames, series-path frames, whether the columnar path answered)."""
+    answered = []
+    real = lp._columnar_frames
+
+    def spy(*a, **k):
+        got = real(*a, **k)
+        answered.append(got is not None)
+        return got
+
+    monkeypatch.setattr(lp, "_columnar_frames", spy)
+    fast = lp.load_parquet(path, LOADED, **kw)
+    monkeypatch.setattr(lp, "_columnar_frames", lambda *a, **k: None)
+    slow = lp.load_parquet(path, LOADED, **kw)
+    monkeypatch.setattr(lp, "_columnar_frames", real)
+    return fast, slow, answered == [True]
+
+
+def _same(a, b):
+    assert np.array_equal(a.times, b.times) and a.step == b.step
+    assert list(a.metrics) == list(b.metrics)
+    for name, m in a.metrics.items():
+        n = b.metrics[name]
+        assert m.labels.equals(n.labels), name
+        assert list(m.labels.columns) == list(n.labels.columns), name
+        assert np.array_equal(m.values, n.values, equal_nan=True), name
+
+
+def test_columnar_frames_are_the_series_paths(archived, monkeypatch):
+    fast, slow, columnar = _both(monkeypatch, archived)
+    assert columnar
+    _same(fast, slow)
+    xid = fast.metrics["DCGM_FI_DEV_XID_ERRORS"].labels
+    assert "err_code" in xid.columns or "err_msg" in xid.columns, list(xid.columns)  # from __labels__
+    times = fast.times
+    for k0, k1, step in ((10, 60, None), (0, 40, 15.0), (70, len(times) - 1, None), (33, 34, 30.0)):
+        fast, slow, columnar = _both(
+            monkeypatch, archived, start=float(times[k0]), end=float(times[k1]), step=step
+        )
+        assert columnar
+        _same(fast, slow)
+
+
+def _write(path, batches, grid=None):
+    """An archive of hand-made series: ``batches`` of (metric, [(labels, times, values)])."""
+    labels = {k for _, series in batches for lab, _, _ in series for k in lab} - {"odd"}
+    with ArchiveWriter(path, labels, source="hand-made", grid=grid) as w:
+        for name, series in batches:
+            w.add(name, [RawSeries(lab, np.asarray(t, float), np.asarray(v, float)) for lab, t, v in series])
+        w.close()
+    return path
+
+
+def _util(gpu: str, **more: str) -> dict[str, str]:
+    return {"Hostname": "n1", "gpu": gpu, "UUID": f"GPU-{gpu}", **more}
+
+
+def test_duplicates_nan_and_late_batches(tmp_path, monkeypatch):
+    """Duplicate stamps (the last written wins; the writer leaves NaN samples out), jittered
+    scrapes, a series written in two batches whose second is earlier in time, a label outside the
+    columns."""
+    t = T0 + 15 * np.arange(120)
+    jitter = t + np.random.default_rng(3).uniform(0, 0.4, t.size)
+    dup_t = np.r_[t[:50], t[40:45], t[50:]]
+    dup_v = np.r_[np.arange(50.0), [np.nan, 7.0, 8.0, np.nan, 9.0], np.arange(50.0, 120.0)]
+    path = _write(tmp_path / "d.parquet", [
+        (UTIL, [(_util("0"), dup_t, dup_v), (_util("1", odd="x"), jitter, np.ones(t.size)),
+                (_util("2"), t[60:], np.full(60, 3.0))]),
+        (UTIL, [(_util("2"), t[:60], np.full(60, 2.0))]),  # the same series, its earlier hour, later
+    ])  # fmt: skip
+    fast, slow, columnar = _both(monkeypatch, path)
+    assert columnar
+    _same(fast, slow)
+    util = fast.metrics[UTIL]
+    assert util.labels["odd"].tolist() == ["", "x", ""]
+    assert util.values[40, 0] == 40.0 and util.values[41, 0] == 7.0 and util.values[44, 0] == 9.0
+    assert (util.values[:, 2] == np.where(np.arange(len(fast.times)) < 60, 2.0, 3.0)).all()
+
+
+def test_export_grid_values(tmp_path, monkeypatch):
+    """An export from Prometheus: its own grid, no second lookback (a missing grid time stays empty)."""
+    t = T0 + 15 * np.arange(40)
+    keep = np.ones(t.size, dtype=bool)
+    keep[[5, 6, 20]] = False
+    path = _write(tmp_path / "g.parquet", [(UTIL, [(_util("0"), t[keep], np.arange(40.0)[keep]),
+                                                   (_util("1"), t, np.ones(40))])],
+                  grid=(float(t[0]), float(t[-1]), 15.0))  # fmt: skip
+    for kw in ({}, {"start": float(t[10]), "end": float(t[30])}):
+        fast, slow, columnar = _both(monkeypatch, path, **kw)
+        assert columnar
+        _same(fast, slow)
+    assert np.isnan(lp.load_parquet(path, LOADED).metrics[UTIL].values[[5, 6, 20], 0]).all()
+
+
+@pytest.mark.parametrize("case", ["merged labels", "stray stamp"])
+def test_the_series_path_answers_where_only_it_is_exact(tmp_path, monkeypatch, case):
+    """Two series whose labels differ only by an empty one are one series there; a sample stamped three
+    days off is dropped there with one warning. The columnar path steps aside."""
+    t = T0 + 15 * np.arange(60)
+    v = np.arange(60.0)
+    series = [(_util("0"), t, v), (_util("1"), t, v + 1)]
+    if case == "merged labels":
+        series.append((_util("0", pod=""), t + 5, v + 2))
+    else:
+        series.append((_util("2"), np.r_[t, T0 + 3 * 86400.0], np.r_[v, 1.0]))
+    path = _write(tmp_path / "x.parquet", [(UTIL, series)])
+    fast, slow, columnar = _both(monkeypatch, path)
+    assert not columnar
+    _same(fast, slow)
+    assert len(fast.metrics[UTIL]) == (2 if case == "merged labels" else 3)
