@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -133,27 +134,35 @@ def analyze_chunked(
     chunk_s: float = DEFAULT_CHUNK_S,
     lead_s: float = DEFAULT_LEAD_S,
     progress: Progress | None = None,
+    prefetch: bool = True,
 ) -> Report:
-    """Analyze ``[start, end]`` chunk by chunk (module docstring); the grid is ``start + k * step``."""
+    """Analyze ``[start, end]`` chunk by chunk (module docstring); the grid is ``start + k * step``.
+
+    ``prefetch``: load the next chunk on a second thread while this one is analyzed.
+    """
     cfg = config or DEFAULT
     plan = plan_chunks(start, end, step, chunk_s, lead_s)
     carry = Carry()
     merged: list[Finding] = []
     goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
-    for k, (load_start, own_start, own_end) in enumerate(plan):
-        if last is not None:
-            last.features = None  # the chunk before lets go of its grid before this one loads
-        frames = load(load_start, own_end)
-        report = analyze(frames, cfg, carry=carry, own_start=own_start)
-        merged = merge_findings(merged, report, own_start, load_start)
-        goodput = add_accounts(goodput, report.goodput)
-        if report.carry is not None:
-            carry = carry.merge(report.carry)
-        last = report
-        del frames
-        if progress:
-            progress((k + 1) / len(plan))
+    with ThreadPoolExecutor(1, thread_name_prefix="fleetscope-prefetch") as ahead:
+        nxt = ahead.submit(load, plan[0][0], plan[0][2]) if prefetch else None
+        for k, (load_start, own_start, own_end) in enumerate(plan):
+            if last is not None:
+                last.features = None  # the chunk before lets go of its grid before this one loads
+            frames = nxt.result() if nxt is not None else load(load_start, own_end)
+            if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
+                nxt = ahead.submit(load, plan[k + 1][0], plan[k + 1][2])
+            report = analyze(frames, cfg, carry=carry, own_start=own_start)
+            merged = merge_findings(merged, report, own_start, load_start)
+            goodput = add_accounts(goodput, report.goodput)
+            if report.carry is not None:
+                carry = carry.merge(report.carry)
+            last = report
+            del frames
+            if progress:
+                progress((k + 1) / len(plan))
     assert last is not None
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
