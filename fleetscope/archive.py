@@ -25,8 +25,10 @@ writes each family as soon as the parser has finished it (:func:`~fleetscope.ana
 so memory follows the largest family, not the file): the label keys of families not yet parsed are
 unknown then. The columns are therefore the keys the contract declares for the metrics recorded
 (plus the MIG, attribution and scrape labels); any other label goes, per series, into
-``__labels__``. An export from Prometheus holds every series before writing, so its columns are
-exactly its label keys. Either way the reader gives back the same labels.
+``__labels__``. ``record --prometheus`` writes the window an hour at a time (``--chunk``, so
+memory follows the piece, not the window), with the same columns for the same reason.
+(:func:`write_archive`, for series all at hand, makes a column of every label key.) Either way
+the reader gives back the same labels.
 
 It is written to a temporary name beside the target and renamed when complete, so a crash leaves no
 half-written archive. ``fleetscope analyze --input X.parquet`` reads it
@@ -77,6 +79,8 @@ BLOCK_S = 900.0
 #: spans :data:`GROUP_BLOCKS_MAX` blocks (so a slice of an hour never reads more than about two).
 GROUP_ROWS_MIN = 50_000
 GROUP_BLOCKS_MAX = 2
+#: ``record --prometheus``: the window is exported in pieces of this many seconds (``--chunk``).
+DEFAULT_PIECE_S = 3600.0
 
 
 def pyarrow_modules() -> tuple[Any, Any]:
@@ -404,7 +408,7 @@ def raw_from_prometheus(
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, list[RawSeries]]:
     """The range-query answers ``load_prometheus`` fetches for ``metrics`` (same queries, chunks and
-    concurrency), as raw series of grid values, in query order."""
+    concurrency), as raw series of grid values, in query order (empty when there are none)."""
     import numpy as np
 
     from fleetscope.analyzers import load_prometheus as lp
@@ -435,13 +439,54 @@ def raw_from_prometheus(
     for (name, *_), answer in zip(jobs, answers, strict=True):
         for labels, t, v in answer or []:
             raw.setdefault(name, []).append(RawSeries(labels, np.asarray(t, float), np.asarray(v, float)))
-    if not raw:
-        from fleetscope.times import rfc3339
-
-        raise FleetscopeError(
-            f"Prometheus at {url} has no fleetscope series between {rfc3339(start)} and {rfc3339(end)}"
-        )
     return raw
+
+
+def export_prometheus(
+    url: str,
+    out: str | Path,
+    start: float,
+    end: float,
+    step: float,
+    metrics: Collection[str],
+    *,
+    piece_s: float | None = DEFAULT_PIECE_S,
+    progress: Callable[[float], None] | None = None,
+    **access: Any,
+) -> dict[str, int]:
+    """``record --prometheus``: the window's grid values written piece by piece of ``piece_s``
+    (None: one piece), holding one piece's answers at a time, so memory follows the piece, not
+    the window. The pieces tile the window's grid (``start + k * step``); a piece without series
+    (a gap in the store) writes nothing. The label columns are the contract's keys (other labels
+    go to ``__labels__``, module docstring): the labels of later pieces are not known ahead.
+    ``access``: :func:`raw_from_prometheus`' keywords (timeout, SigV4, headers, answer limit)."""
+    from fleetscope.analyzers.frames import check_grid, make_grid
+    from fleetscope.times import rfc3339
+
+    if end < start:
+        raise FleetscopeError("the window ends before it starts")
+    check_grid(start, end, step)
+    grid = make_grid(start, end, step)
+    per = len(grid) if piece_s is None else max(1, round(piece_s / step))
+    pieces = [(float(grid[i]), float(grid[min(i + per, len(grid)) - 1])) for i in range(0, len(grid), per)]
+    with ArchiveWriter(out, contract_label_keys(metrics), source=url, grid=(start, end, step)) as w:
+        for k, (a, b) in enumerate(pieces):
+            part = None if progress is None else _part_of(progress, k, len(pieces))
+            raw = raw_from_prometheus(url, a, b, step, metrics, progress=part, **access)
+            for name, series in raw.items():
+                w.add(name, series)
+            del raw
+        if not w.groups:
+            w.abort()
+            raise FleetscopeError(
+                f"Prometheus at {url} has no fleetscope series between {rfc3339(start)} and {rfc3339(end)}"
+            )
+        return w.close()
+
+
+def _part_of(progress: Callable[[float], None], k: int, n: int) -> Callable[[float], None]:
+    """The progress of piece ``k`` of ``n`` as a share of the whole."""
+    return lambda f: progress((k + f) / n)
 
 
 # ---------------------------------------------------------------------- the subcommand
@@ -459,6 +504,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end", help="window end (default now; with --input: the file's last sample)")
     p.add_argument("--step", type=positive_float, default=15.0,
                    help="--prometheus: grid step in seconds (default 15)")  # fmt: skip
+    p.add_argument("--chunk", metavar="DURATION", default="1h",
+                   help="--prometheus: export the window in pieces of this length, holding one at a time "
+                        "(default 1h; 'off': one piece)")  # fmt: skip
     p.add_argument("--all-series", action="store_true",
                    help="--input: keep every series of the file, not only those the analyzers read")  # fmt: skip
     p.add_argument("--timeout", type=positive_float, default=30.0,
@@ -471,7 +519,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.cli import ProgressBar, prometheus_access
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.times import parse_time
+    from fleetscope.times import parse_duration, parse_time
 
     pyarrow_modules()  # fail before any work when the extra is missing
     out = Path(args.output)
@@ -483,11 +531,13 @@ def run(args: argparse.Namespace) -> int:
     elif args.prometheus:
         region, headers = prometheus_access(args)
         start, end = parse_time(args.start or "-1h"), parse_time(args.end or "now")
-        raw = raw_from_prometheus(args.prometheus, start, end, args.step, LOADED, timeout=args.timeout,
-                                  sigv4_region=region, headers=headers, max_answer_bytes=args.max_answer_bytes,
-                                  progress=ProgressBar("querying", show))  # fmt: skip
-        stats = write_archive(raw, out, source=args.prometheus, grid=(start, end, args.step),
-                              progress=ProgressBar("writing", show))  # fmt: skip
+        piece = None if args.chunk == "off" else parse_duration(args.chunk)
+        if piece is not None and piece <= 0:
+            raise FleetscopeError(f"--chunk {args.chunk}: give a duration such as 1h, or off")
+        stats = export_prometheus(args.prometheus, out, start, end, args.step, LOADED, piece_s=piece,
+                                  progress=ProgressBar("exporting", show), timeout=args.timeout,
+                                  sigv4_region=region, headers=headers,
+                                  max_answer_bytes=args.max_answer_bytes)  # fmt: skip
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")
     print(f"wrote {out}: {stats['rows']:,} samples of {stats['series']:,} series ({stats['metrics']} metrics), "

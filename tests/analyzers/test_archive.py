@@ -102,13 +102,28 @@ def test_archive_of_a_prometheus_window(recording, tmp_path, capsys):
     backfill_openmetrics(om, tmp_path / "data")
     w = analyze_file(recording).document()["window"]
     out = tmp_path / "p.parquet"
+    pieces = tmp_path / "pieces.parquet"
+    asked: list[tuple[float, float]] = []
+    real = archive.raw_from_prometheus
+
+    def spy(url, a, b, *args, **kw):
+        asked.append((a, b))
+        return real(url, a, b, *args, **kw)
+
+    window = ["--start", w["start"], "--end", w["end"], "--step", "15"]
     with Prometheus(tmp_path / "p", data_dir=tmp_path / "data") as prom:
-        rc, err = _record(["--prometheus", prom.url, "--start", w["start"], "--end", w["end"], "--step", "15",
-                           "-o", str(out)], capsys)  # fmt: skip
+        rc, err = _record(["--prometheus", prom.url, *window, "-o", str(out)], capsys)
+        assert rc == 0, err
+        with pytest.MonkeyPatch.context() as mp:  # in 5-minute pieces: memory follows the piece
+            mp.setattr(archive, "raw_from_prometheus", spy)
+            rc, err = _record(["--prometheus", prom.url, *window, "--chunk", "5m", "-o", str(pieces)], capsys)
         assert rc == 0, err
         live = analyze_prometheus(prom.url, w["start"], w["end"], 15.0).document()
     assert live["findings"]
     assert analyze_file(out).document() == live
+    assert len(asked) >= 5 and all(b - a <= 300 for a, b in asked), asked
+    assert all(b + 15 == a2 for (_, b), (a2, _) in zip(asked, asked[1:], strict=False))  # they tile the grid
+    assert analyze_file(pieces).document() == live
     # Its grid is the export's: another step is refused in one line.
     with pytest.raises(FleetscopeError, match="exported from Prometheus at a 15 s step"):
         analyze_file(out, step=30)
