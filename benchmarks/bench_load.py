@@ -15,13 +15,17 @@ fresh process, timed from outside (wall time, peak RSS of that process):
 * ``stream-om`` / ``stream-parquet``: the same with ``--chunk 1h`` (streamed: one hour and its
   15-minute lead-in in memory at a time; the recording converted to an archive first);
 * with ``--prometheus``: the recording backfilled into a real Prometheus (promtool), then
-  ``fleetscope analyze --prometheus`` over the window, and ``fleetscope record --prometheus``.
+  ``fleetscope analyze --prometheus`` over the window, and ``fleetscope record --prometheus``;
+* with ``--tile N``: ``stream-tiled``, the archive repeated N times back to back
+  (``tile_archive.py``: 512 nodes x 2 h tiled 12 times is a day, without simulating a day), then
+  ``fleetscope analyze --input tiled.parquet --chunk 1h``.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_load.py --case 64x1                  # one case, every measurement
     .venv/bin/python benchmarks/bench_load.py --case 64x1 --case 128x1 --skip pandas
     .venv/bin/python benchmarks/bench_load.py --case 64x1 --prometheus
+    .venv/bin/python benchmarks/bench_load.py --case 512x2 --tile 12 --skip pandas --skip read ...
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def measure(cmd: list[str]) -> tuple[float, float, str]:
     return float(wall), int(rss_kb) / 1024, inner.removeprefix("INNER ")
 
 
-def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus: bool) -> None:
+def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus: bool, tile: int) -> None:
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
@@ -140,6 +144,17 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         print(f"| {mode} | {wall:.1f} | {rss:.0f} | {inner} |", flush=True)
     if pq.exists():
         print(f"archive: {pq.stat().st_size / 1e6:.1f} MB")
+    if tile and pq.exists():
+        from benchmarks.tile_archive import tile as tile_archive
+
+        tiled = workdir / f"{spec.name}-x{tile}.parquet"
+        t0 = time.monotonic()
+        info = tile_archive(pq, tiled, tile)
+        print(f"tiled x{tile} ({info['rows'] / 1e6:.0f} M rows, {tiled.stat().st_size / 1e6:.0f} MB) "
+              f"in {time.monotonic() - t0:.0f} s", flush=True)  # fmt: skip
+        wall, rss, _ = measure(analyze(tiled, "1h"))
+        print(f"| stream-tiled x{tile} | {wall:.1f} | {rss:.0f} | |", flush=True)
+        tiled.unlink()
     if prometheus:
         run_prometheus(om, truth, workdir)
     om.unlink()
@@ -190,6 +205,13 @@ def main() -> None:
     ap.add_argument(
         "--prometheus", action="store_true", help="also backfill into a real Prometheus and query it"
     )
+    ap.add_argument(
+        "--tile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also stream the archive repeated N times back to back (stream-tiled)",
+    )
     ap.add_argument("--workdir", default=None, help="where the temporary recordings go (not the repository)")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -201,7 +223,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="fleetscope-bench-") as tmp:
         for case in args.case or ["64x1"]:
             nodes, hours = case.split("x")
-            run_case(int(nodes), float(hours), Path(tmp), set(args.skip), args.prometheus)
+            run_case(int(nodes), float(hours), Path(tmp), set(args.skip), args.prometheus, args.tile)
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
