@@ -70,6 +70,11 @@ def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
 
 #: Decompressed bytes handed to the parser at a time (the gzip thread keeps at most two ahead).
 CHUNK_BYTES = 8 << 20
+#: iter_openmetrics hands over the family being parsed once its series hold this many samples (a
+#: day of a large job's largest family would otherwise be held whole), checked every
+#: BATCH_CHECK_CHUNKS chunks.
+BATCH_SAMPLES = 8_000_000
+BATCH_CHECK_CHUNKS = 8
 
 
 def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
@@ -244,11 +249,15 @@ def iter_openmetrics(
     metrics: Collection[str] | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> Iterator[tuple[str, list[RawSeries]]]:
-    """Parse the file family by family: (metric, its series) as soon as the family is finished.
+    """Parse the file family by family: (metric, its series) as soon as the family is finished,
+    and a large family in batches of about :data:`BATCH_SAMPLES` samples.
 
     OpenMetrics forbids interleaving families, so when a ``# TYPE`` line opens the next family (or
     ``# EOF`` ends the file) the series of the one before are complete: they are yielded and
-    dropped, and memory follows the largest family instead of the file. Series are those
+    dropped, and memory follows the largest family instead of the file. A family whose series hold
+    :data:`BATCH_SAMPLES` before it ends is handed over as it stands (its metric then comes in
+    several batches; a series cut by the hand-off comes again in the next), so memory follows the
+    batch, not a family that grows with the window. Series are those
     :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.analyzers.samples.summarize`
     (the caller cleans). A sample outside its family (a file that breaks the rule) is held until
     its own family ends, or the end of the file; a series met again after it was yielded comes
@@ -257,7 +266,9 @@ def iter_openmetrics(
     """
     path = Path(path)
     reader = _Reader(path, metrics, streaming=True)
-    for done in _feed_file(path, reader):
+    for k, done in enumerate(_feed_file(path, reader), 1):
+        if k % BATCH_CHECK_CHUNKS == 0 and reader.fresh_samples() >= BATCH_SAMPLES:
+            reader.family_done(reader.family)
         yield from reader.take_ready()
         if progress:
             progress(done)
@@ -409,6 +420,10 @@ class _Reader:
                 batch.setdefault(name, []).append(one)
         self.fresh = held
         self.ready.extend(batch.items())
+
+    def fresh_samples(self) -> int:
+        """Samples the series entries hold since they were last handed out."""
+        return sum(sum(a.size for a in e[5]) + len(e[2]) for e in self.fresh)
 
     def take_ready(self) -> list[tuple[str, list[RawSeries]]]:
         ready, self.ready = self.ready, []

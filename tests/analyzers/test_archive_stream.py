@@ -176,6 +176,28 @@ def test_record_holds_one_family_at_a_time(recording, tmp_path, monkeypatch):
     assert len(held) > 10 and max(held) <= largest * 1.5, (max(held), largest, total)
 
 
+def test_a_large_family_is_handed_over_in_batches(recording, tmp_path, monkeypatch):
+    """A family that grows with the window (a day of a large job) is written in batches of about
+    BATCH_SAMPLES, series cut by a hand-off coming again in the next batch, and the archive still
+    gives the recording's frames and findings."""
+    from fleetscope.analyzers import load_file
+
+    raw = read_openmetrics(recording, LOADED)[0]
+    largest = max(sum(s.times.size for s in ss) for ss in raw.values())
+    monkeypatch.setattr(load_file, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(load_file, "BATCH_SAMPLES", 2000)
+    monkeypatch.setattr(load_file, "BATCH_CHECK_CHUNKS", 1)
+    batches: dict[str, int] = {}
+    for name, _ in iter_openmetrics(recording, LOADED):
+        batches[name] = batches.get(name, 0) + 1
+    assert max(batches.values()) > 3, batches  # large families came in several batches
+    out = tmp_path / "batched.parquet"
+    stats = archive.convert_recording(recording, out, LOADED)
+    assert stats["largest_batch"] < largest / 3, (stats["largest_batch"], largest)
+    _same_frames(load_parquet(out, LOADED), load_file.load_file(recording, LOADED))
+    assert analyze_file(out).document() == analyze_file(recording).document()
+
+
 @pytest.mark.parametrize("metrics", [None, ["DCGM_FI_DEV_GPU_UTIL", "fleetscope_gpu_up"]])
 def test_families_as_parsed_are_the_whole_files_series(tmp_path, metrics):
     """iter_openmetrics' batches, put together, are read_openmetrics' series (before cleaning), in
