@@ -17,6 +17,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
+from fleetscope.analyzers.nanstats import nanmedian
 from fleetscope.analyzers.serving import SERVING_METRICS
 
 #: Every metric the analyzers read (the loaders fetch only these).
@@ -139,6 +140,9 @@ def row_positions(keys: pd.DataFrame, lab: pd.DataFrame, columns: Sequence[str])
 def place_columns(out: np.ndarray, positions: np.ndarray, vals: np.ndarray) -> np.ndarray:
     """``out[:, positions[j]] = vals[:, j]`` for every ``j`` with a position (positions are unique:
     they come from :func:`row_positions` of grouped, hence unique, rows)."""
+    if positions.size == out.shape[1] and np.array_equal(positions, np.arange(positions.size)):
+        out[...] = vals  # the same rows in the same order (most metrics): no scatter over columns
+        return out
     hit = positions >= 0
     if hit.any():
         out[:, positions[hit]] = vals[:, hit]
@@ -233,12 +237,8 @@ def build_features(frames: Frames, config: DetectorConfig) -> Features:
 def robust_z(x: np.ndarray, axis: int = 1, mad_floor: float = 0.005) -> tuple[np.ndarray, np.ndarray]:
     """(ratio to the median, modified z-score) of every value against its row's peers."""
     with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(x, axis=axis, keepdims=True)
-            mad = np.nanmedian(np.abs(x - med), axis=axis, keepdims=True)
+        med = nanmedian(x, axis=axis, keepdims=True)
+        mad = nanmedian(np.abs(x - med), axis=axis, keepdims=True)
         mad = np.maximum(mad, mad_floor * np.abs(med))
         return x / med, 0.6745 * (x - med) / mad
 

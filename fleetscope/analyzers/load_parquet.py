@@ -495,7 +495,8 @@ def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[s
                      start: float | None, end: float | None, source: str) -> Frames | None:  # fmt: skip
     """The frames the series path (:func:`samples.summarize`, :func:`samples.frames_from_raw` or
     :func:`build_frames`) gives, computed on the rows; None where that path must run instead: a
-    format-1 archive, two series of one metric with the same labels, or samples that path would drop (non-finite values, stray times).
+    format-1 archive, two series of one metric with the same labels, or samples that path would
+    drop (non-finite values, stray times).
 
     The equality is tested (tests/analyzers/test_archive_columnar.py) on archives of recordings and
     of exports from Prometheus, whole and sliced.

@@ -37,6 +37,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.nanstats import first_part_median, nanmedian, rolling_nanmedian
 
 #: Fewest ranks an inferred structural block may have (a lone odd rank is an outlier, not structure).
 MIN_GROUP = 4
@@ -94,47 +95,11 @@ def _window_count(win: np.ndarray) -> np.ndarray:
     return np.sum(~np.isnan(win), axis=2)
 
 
-def rolling_nanmedian(win: np.ndarray) -> np.ndarray:
-    """``np.nanmedian(win, axis=2)`` of sliding windows, by one sort (NaN sorts last) and the middle
-    one or two of each window's ``n`` values: the same numbers, without numpy's masked-array path
-    (seconds per call at a 4,096-rank job)."""
-    s = np.sort(win, axis=2)
-    n = _window_count(win)
-    lo = np.clip((n - 1) // 2, 0, None)[..., None]
-    hi = np.clip(n // 2, 0, None)[..., None]
-    with np.errstate(invalid="ignore"):
-        med = (np.take_along_axis(s, lo, axis=2) + np.take_along_axis(s, hi, axis=2))[..., 0] / 2
-    return np.where(n > 0, med, np.nan)
-
-
-def column_nanpercentile(x: np.ndarray, q: float) -> np.ndarray:
-    """``np.nanpercentile(x, q, axis=0)`` (linear interpolation) by one sort of the columns: the
-    same numbers (numpy's own lerp), without its per-column Python loop where NaNs are present."""
-    s = np.sort(x, axis=0)
-    n = np.sum(~np.isnan(x), axis=0)
-    pos = (n - 1) * (q / 100.0)
-    lo = np.floor(pos).astype(int).clip(0)
-    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
-    t = pos - lo
-    a = np.take_along_axis(s, lo[None, :], 0)[0]
-    b = np.take_along_axis(s, hi[None, :], 0)[0]
-    with np.errstate(invalid="ignore"):
-        diff = b - a
-        out = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
-    return np.where(n > 0, out, np.nan)
-
-
-def _nanmedian(x: np.ndarray, axis: int) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(x, axis=axis, keepdims=True)
-
-
 def _robust(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(x - row median, modified z-score) within one group, the MAD floored at ``floor``."""
-    med = _nanmedian(x, 1)
+    med = nanmedian(x, 1, keepdims=True)
     with np.errstate(all="ignore"):
-        mad = _nanmedian(np.abs(x - med), 1)
+        mad = nanmedian(np.abs(x - med), 1, keepdims=True)
         mad = np.maximum(mad, floor)
         return x - med, 0.6745 * (x - med) / mad
 
@@ -190,13 +155,7 @@ def infer_blocks(level: np.ndarray) -> np.ndarray:
 
 def _early_level(x: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """Each rank's median over the first third of its valid history (NaN without one)."""
-    level = np.full(len(cols), np.nan)
-    for i, k in enumerate(cols):
-        v = x[:, k]
-        idx = np.nonzero(np.isfinite(v))[0]
-        if idx.size:
-            level[i] = float(np.median(v[idx[: max(1, idx.size // 3)]]))
-    return level
+    return first_part_median(x[:, cols], 3) if len(cols) else np.full(0, np.nan)
 
 
 def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bool]:
@@ -308,10 +267,12 @@ def _slowness(feat: Features) -> Slowness:
         cols = groups == g
         if cols.sum() < 3:
             continue
-        step_med = _nanmedian(np.where(np.isnan(step_s[:, cols]), compute[:, cols], step_s[:, cols]), 1)
+        step_med = nanmedian(
+            np.where(np.isnan(step_s[:, cols]), compute[:, cols], step_s[:, cols]), 1, keepdims=True
+        )
         with np.errstate(all="ignore"):
             for key, x in (("compute", compute), ("forward", fwd), ("busy", tensor)):
-                med = _nanmedian(x[:, cols], 1)
+                med = nanmedian(x[:, cols], 1, keepdims=True)
                 dev, zz = _robust(x[:, cols], floor_ratio * np.abs(med))
                 out[key][:, cols] = 1 + dev / med
                 z[key][:, cols] = zz

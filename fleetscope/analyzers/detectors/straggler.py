@@ -35,7 +35,8 @@ from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, place_columns, row_positions
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
-from fleetscope.analyzers.slowness import Slowness, column_nanpercentile, slowness
+from fleetscope.analyzers.nanstats import column_nanpercentile, nanmedian
+from fleetscope.analyzers.slowness import Slowness, slowness
 
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
 NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
@@ -257,9 +258,7 @@ def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) 
         members = (sl.groups == g) & have
         if not members.any():
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            peer = np.nanmedian(clock[:, members], axis=1, keepdims=True)
+        peer = nanmedian(clock[:, members], axis=1, keepdims=True)
         with np.errstate(all="ignore"):
             deficit = np.nan_to_num(1 - clock[:, members] / peer) >= feat.config.clock_deficit
         ev = thr[:, members] | deficit
@@ -503,9 +502,7 @@ def _hardware_only(feat: Features, covered: list[Finding], net: NetTrouble,
     if not gs.clock.size:
         return out
     busy = np.nan_to_num(gs.util) > 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        peer = np.nanmedian(np.where(busy, gs.clock, np.nan), axis=1, keepdims=True)
+    peer = nanmedian(np.where(busy, gs.clock, np.nan), axis=1, keepdims=True)
     with np.errstate(all="ignore"):
         deficit = 1 - gs.clock / peer
     flag = busy & (np.nan_to_num(deficit) >= cfg.clock_deficit) & throttled
