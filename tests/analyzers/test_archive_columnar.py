@@ -18,6 +18,7 @@ from fleetscope.analyzers.frames import RawSeries
 from fleetscope.archive import ArchiveWriter, convert_recording
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.analyzers.test_archive_stream import _same_frames
 
 T0 = 1_796_000_000.0
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -56,20 +57,10 @@ def _both(monkeypatch, path, **kw):
     return fast, slow, answered == [True]
 
 
-def _same(a, b):
-    assert np.array_equal(a.times, b.times) and a.step == b.step
-    assert list(a.metrics) == list(b.metrics)
-    for name, m in a.metrics.items():
-        n = b.metrics[name]
-        assert m.labels.equals(n.labels), name
-        assert list(m.labels.columns) == list(n.labels.columns), name
-        assert np.array_equal(m.values, n.values, equal_nan=True), name
-
-
 def test_columnar_frames_are_the_series_paths(archived, monkeypatch):
     fast, slow, columnar = _both(monkeypatch, archived)
     assert columnar
-    _same(fast, slow)
+    _same_frames(fast, slow)
     xid = fast.metrics["DCGM_FI_DEV_XID_ERRORS"].labels
     assert "err_code" in xid.columns or "err_msg" in xid.columns, list(xid.columns)  # from __labels__
     times = fast.times
@@ -78,7 +69,7 @@ def test_columnar_frames_are_the_series_paths(archived, monkeypatch):
             monkeypatch, archived, start=float(times[k0]), end=float(times[k1]), step=step
         )
         assert columnar
-        _same(fast, slow)
+        _same_frames(fast, slow)
 
 
 def _write(path, batches, grid=None):
@@ -110,7 +101,7 @@ def test_duplicates_nan_and_late_batches(tmp_path, monkeypatch):
     ])  # fmt: skip
     fast, slow, columnar = _both(monkeypatch, path)
     assert columnar
-    _same(fast, slow)
+    _same_frames(fast, slow)
     util = fast.metrics[UTIL]
     assert util.labels["odd"].tolist() == ["", "x", ""]
     assert util.values[40, 0] == 40.0 and util.values[41, 0] == 7.0 and util.values[44, 0] == 9.0
@@ -128,7 +119,7 @@ def test_export_grid_values(tmp_path, monkeypatch):
     for kw in ({}, {"start": float(t[10]), "end": float(t[30])}):
         fast, slow, columnar = _both(monkeypatch, path, **kw)
         assert columnar
-        _same(fast, slow)
+        _same_frames(fast, slow)
     assert np.isnan(lp.load_parquet(path, LOADED).metrics[UTIL].values[[5, 6, 20], 0]).all()
 
 
@@ -146,5 +137,5 @@ def test_the_series_path_answers_where_only_it_is_exact(tmp_path, monkeypatch, c
     path = _write(tmp_path / "x.parquet", [(UTIL, series)])
     fast, slow, columnar = _both(monkeypatch, path)
     assert not columnar
-    _same(fast, slow)
+    _same_frames(fast, slow)
     assert len(fast.metrics[UTIL]) == (2 if case == "merged labels" else 3)
