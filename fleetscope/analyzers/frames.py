@@ -358,16 +358,16 @@ def grid_rows(
     gm = np.round(grid * 1000).astype(np.int64)
     base = min(int(tm.min()), int(gm.min()))
     span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
-    flat = key.astype(np.int64) * span + (tm - base)
     if not ordered:  # by key, then time; stable: duplicates keep the order given
-        order = np.argsort(flat, kind="stable")
-        flat, key, tm, val = flat[order], key[order], tm[order], val[order]
-    last = np.ones(flat.size, dtype=bool)  # the last of every (key, timestamp) run
-    last[:-1] = flat[1:] != flat[:-1]
-    keep = last & ~np.isnan(val)
+        order = np.argsort(key.astype(np.int64) * span + (tm - base), kind="stable")
+        key, tm, val = key[order], tm[order], val[order]
+    keep = np.ones(key.size, dtype=bool)  # the last of every (key, timestamp) run, if not NaN
+    keep[:-1] = (key[1:] != key[:-1]) | (tm[1:] != tm[:-1])
+    keep &= ~np.isnan(val)
     if not keep.all():
-        flat, key, tm, val = flat[keep], key[keep], tm[keep], val[keep]
-    if not flat.size:
+        key, tm, val = key[keep], tm[keep], val[keep]
+    del keep
+    if not key.size:
         return table
     # Each sample is the newest at or before every grid time from the first one at or after it (j)
     # until the next sample of its series takes over: place each at (j, key) -- the last of its

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -153,8 +154,9 @@ def read_archive(
     in a format-2 archive, what is read: the rows in [start - margin, end] (module docstring).
     ``stats``: filled with what was read.
     """
-    read, meta = _read(Path(path), metrics, progress, window, stats)
-    return {name: m.to_raw() if isinstance(m, MetricRows) else m for name, m in read.items()}, meta
+    meta, metric_reads = _read(Path(path), metrics, progress, window, stats)
+    raw = {name: m.to_raw() if isinstance(m, MetricRows) else m for name, m in metric_reads}
+    return raw, meta
 
 
 def _read(
@@ -163,9 +165,9 @@ def _read(
     progress: Callable[[float], None] | None,
     window: tuple[float | None, float | None, float | None],
     stats: ReadStats | None,
-) -> tuple[dict[str, MetricRows | list[RawSeries]], dict[str, Any]]:
-    """:func:`read_archive`, a format-2 metric as its rows (:class:`MetricRows`), a format-1 one as
-    its series."""
+) -> tuple[dict[str, Any], Iterator[tuple[str, MetricRows | list[RawSeries]]]]:
+    """(the metadata, each metric as it is read): a format-2 metric as its rows
+    (:class:`MetricRows`), a format-1 one as its series. The grid's size is checked before."""
     pf, meta = _open(path)
     pa, _ = pyarrow_modules()
     by_metric = _groups_by_metric(path, meta, metrics)
@@ -180,35 +182,43 @@ def _read(
     _check_size(pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
     total = sum(pf.metadata.row_group(i).num_rows for ids in by_metric.values() for i in ids) or 1
-    done = 0
-    read: dict[str, MetricRows | list[RawSeries]] = {}
-    try:
-        for name, ids in by_metric.items():
-            got: MetricRows | list[RawSeries] | None
-            if v2:
-                present = _v2_columns(pf, meta, name)
-                table = pf.read_row_groups(ids, columns=[*present, SERIES_COL, TIME_COL, VALUE_COL])
-                got = MetricRows.of_table(pa, table, present, labels, rows)
-            else:
-                columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
-                present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few labels
-                table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
-                got = _split_series(pa, table, present, labels) or None
-            if got is not None:
-                read[name] = got
-            done += table.num_rows
-            stats.row_groups += len(ids)
-            stats.rows += table.num_rows
-            del table
-            if progress:
-                progress(done / total)
-    except (pa.ArrowException, OSError) as exc:
-        raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
-    if not read:
-        if rows is not None:
-            raise FleetscopeError(f"{path} has no samples in the requested window")
-        raise FleetscopeError(f"{path} holds none of the series the analyzers read")
-    return read, meta
+
+    def each() -> Iterator[tuple[str, MetricRows | list[RawSeries]]]:
+        done = 0
+        any_read = False
+        try:
+            for name, ids in by_metric.items():
+                got: MetricRows | list[RawSeries] | None
+                n = sum(pf.metadata.row_group(i).num_rows for i in ids)
+                if v2:  # of_table gets the only reference to the table, to let go of it early
+                    present = _v2_columns(pf, meta, name)
+                    got = MetricRows.of_table(
+                        pa, pf.read_row_groups(ids, columns=[SERIES_COL, TIME_COL, VALUE_COL]),
+                        partial(pf.read_row_groups, ids, columns=present),
+                        present, labels, rows,
+                    )  # fmt: skip
+                else:
+                    columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
+                    present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few labels
+                    table = pf.read_row_groups(ids, columns=[*present, TIME_COL, VALUE_COL])
+                    got = _split_series(pa, table, present, labels) or None
+                    del table
+                done += n
+                stats.row_groups += len(ids)
+                stats.rows += n
+                if progress:
+                    progress(done / total)
+                if got is not None:
+                    any_read = True
+                    yield name, got
+        except (pa.ArrowException, OSError) as exc:
+            raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
+        if not any_read:
+            if rows is not None:
+                raise FleetscopeError(f"{path} has no samples in the requested window")
+            raise FleetscopeError(f"{path} holds none of the series the analyzers read")
+
+    return meta, each()
 
 
 def _groups_by_metric(
@@ -272,18 +282,19 @@ class MetricRows:
     labels: list[tuple[str, np.ndarray, list[str]]]
 
     @classmethod
-    def of_table(cls, pa: Any, table: Any, columns: list[str], labels: dict[str, str],
-                 rows: tuple[float, float] | None) -> MetricRows | None:  # fmt: skip
-        """The rows of ``table`` in ``rows`` (seconds; None: all), None when there are none.
-
-        Only the time, series and value columns are converted whole; the label columns are read at
-        each series' first row.
+    def of_table(cls, pa: Any, table: Any, label_table: Callable[[], Any], columns: list[str],
+                 labels: dict[str, str], rows: tuple[float, float] | None) -> MetricRows | None:  # fmt: skip
+        """The rows of ``table`` (its series, time and value columns) in ``rows`` (seconds; None:
+        all), None when there are none. ``label_table()`` reads the label ``columns`` of the same
+        rows, once the numeric work is done (so both are never held whole together); only each
+        series' first row of them is kept.
         """
         if not table.num_rows:
             return None
         tms = _int64(pa, table.column(TIME_COL))
         sid = table.column(SERIES_COL).to_numpy()
         values = table.column(VALUE_COL).to_numpy().astype(float, copy=False)
+        del table  # the caller holds no reference: its buffers go once copied out
         keep = None if rows is None else _inside(tms, rows)
         if keep is not None:
             tms, sid, values = tms[keep], sid[keep], values[keep]
@@ -295,11 +306,13 @@ class MetricRows:
         change[0] = True
         np.not_equal(sid[1:], sid[:-1], out=change[1:])
         starts = np.flatnonzero(change)
-        series = np.cumsum(change, dtype=np.int64) - 1
+        series = np.cumsum(change, dtype=np.int32) - 1
         first = order[starts]  # each series' first row, among those kept
         if keep is not None:
             first = np.flatnonzero(keep)[first]  # ... in the table
-        at = table.select(columns).take(pa.array(first)).unify_dictionaries().combine_chunks()
+        at = label_table().take(pa.array(first)).unify_dictionaries().combine_chunks() if columns else None
+        if at is None:
+            return cls(series, tms, values, starts, [])
         lab = []
         for col in columns:
             arr = at.column(col).chunk(0) if at.column(col).num_chunks else None
@@ -459,9 +472,15 @@ def load_parquet(
     and the grid step, when not given, comes from the archive's typical spacing (:func:`archive_span`),
     so every chunk of a chunked analysis gets the same step whatever its own samples' spacing.
     ``stats``: filled with the row groups and rows read.
+
+    Format 2 goes the columnar way (:class:`_ColumnarGrid`): when the grid is known before reading
+    (an export's own grid, or ``start``, ``end`` and ``step`` all given, as every chunk of a
+    streamed analysis gives them) each metric is put on it as soon as it is read, so only one
+    metric's rows are held at a time; otherwise all rows first, then the grid from them.
     """
-    read, meta = _read(Path(path), metrics, progress, (start, end, step), stats)
+    path = Path(path)
     source = os.fspath(path)
+    meta, metric_reads = _read(path, metrics, progress, (start, end, step), stats)
     grid = meta.get("grid")
     if grid:
         g_start, g_end, g_step = float(grid["start"]), float(grid["end"]), float(grid["step"])
@@ -472,9 +491,31 @@ def load_parquet(
             raise FleetscopeError(
                 f"--start must be a grid time of {path}'s window (from {g_start:g}, every {g_step:g} s)"
             )
-    frames = _columnar_frames(read, meta, step, start, end, source)
-    if frames is not None:
-        return frames
+        known: tuple[float, float, float, float] | None = (
+            g_start if start is None else start,
+            g_end if end is None else min(end, g_end),
+            g_step,
+            0.0,
+        )
+    elif start is not None and end is not None and step is not None:
+        if end < start:
+            raise FleetscopeError("the window ends before it starts")
+        known = (start, end, step, lookback_seconds(step))
+    else:
+        known = None
+    if meta["version"] < 2:
+        known = None  # format 1 holds series, not rows: the series path
+    if known is not None:
+        frames = _ColumnarGrid(*known, source, gridded=bool(grid)).run(metric_reads)
+        if frames is not None:
+            return frames
+        meta, metric_reads = _read(path, metrics, None, (start, end, step), None)  # the series path
+        read = dict(metric_reads)
+    else:
+        read = dict(metric_reads)
+        frames = _columnar_frames(read, meta, step, start, end, source)
+        if frames is not None:
+            return frames
     raw = {name: m.to_raw() if isinstance(m, MetricRows) else m for name, m in read.items()}
     del read
     if grid:  # query_range grid values: their own grid, no second lookback
@@ -491,59 +532,73 @@ def _sliced(meta: dict[str, Any], start: float | None, end: float | None) -> boo
     return meta["version"] >= 2 and (start is not None or end is not None)
 
 
+class _ColumnarGrid:
+    """Metrics' rows onto a known grid, one metric at a time, giving the frames the series path
+    (:func:`samples.summarize`, then :func:`samples.frames_from_raw` or :func:`build_frames`)
+    gives; :meth:`run` answers None where only that path is exact: a format-1 archive, two series
+    of one metric with the same labels, or samples it would drop (non-finite values, stamps more
+    than a day from the rest). tests/analyzers/test_archive_columnar.py compares the two."""
+
+    def __init__(self, start: float, end: float, step: float, lookback: float, source: str,
+                 gridded: bool = False) -> None:  # fmt: skip
+        self.gridded = gridded  # an export's grid values: no window check (build_frames has none)
+        self.times = make_grid(start, end, step)
+        self.frames = Frames(times=self.times, step=step, source=source)
+        self.start, self.end, self.lookback, self.source = start, end, lookback, source
+        self.t_lo, self.t_hi = np.inf, -np.inf
+
+    def add(self, name: str, m: MetricRows | list[RawSeries]) -> bool:
+        """Put one metric on the grid (False: the series path must answer instead)."""
+        if not isinstance(m, MetricRows) or not np.isfinite(m.values).all():
+            return False
+        keys = _label_keys(m)
+        if keys is None:
+            return False
+        self.t_lo = min(self.t_lo, int(m.tms.min()) / 1000.0)
+        self.t_hi = max(self.t_hi, int(m.tms.max()) / 1000.0)
+        table = grid_rows(
+            m.series, m.tms, m.values, int(m.starts.size), self.times, self.lookback, ordered=True
+        )
+        alive = ~np.isnan(table).all(axis=0)
+        if alive.any():
+            self.frames.metrics[name] = MetricFrame(_label_frame(m, keys, alive), table[:, alive])
+        return True
+
+    def run(self, metric_reads: Iterable[tuple[str, MetricRows | list[RawSeries]]]) -> Frames | None:
+        for name, m in metric_reads:
+            if not self.add(name, m):
+                return None
+        if self.t_hi - self.t_lo > PLAUSIBLE_MARGIN_S:
+            return None  # samples.summarize would drop some: its path counts and reports them
+        if not self.gridded and (self.end < self.t_lo or self.start > self.t_hi):
+            raise FleetscopeError(f"{self.source} has no samples in the requested window")
+        return self.frames
+
+
 def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[str, Any], step: float | None,
                      start: float | None, end: float | None, source: str) -> Frames | None:  # fmt: skip
-    """The frames the series path (:func:`samples.summarize`, :func:`samples.frames_from_raw` or
-    :func:`build_frames`) gives, computed on the rows; None where that path must run instead: a
-    format-1 archive, two series of one metric with the same labels, or samples that path would
-    drop (non-finite values, stray times).
-
-    The equality is tested (tests/analyzers/test_archive_columnar.py) on archives of recordings and
-    of exports from Prometheus, whole and sliced.
-    """
+    """:class:`_ColumnarGrid` where the grid comes from the rows themselves (their span, spacing
+    and scrape phase, as :func:`samples.frames_from_raw` takes them): every metric read first."""
     rows: dict[str, MetricRows] = {}
     for name, m in read.items():
         if not isinstance(m, MetricRows):
             return None
         rows[name] = m
-    t_lo = min(int(m.tms.min()) for m in rows.values())
-    t_hi = max(int(m.tms.max()) for m in rows.values())
-    if (t_hi - t_lo) / 1000.0 > PLAUSIBLE_MARGIN_S or not all(
-        np.isfinite(m.values).all() for m in rows.values()
-    ):
-        return None  # samples.summarize would drop some: its path counts and reports them
-    keys = {}
-    for name, m in rows.items():
-        k = _label_keys(m)
-        if k is None:
-            return None
-        keys[name] = k
-    series = sum(int(m.starts.size) for m in rows.values())
-    grid = meta.get("grid")
-    if grid:
-        g_start, g_end, g_step = float(grid["start"]), float(grid["end"]), float(grid["step"])
-        start, end, step, lookback = (g_start if start is None else start,
-                                      g_end if end is None else min(end, g_end), g_step, 0.0)  # fmt: skip
+    t_min = min(int(m.tms.min()) for m in rows.values()) / 1000.0
+    t_max = max(int(m.tms.max()) for m in rows.values()) / 1000.0
+    if t_max - t_min > PLAUSIBLE_MARGIN_S:
+        return None  # the series path drops the stray stamps before it places the grid
+    if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
+        spacing = float(meta["spacing"])
     else:
-        t_min, t_max = t_lo / 1000.0, t_hi / 1000.0
-        if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
-            spacing = float(meta["spacing"])
-        else:
-            spacing = _typical_spacing(rows.values())
-        phase = [m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0 for m in rows.values()
-                 for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)]  # fmt: skip
-        start, end, step = grid_window(phase, t_min, t_max, spacing, step=step, start=start, end=end,
-                                       source=source)  # fmt: skip
-        lookback = lookback_seconds(step)
-    check_grid(start, end, step, series)
-    times = make_grid(start, end, step)
-    frames = Frames(times=times, step=step, source=source)
-    for name, m in rows.items():
-        table = grid_rows(m.series, m.tms, m.values, int(m.starts.size), times, lookback, ordered=True)
-        alive = ~np.isnan(table).all(axis=0)
-        if alive.any():
-            frames.metrics[name] = MetricFrame(_label_frame(m, keys[name], alive), table[:, alive])
-    return frames
+        spacing = _typical_spacing(rows.values())
+    phase = [m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0 for m in rows.values()
+             for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)]  # fmt: skip
+    start, end, step = grid_window(
+        phase, t_min, t_max, spacing, step=step, start=start, end=end, source=source
+    )
+    check_grid(start, end, step, sum(int(m.starts.size) for m in rows.values()))
+    return _ColumnarGrid(start, end, step, lookback_seconds(step), source).run(rows.items())
 
 
 def _label_keys(m: MetricRows) -> list[tuple[str, np.ndarray, np.ndarray]] | None:

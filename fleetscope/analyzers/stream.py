@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -138,7 +138,9 @@ def analyze_chunked(
 ) -> Report:
     """Analyze ``[start, end]`` chunk by chunk (module docstring); the grid is ``start + k * step``.
 
-    ``prefetch``: load the next chunk on a second thread while this one is analyzed.
+    ``prefetch``: load the next chunk on a second thread while this one is analyzed (the first
+    loads on this one): on two cores loading and detection overlap, and two chunks are held at
+    the peak instead of one.
     """
     cfg = config or DEFAULT
     plan = plan_chunks(start, end, step, chunk_s, lead_s)
@@ -147,11 +149,12 @@ def analyze_chunked(
     goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
     with ThreadPoolExecutor(1, thread_name_prefix="fleetscope-prefetch") as ahead:
-        nxt = ahead.submit(load, plan[0][0], plan[0][2]) if prefetch else None
+        nxt: Future[Frames] | None = None
         for k, (load_start, own_start, own_end) in enumerate(plan):
             if last is not None:
-                last.features = None  # the chunk before lets go of its grid before this one loads
+                last.features = None  # the chunk before lets go of its grid
             frames = nxt.result() if nxt is not None else load(load_start, own_end)
+            nxt = None
             if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
                 nxt = ahead.submit(load, plan[k + 1][0], plan[k + 1][2])
             report = analyze(frames, cfg, carry=carry, own_start=own_start)

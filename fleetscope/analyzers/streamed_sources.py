@@ -74,9 +74,8 @@ def _from_prometheus(args: argparse.Namespace, config: DetectorConfig, progress:
         return load_prometheus(args.prometheus, a, b, step, LOADED, timeout=args.timeout, sigv4_region=region,
                                headers=headers, max_answer_bytes=args.max_answer_bytes)  # fmt: skip
 
-    return analyze_chunked(
-        load, start, end, step, config, chunk_s=chunk, lead_s=DEFAULT_LEAD_S, progress=progress
-    )
+    return analyze_chunked(load, start, end, step, config, chunk_s=chunk, lead_s=DEFAULT_LEAD_S,
+                           progress=progress, prefetch=args.prefetch)  # fmt: skip
 
 
 def _from_archive(path: Path, args: argparse.Namespace, config: DetectorConfig, progress: Progress,
@@ -102,7 +101,7 @@ def _from_archive(path: Path, args: argparse.Namespace, config: DetectorConfig, 
         return load_parquet(path, LOADED, step=step, start=a, end=b)
 
     return analyze_chunked(load, grid_start, end, step, config, chunk_s=chunk, lead_s=DEFAULT_LEAD_S,
-                           progress=progress)  # fmt: skip
+                           progress=progress, prefetch=args.prefetch)  # fmt: skip
 
 
 def _convert(recording: Path, archive: Path, progress: Progress) -> None:

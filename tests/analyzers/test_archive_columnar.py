@@ -42,18 +42,18 @@ def archived(tmp_path_factory):
 def _both(monkeypatch, path, **kw):
     """(columnar frames, series-path frames, whether the columnar path answered)."""
     answered = []
-    real = lp._columnar_frames
+    real = lp._ColumnarGrid.run
 
-    def spy(*a, **k):
-        got = real(*a, **k)
+    def spy(self, reads):
+        got = real(self, reads)
         answered.append(got is not None)
         return got
 
-    monkeypatch.setattr(lp, "_columnar_frames", spy)
+    monkeypatch.setattr(lp._ColumnarGrid, "run", spy)
     fast = lp.load_parquet(path, LOADED, **kw)
-    monkeypatch.setattr(lp, "_columnar_frames", lambda *a, **k: None)
+    monkeypatch.setattr(lp._ColumnarGrid, "run", lambda self, reads: None)
     slow = lp.load_parquet(path, LOADED, **kw)
-    monkeypatch.setattr(lp, "_columnar_frames", real)
+    monkeypatch.setattr(lp._ColumnarGrid, "run", real)
     return fast, slow, answered == [True]
 
 
@@ -64,6 +64,8 @@ def test_columnar_frames_are_the_series_paths(archived, monkeypatch):
     xid = fast.metrics["DCGM_FI_DEV_XID_ERRORS"].labels
     assert "err_code" in xid.columns or "err_msg" in xid.columns, list(xid.columns)  # from __labels__
     times = fast.times
+    # Without a step the grid comes from the rows; with start, end and step it is known before
+    # reading, and each metric is placed as soon as it is read.
     for k0, k1, step in ((10, 60, None), (0, 40, 15.0), (70, len(times) - 1, None), (33, 34, 30.0)):
         fast, slow, columnar = _both(
             monkeypatch, archived, start=float(times[k0]), end=float(times[k1]), step=step
@@ -139,3 +141,34 @@ def test_the_series_path_answers_where_only_it_is_exact(tmp_path, monkeypatch, c
     assert not columnar
     _same_frames(fast, slow)
     assert len(fast.metrics[UTIL]) == (2 if case == "merged labels" else 3)
+
+
+def test_a_known_grid_holds_one_metrics_rows_at_a_time(archived, monkeypatch):
+    """Given start, end and step (every chunk of a streamed analysis), each metric is placed on
+    the grid as soon as it is read: no more than one metric's rows are alive at a time."""
+    import gc
+    import weakref
+
+    alive: list[weakref.ref] = []
+    most = []
+    real_of_table, real_add = lp.MetricRows.of_table.__func__, lp._ColumnarGrid.add
+
+    def of_table(cls, *a, **k):
+        got = real_of_table(cls, *a, **k)
+        if got is not None:
+            alive.append(weakref.ref(got))
+        return got
+
+    def add(self, name, m):
+        gc.collect()
+        most.append(sum(r() is not None for r in alive))
+        return real_add(self, name, m)
+
+    monkeypatch.setattr(lp.MetricRows, "of_table", classmethod(of_table))
+    monkeypatch.setattr(lp._ColumnarGrid, "add", add)
+    whole = lp.load_parquet(archived, LOADED)  # the grid from the rows: every metric read first
+    assert max(most) > 10, most
+    most.clear()
+    t0, t1 = float(whole.times[20]), float(whole.times[120])
+    part = lp.load_parquet(archived, LOADED, start=t0, end=t1, step=whole.step)
+    assert len(part.metrics) > 10 and len(most) >= len(part.metrics) and max(most) == 1, most
