@@ -55,9 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
                         "'auto' (default): 1h chunks for a window longer than 2h from Prometheus or "
                         "an archive; 'off': in one piece")  # fmt: skip
-    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=True,
-                   help="streamed: load the next chunk while this one is analyzed (default on: about "
-                        "1.6x faster on two cores, two chunks in memory at the peak instead of one)")  # fmt: skip
+    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
+                   help="streamed: load the next chunk while this one is analyzed (about 1.4x faster "
+                        "on two cores, two chunks in memory at the peak instead of one; default: for "
+                        "windows of more than 4 chunks)")  # fmt: skip
 
 
 def add_prometheus_access(p: argparse.ArgumentParser) -> None:

@@ -62,6 +62,9 @@ DEFAULT_CHUNK_S = 3600.0
 DEFAULT_LEAD_S = 900.0
 
 
+#: Streamed windows of more chunks than this load the next chunk while one is analyzed (unless
+#: --prefetch or --no-prefetch says otherwise).
+PREFETCH_OVER_CHUNKS = 4
 #: --chunk auto: windows longer than this are streamed, in chunks of AUTO_CHUNK_S.
 AUTO_STREAM_OVER_S = 2 * 3600.0
 AUTO_CHUNK_S = 3600.0
@@ -134,16 +137,20 @@ def analyze_chunked(
     chunk_s: float = DEFAULT_CHUNK_S,
     lead_s: float = DEFAULT_LEAD_S,
     progress: Progress | None = None,
-    prefetch: bool = True,
+    prefetch: bool | None = None,
 ) -> Report:
     """Analyze ``[start, end]`` chunk by chunk (module docstring); the grid is ``start + k * step``.
 
     ``prefetch``: load the next chunk on a second thread while this one is analyzed (the first
     loads on this one): on two cores loading and detection overlap, and two chunks are held at
-    the peak instead of one.
+    the peak instead of one. None: only over more than :data:`PREFETCH_OVER_CHUNKS` chunks, where
+    the time saved is minutes (a 512-node day: 198 s -> 141 s); a window of a few hours keeps the
+    memory of one chunk.
     """
     cfg = config or DEFAULT
     plan = plan_chunks(start, end, step, chunk_s, lead_s)
+    if prefetch is None:
+        prefetch = len(plan) > PREFETCH_OVER_CHUNKS
     carry = Carry()
     merged: list[Finding] = []
     goodput: dict[str, GoodputAccount] = {}
