@@ -26,9 +26,8 @@ writes each family as soon as the parser has finished it, a large one in batches
 file): the label keys of families not yet parsed are unknown then. The columns are therefore the keys the contract declares for the metrics recorded
 (plus the MIG, attribution and scrape labels); any other label goes, per series, into
 ``__labels__``. ``record --prometheus`` writes the window an hour at a time (``--chunk``, so
-memory follows the piece, not the window), with the same columns for the same reason.
-(:func:`write_archive`, for series all at hand, makes a column of every label key.) Either way
-the reader gives back the same labels.
+memory follows the piece, not the window), with the same columns for the same reason. Either
+way the reader gives back the same labels.
 
 It is written to a temporary name beside the target and renamed when complete, so a crash leaves no
 half-written archive. ``fleetscope analyze --input X.parquet`` reads it
@@ -340,34 +339,6 @@ def _span(groups: list[dict[str, Any]]) -> tuple[float, float]:
     hi = mid[o][min(np.searchsorted(cum, 0.99), len(o) - 1)] + PLAUSIBLE_MARGIN_S
     ok = (t1 >= lo) & (t0 <= hi)
     return float(t0[ok].min()), float(t1[ok].max())
-
-
-def write_archive(
-    raw: dict[str, list[RawSeries]],
-    path: str | Path,
-    *,
-    source: str,
-    grid: tuple[float, float, float] | None = None,
-    progress: Callable[[float], None] | None = None,
-) -> dict[str, int]:
-    """Write ``raw`` (metric -> series, as the loaders hold them) to ``path``; (rows, series, metrics).
-
-    ``grid``: (start, end, step) when the samples are query_range grid values (module docstring).
-    Every series is at hand, so the label columns are exactly the label keys of ``raw``.
-    """
-    labels = {k for series in raw.values() for s in series for k in s.labels}
-    total = sum(s.times.size for series in raw.values() for s in series)
-    done = 0
-    with ArchiveWriter(path, labels, source=source, grid=grid) as out:
-        for name, series in raw.items():
-            out.add(name, series)
-            done += sum(s.times.size for s in series)
-            if progress and total:
-                progress(done / total)
-        stats = out.close()
-    if progress:
-        progress(1.0)
-    return stats
 
 
 def convert_recording(

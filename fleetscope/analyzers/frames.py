@@ -359,7 +359,12 @@ def grid_rows(
     base = min(int(tm.min()), int(gm.min()))
     span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
     if not ordered:  # by key, then time; stable: duplicates keep the order given
-        order = np.argsort(key.astype(np.int64) * span + (tm - base), kind="stable")
+        fits = K * span < 2**62  # one int64 key (a timsort) unless it would overflow
+        order = (
+            np.argsort(key.astype(np.int64) * span + (tm - base), kind="stable")
+            if fits
+            else np.lexsort((tm, key))
+        )
         key, tm, val = key[order], tm[order], val[order]
     keep = np.ones(key.size, dtype=bool)  # the last of every (key, timestamp) run, if not NaN
     keep[:-1] = (key[1:] != key[:-1]) | (tm[1:] != tm[:-1])

@@ -181,7 +181,8 @@ def _read(
                      if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])}  # fmt: skip
     _check_size(pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
-    total = sum(pf.metadata.row_group(i).num_rows for ids in by_metric.values() for i in ids) or 1
+    sizes = {name: sum(pf.metadata.row_group(i).num_rows for i in ids) for name, ids in by_metric.items()}
+    total = sum(sizes.values()) or 1
 
     def each() -> Iterator[tuple[str, MetricRows | list[RawSeries]]]:
         done = 0
@@ -189,7 +190,7 @@ def _read(
         try:
             for name, ids in by_metric.items():
                 got: MetricRows | list[RawSeries] | None
-                n = sum(pf.metadata.row_group(i).num_rows for i in ids)
+                n = sizes[name]
                 if v2:  # of_table gets the only reference to the table, to let go of it early
                     present = _v2_columns(pf, meta, name)
                     got = MetricRows.of_table(
@@ -268,7 +269,7 @@ def _v2_columns(pf: Any, meta: dict[str, Any], name: str) -> list[str]:
 class MetricRows:
     """One metric's rows of a format-2 archive, in series order (the ``__series__`` numbers read,
     ascending) and time order within a series (stable: duplicates as written), with no Python object
-    per series: what the columnar path (:func:`_columnar_frames`) grids directly.
+    per series: what the columnar path (:class:`_ColumnarGrid`) grids directly.
 
     ``series``: per row, the series' place among those read (0, 1, ...); ``starts``: each series'
     first row; ``labels``: per label column, (label name, each series' code, -1 for none; the
@@ -291,7 +292,7 @@ class MetricRows:
         """
         if not table.num_rows:
             return None
-        tms = _int64(pa, table.column(TIME_COL))
+        tms = _int64(table.column(TIME_COL))
         sid = table.column(SERIES_COL).to_numpy()
         values = table.column(VALUE_COL).to_numpy().astype(float, copy=False)
         del table  # the caller holds no reference: its buffers go once copied out
@@ -345,7 +346,7 @@ class MetricRows:
                 for k in range(self.starts.size)]  # fmt: skip
 
 
-def _int64(pa: Any, column: Any) -> np.ndarray:
+def _int64(column: Any) -> np.ndarray:
     """A timestamp column as int64 milliseconds, one array."""
     arr = column.to_numpy()
     return arr.view(np.int64) if arr.dtype.kind == "M" else arr.astype(np.int64)
@@ -491,12 +492,8 @@ def load_parquet(
             raise FleetscopeError(
                 f"--start must be a grid time of {path}'s window (from {g_start:g}, every {g_step:g} s)"
             )
-        known: tuple[float, float, float, float] | None = (
-            g_start if start is None else start,
-            g_end if end is None else min(end, g_end),
-            g_step,
-            0.0,
-        )
+        g_start, g_end = (g_start if start is None else start), (g_end if end is None else min(end, g_end))
+        known: tuple[float, float, float, float] | None = (g_start, g_end, g_step, 0.0)
     elif start is not None and end is not None and step is not None:
         if end < start:
             raise FleetscopeError("the window ends before it starts")
@@ -520,8 +517,7 @@ def load_parquet(
     del read
     if grid:  # query_range grid values: their own grid, no second lookback
         summarize(raw, source)  # drops what no exporter writes, as for a recording
-        return build_frames(raw, g_start if start is None else start, g_end if end is None else min(end, g_end),
-                            g_step, source=source, gridded=True)  # fmt: skip
+        return build_frames(raw, g_start, g_end, g_step, source=source, gridded=True)
     raw, t_min, t_max, spacing = summarize(raw, source)
     if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
         spacing = float(meta["spacing"])

@@ -164,8 +164,14 @@ def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(archive.ArchiveWriter, "_write_group", boom)
-    with pytest.raises(RuntimeError):
-        archive.write_archive(raw, tmp_path / "x.parquet", source="t")
+    out = tmp_path / "x.parquet"
+    with (
+        pytest.raises(RuntimeError),
+        archive.ArchiveWriter(out, archive.contract_label_keys(LOADED), source="t") as w,
+    ):
+        for name, series in raw.items():
+            w.add(name, series)
+        w.close()
     assert list(tmp_path.iterdir()) == []
     # record --input too: the error, and nothing left.
     with pytest.raises(RuntimeError):
