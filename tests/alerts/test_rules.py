@@ -19,6 +19,8 @@ from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.alerts.model import render_template
 from tests.support.prom import promtool
 
+pytestmark = [pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "alerts").glob("*.rules.yml"))
 TEST_FILES = sorted((ROOT / "alerts" / "tests").glob("*.test.yml"))

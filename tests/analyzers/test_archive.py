@@ -94,6 +94,7 @@ def test_archive_layout(recording, tmp_path, capsys):
     assert first["__series__"] == 0 and first["Hostname"]
 
 
+@pytest.mark.server
 def test_archive_of_a_prometheus_window(recording, tmp_path, capsys):
     """Exported from a real Prometheus: the archive gives what analyzing Prometheus gives."""
     om = tmp_path / "s.om"

@@ -143,6 +143,7 @@ def test_the_series_path_answers_where_only_it_is_exact(tmp_path, monkeypatch, c
     assert len(fast.metrics[UTIL]) == (2 if case == "merged labels" else 3)
 
 
+@pytest.mark.slow
 def test_a_known_grid_holds_one_metrics_rows_at_a_time(archived, monkeypatch):
     """Given start, end and step (every chunk of a streamed analysis), each metric is placed on
     the grid as soon as it is read: no more than one metric's rows are alive at a time."""

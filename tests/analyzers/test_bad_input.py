@@ -117,6 +117,7 @@ def test_prometheus_5xx(capsys):
     assert rc == 1 and "answered 503" in _one_line(err)
 
 
+@pytest.mark.server
 def test_prometheus_window_without_data(tmp_path, capsys):
     with Prometheus(tmp_path / "p") as prom:
         rc, err = _run(["--prometheus", prom.url, "--start=-2h", "--end=-1h"], capsys)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fleetscope.analyzers.evaluate import Report, evaluate, score_scenario
 from fleetscope.analyzers.findings import Finding
 from fleetscope.cli import main
 from fleetscope.simulate.record import ground_truth
 from fleetscope.simulate.spec import FAMILIES, FAULT_KINDS, FaultSpec, JobSpec, ScenarioSpec, node_name
+
+pytestmark = [pytest.mark.slow]
 
 FAIL_STOP = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop")
 FAIL_SLOW = ("thermal_throttle", "power_brake", "efa_degraded", "data_stall")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fleetscope.analyzers import load_prometheus
 from fleetscope.analyzers.core import analyze_file, analyze_prometheus
 from fleetscope.cli import main
@@ -13,6 +15,7 @@ from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 
+@pytest.mark.server
 def test_file_and_prometheus_give_identical_findings(tmp_path, capsys, monkeypatch):
     spec = ScenarioSpec(name="same", nodes=4, duration_s=1500, seed=9, faults=[
         FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),

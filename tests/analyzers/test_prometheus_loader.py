@@ -28,6 +28,8 @@ from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from tests.support.prom import Prometheus, backfill_openmetrics
 
+pytestmark = [pytest.mark.server]
+
 T0 = 1796032800.0
 
 

@@ -17,6 +17,8 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 
+pytestmark = [pytest.mark.server]
+
 WINDOW = 900.0
 STEP = 15.0
 

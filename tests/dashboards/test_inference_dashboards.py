@@ -18,6 +18,8 @@ from fleetscope.alerts import inference, names
 from tests.inference.test_replica_join import GPU, LLAMA, MISTRAL, T, _openmetrics
 from tests.support.prom import Prometheus, backfill_openmetrics
 
+pytestmark = [pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[2]
 FLEET, REPLICA = "inference-fleet.json", "inference-replica.json"
 

@@ -29,6 +29,8 @@ from tests.dashboards.promql_names import series_names
 from tests.fixtures.inference.rules_series import MODEL
 from tests.support.prom import Prometheus, backfill_openmetrics, promtool
 
+pytestmark = [pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "recorded" / "all_series.om.gz"
 

@@ -15,9 +15,12 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from fleetscope.simulate.spec import node_name
 from tests.support.prom import free_port, wait_for
+
+pytestmark = [pytest.mark.server]
 
 VENV_BIN = Path(sys.executable).parent
 FAULT_NODE = 1

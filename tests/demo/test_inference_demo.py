@@ -10,9 +10,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from fleetscope.simulate.spec import node_name
 from tests.demo.test_demo import VENV_BIN, Demo, get_json
 from tests.support.prom import free_port, wait_for
+
+pytestmark = [pytest.mark.server]
 
 FAULT_NODE = 1
 FAULT_AT = 20  # s: after Prometheus' first scrapes, so the replica is seen before its engine dies

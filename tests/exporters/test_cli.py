@@ -15,6 +15,8 @@ from tests.exporters.conftest import P5, tree_flags
 from tests.support.exposition import matching, value
 from tests.support.prom import free_port, promtool
 
+pytestmark = [pytest.mark.server]
+
 ONLY_EFA_LUSTRE = ["--collector.disable-defaults", "--collector.efa", "--collector.lustre"]
 
 

@@ -27,6 +27,8 @@ from tests.exporters.conftest import P5, P5_EFA_DEVICES, copy_tree, tree_flags
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus, http_get, promtool, wait_for
 
+pytestmark = [pytest.mark.server]
+
 NODE = "p5-node-1"
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 COLLECTORS = ["--collector.disable-defaults", "--collector.efa", "--collector.lustre"]

@@ -47,6 +47,8 @@ from tests.inference.test_contract import check_contract_names, check_serves_wha
 from tests.support.prom import Prometheus, free_port, http_get, wait_for
 from tests.support.tiny_llama import MAX_MODEL_LEN, write_tiny_llama
 
+pytestmark = [pytest.mark.vllm, pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
 MODEL = "tiny"

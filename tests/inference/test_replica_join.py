@@ -18,6 +18,8 @@ from fleetscope import contract as c
 from fleetscope import queries as q
 from tests.support.prom import Prometheus, backfill_openmetrics
 
+pytestmark = [pytest.mark.server]
+
 T = 1_790_000_000  # the instant every query is evaluated at
 RUNNING = c.VLLM_NUM_REQUESTS_RUNNING
 GPU = c.DCGM_FI_DEV_GPU_UTIL

@@ -21,6 +21,8 @@ from tests.service.support import COLOURS, ROOT, ServeProcess, chromium, close
 from tests.support.exposition import value
 from tests.support.prom import Prometheus, http_get, wait_for
 
+pytestmark = [pytest.mark.server, pytest.mark.browser]
+
 FAULT_NODE = 1
 
 

@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import uvicorn
 
 from fleetscope.service.app import ServiceSettings, create_app
 from tests.service.support import ScriptedAnalyze, chromium, prometheus_down
 from tests.service.test_e2e import _Cells
 from tests.support.prom import free_port, http_get, wait_for
+
+pytestmark = [pytest.mark.browser]
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from fleetscope.analyzers.goodput import finding_label
@@ -16,6 +17,8 @@ from fleetscope.service.app import ServiceSettings, create_app
 from tests.service.support import ScriptedAnalyze, chromium, close, make_analysis
 from tests.service.test_page import serving
 from tests.support.prom import http_get
+
+pytestmark = [pytest.mark.browser]
 
 #: style.css's colours of two categories (the screenshot is sampled in their segments).
 PRODUCTIVE = (0x2E, 0x7D, 0x32)

@@ -16,6 +16,8 @@ from tests.service.support import ServeProcess
 from tests.support.exposition import value
 from tests.support.prom import Prometheus, http_get, wait_for
 
+pytestmark = [pytest.mark.server]
+
 
 def _get(url: str) -> tuple[int, dict]:
     status, body = http_get(url, timeout=5)

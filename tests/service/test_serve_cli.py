@@ -14,6 +14,8 @@ import pytest
 from tests.service.support import ROOT, ServeProcess
 from tests.support.prom import free_port, http_get, wait_for
 
+pytestmark = [pytest.mark.server]
+
 
 def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(

@@ -21,6 +21,7 @@ def _spec(**kw) -> ScenarioSpec:
     return ScenarioSpec(**base)
 
 
+@pytest.mark.server
 def test_recording_backfills_into_prometheus(tmp_path):
     spec = _spec(faults=[FaultSpec(kind="gpu_lost", at_s=300, node=1, gpu=2)])
     out, truth = write_scenario(spec, tmp_path / "rec.om")
@@ -69,6 +70,7 @@ def test_synchronous_training_model():
     assert cv[-1] < 1700
 
 
+@pytest.mark.server
 def test_live_cluster_is_scraped_by_prometheus(tmp_path):
     spec = _spec(nodes=2, faults=[FaultSpec(kind="gpu_lost", at_s=20, node=1, gpu=3, stall_s=3600)])
     targets = tmp_path / "targets.json"

@@ -20,6 +20,8 @@ from tests.support.exporter import ExporterProcess
 from tests.support.exposition import matching
 from tests.support.prom import Prometheus, free_port, wait_for
 
+pytestmark = [pytest.mark.torch, pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "e2e-node"
 JOB = "e2e-4711"

@@ -12,6 +12,8 @@ from fleetscope import contract
 from fleetscope.exporters.training import parse_rank_file
 from fleetscope.telemetry.monitor import checkpoint_size
 
+pytestmark = [pytest.mark.torch]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

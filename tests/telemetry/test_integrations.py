@@ -11,6 +11,8 @@ import pytest
 
 from fleetscope.exporters.training import parse_rank_file
 
+pytestmark = [pytest.mark.torch]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

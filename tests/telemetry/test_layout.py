@@ -291,6 +291,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.torch
 def test_real_device_mesh_in_two_gloo_processes() -> None:
     port = _free_port()
     procs = [

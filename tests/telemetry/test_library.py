@@ -78,6 +78,7 @@ def test_flops_per_token_gpt3_175b_by_hand() -> None:
         flops_per_token(n, 96, 96, 128, 2048, convention="hfu")  # type: ignore[arg-type]
 
 
+@pytest.mark.torch
 def test_non_embedding_params_excludes_embedding_tables() -> None:
     import torch
 
@@ -124,6 +125,7 @@ def test_steps_phases_tokens_flops_loss(tmp_path: Path) -> None:
     assert not Path(m.writer.path).exists()  # a finished rank removes its file
 
 
+@pytest.mark.torch
 def test_loss_tensor_is_detached_and_read_by_the_writer(tmp_path: Path) -> None:
     import torch
 
@@ -306,6 +308,7 @@ def test_training_thread_does_no_io(tmp_path: Path) -> None:
     assert any(e == "open" for tid, e in events if tid != me)  # the hook does see the writer's I/O
 
 
+@pytest.mark.torch
 def test_cuda_sync_without_a_gpu_warns_once_and_times_on_the_cpu(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

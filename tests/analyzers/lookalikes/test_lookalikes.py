@@ -14,6 +14,8 @@ import pytest
 from fleetscope.analyzers.core import analyze_file
 from tests.analyzers.lookalikes.generator import CASES, Case
 
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_lookalike(case: Case, tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def _names(s: dict[Key, float]) -> set[str]:
 ONCE = ["exporter", "--once", "--collector.disable-defaults", "--collector.gpu", "--node.name=fake-node"]
 
 
+@pytest.mark.server
 def test_exporter_reads_the_fake_library_through_pynvml(fake_lib: Path) -> None:
     res = _fleetscope(*ONCE, lib=fake_lib)
     assert res.returncode == 0, res.stderr
@@ -97,6 +98,7 @@ def test_exporter_reads_the_fake_library_through_pynvml(fake_lib: Path) -> None:
         assert missing not in _names(s), missing
 
 
+@pytest.mark.server
 def test_gpu_is_lost_from_the_driver(fake_lib: Path) -> None:
     res = _fleetscope(*ONCE, lib=fake_lib, FAKE_NVML_LOST="1")
     assert res.returncode == 0, res.stderr
@@ -107,6 +109,7 @@ def test_gpu_is_lost_from_the_driver(fake_lib: Path) -> None:
     assert "GPU 1 (00000000:2A:00.0) reported lost" in res.stderr
 
 
+@pytest.mark.server
 def test_record_gpu_then_replay_gives_the_same_series(fake_lib: Path, tmp_path: Path) -> None:
     recording = tmp_path / "fake.json"
     res = _fleetscope("record-gpu", "--output", str(recording), "--gpm-interval", "0.01", lib=fake_lib)

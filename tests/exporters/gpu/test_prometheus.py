@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GPU_SERIES
 from tests.exporters.gpu.conftest import NVML_FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus
+
+pytestmark = [pytest.mark.server]
 
 KMSG = NVML_FIXTURES / "kmsg-xid79.txt"
 

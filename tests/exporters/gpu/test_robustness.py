@@ -16,6 +16,7 @@ from tests.support import exposition
 from tests.support.exporter import ExporterProcess
 
 
+@pytest.mark.server
 def test_gpu_lost_mid_run_through_the_exporter(tmp_path: Path) -> None:
     fixture = fixture_with_script(tmp_path, "h100x8.json", [{"from_scrape": 3, "device": 2, "lost": True}])
     flags = ["--collector.disable-defaults", "--collector.gpu", f"--collector.gpu.nvml-replay={fixture}"]
@@ -55,6 +56,7 @@ def test_hung_nvml_call_does_not_hang_the_scrape(tmp_path: Path) -> None:
         collector.close()
 
 
+@pytest.mark.server
 def test_nvml_missing_gives_success_0_and_one_clear_line(tmp_path: Path) -> None:
     env = {"LD_LIBRARY_PATH": str(tmp_path)}  # no libnvidia-ml.so.1 on this machine or there
     flags = ["--collector.disable-defaults", "--collector.gpu", "--collector.lustre"]

@@ -6,6 +6,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.xid import XidCollector, XidTally, _Gpu, parse_kmsg_line
@@ -36,6 +38,7 @@ def test_catalog_classes() -> None:
     assert message(999).startswith("XID 999")
 
 
+@pytest.mark.server
 def test_xid79_in_kmsg_fixture_through_the_exporter(tmp_path: Path) -> None:
     flags = [
         "--collector.disable-defaults", "--collector.gpu", "--collector.xid",

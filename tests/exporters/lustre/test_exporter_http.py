@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fleetscope import contract
 from tests.exporters.lustre.helpers import FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.exposition import series
 from tests.support.prom import promtool
+
+pytestmark = [pytest.mark.server]
 
 P5 = FIXTURES / "p5"
 

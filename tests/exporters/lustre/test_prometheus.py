@@ -17,6 +17,8 @@ from tests.exporters.lustre.helpers import FIXTURES
 from tests.support.exporter import ExporterProcess
 from tests.support.prom import Prometheus
 
+pytestmark = [pytest.mark.server]
+
 STATS = "sys/kernel/debug/lustre/llite/s4xbwbmv-ffff9e41c8d2b800/stats"
 
 

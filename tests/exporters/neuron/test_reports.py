@@ -37,6 +37,7 @@ def _reports(shape: str) -> list[dict]:
     return [json.loads(line) for line in (NEURON / f"{shape}.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_shape_is_served_with_the_companion_scripts_names(shape: str, tmp_path: Path) -> None:
     config = monitor_config(tmp_path, shape)

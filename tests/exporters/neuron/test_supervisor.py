@@ -9,10 +9,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from fleetscope import contract as c
 from tests.exporters.neuron.conftest import FAIL, NEURON, OK, exporter, monitor_config, scrape_until, starts
 from tests.support import exposition
 from tests.support.prom import wait_for
+
+pytestmark = [pytest.mark.server]
 
 
 def _restarts(text: str, reason: str) -> float:

@@ -263,6 +263,7 @@ def test_second_live_file_for_the_same_rank_keeps_the_newer(tmp_path: Path) -> N
     assert c.error_counts() == {"duplicate": 1}
 
 
+@pytest.mark.server
 def test_exporter_serves_ranks_and_counts_rejections_over_http(tmp_path: Path) -> None:
     write_rank(tmp_path, "4711", 0)
     write_rank(tmp_path, "4711", 1, layout={"pipeline_stage": 2, "expert_parallel_rank": 5})
