@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction at once (0.1)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
     )
     add_prometheus_options(parser)
     parser.add_argument(
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         stale_after=args.stale_after,
         token=token,
         scheduler=args.scheduler,
-        max_fraction=args.max_fraction or DEFAULT_MAX_FRACTION,
+        max_fraction=DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction,
     )
 
     # A partial of a module-level function: picklable, so it can run in the child process. The
