@@ -1,4 +1,4 @@
-"""The JSON API under ``/api/v1``: status, findings, nodes, jobs and the drain plan.
+"""The JSON API under ``/api/v1``: status, findings, nodes, jobs, served models and the drain plan.
 
 Read-only (GET only). Every answer but ``status`` is 503 until the first analysis succeeds; the
 others carry the freshness block and the analysis window, and their bodies are serialized once per
@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
+from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.service import schemas
 from fleetscope.service.params import JOB_PATTERN, KIND_PATTERN, NODE_PATTERN, RFC3339Time, since_seconds
 from fleetscope.service.plan import plan_from_analysis
@@ -41,6 +42,7 @@ async def status(request: Request) -> Response:
             "window_seconds": live.settings.window,
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
+            "runbooks": THRESHOLDS.runbook_url_base,
         }
     )
 
@@ -93,6 +95,16 @@ async def jobs(request: Request) -> Response:
     if v is None:
         return live.unavailable(snap)
     return v.answer(snap, "jobs", lambda: {"jobs": [v.jobs[k] for k in sorted(v.jobs, key=natural)]})
+
+
+@router.get("/models", response_model=schemas.ModelsResponse, responses=NO_DATA)
+async def models(request: Request) -> Response:
+    """Served models: replicas, TTFT and ITL, SLO burn, and the open findings naming them."""
+    live = _live(request)
+    snap, v = live.read()
+    if v is None:
+        return live.unavailable(snap)
+    return v.answer(snap, "models", lambda: {"models": v.models})
 
 
 @router.get(
