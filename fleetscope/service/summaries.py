@@ -92,7 +92,7 @@ def job_states(feat: Features, report: Report) -> dict[str, dict[str, Any]]:
         elif state == "down":
             reason = "the job's ranks stopped reporting"
         elif state == "stalled":
-            reason = "no step completed since " + (rfc3339(since) or "the window's start")
+            reason = "no step completes while the job is stalled"
         elif mfu is None:
             first = float(times[steps[0]]) if steps.size else None
             need = cfg.rate_window_s

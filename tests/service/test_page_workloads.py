@@ -81,7 +81,7 @@ def _stalled_training() -> Report:
     )  # fmt: skip
     a.live = {"jobs": {"4711": {
         "state": "stalled", "since": rfc3339(stalled_at), "last_step": rfc3339(stalled_at), "mfu": None,
-        "mfu_reason": "no step completed since " + (rfc3339(stalled_at) or ""), "last_mfu": 0.386,
+        "mfu_reason": "no step completes while the job is stalled", "last_mfu": 0.386,
         "last_mfu_at": rfc3339(stalled_at - 30),
     }}}  # fmt: skip
     a.jobs["4711"].mfu = 0.386
@@ -95,7 +95,7 @@ def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path)
     assert row["attrs"]["data-state"] == "stalled" and "job-stalled" in row["attrs"]["class"].split()
     text = " ".join(row["text"].split())
     assert "stalled since 8 min ago" in text
-    assert "n/a (no step completed since" in text
+    assert "n/a (no step completes while the job is stalled)" in text
     assert "last 38.6 % 9 min ago" in text  # the last level measured, and when: not as the current one
     assert "38.6 %" not in text.split("n/a")[0]  # nothing before the n/a reads as a current MFU
     assert "n/a (no steps)" in text  # step time of a job that does not step
@@ -115,6 +115,8 @@ def test_findings_show_their_evidence_and_link_their_runbook_section(tmp_path: P
     assert set(rows) == {"failing_node", "straggler", "job_hang"}
     # evidence as text in the row, not only in a tooltip
     assert "fleetscope_gpu_up: 1 -> 0" in rows["failing_node"] and "xid: 79" in rows["failing_node"]
+    # a time inside the evidence reads as relative, with the absolute time on hover
+    assert "last_step: 8 min ago" in rows["job_hang"]
     assert "DCGM_FI_DEV_SM_CLOCK: 1980 -> 1410 MHz" in rows["straggler"]
     assert "node-2 GPU 3" in rows["failing_node"] and "rank 5" in rows["straggler"]
     assert rows["failing_node"].startswith("20 min ago")  # started 600 s into the 1800 s window

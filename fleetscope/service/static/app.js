@@ -63,6 +63,19 @@
     return e;
   }
 
+  // Text with its RFC 3339 times as relative times (the absolute one on hover).
+  const RFC3339 = /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z/g;
+
+  function appendWithTimes(parent, text) {
+    let last = 0;
+    for (const m of text.matchAll(RFC3339)) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      parent.appendChild(timeEl("span", m[0]));
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
   function duration(seconds) {
     if (seconds === null || seconds === undefined) return "n/a";
     if (seconds < 1) return Math.round(seconds * 1000) + " ms";
@@ -172,7 +185,7 @@
         if (k === "model" || k === "replica") continue;
         const li = el("li", "");
         li.appendChild(el("span", "ev-key", k + ": "));
-        li.appendChild(el("span", "", v));
+        appendWithTimes(li, String(v));
         list.appendChild(li);
       }
       ev.appendChild(list);
