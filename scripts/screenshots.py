@@ -101,9 +101,15 @@ def web_page(out: Path, fault: str, workload: str = "training") -> None:
         if workload == "inference":
             wait_for(lambda: get_json(f"{base}/api/v1/findings?kind=failing_replica")["findings"],
                      timeout=600, what="the failing replica's finding")  # fmt: skip
-            wait_for(
-                lambda: get_json(f"{base}/api/v1/models")["models"], timeout=120, what="the served model"
-            )
+            # Its replica stops serving a few scrapes after the XID: wait until the page can say so.
+            with contextlib.suppress(SystemExit):
+                wait_for(
+                    lambda: any(
+                        m["serving"] < len(m["replicas"]) for m in get_json(f"{base}/api/v1/models")["models"]
+                    ),
+                    timeout=120,
+                    what="the replica to stop serving",
+                )
         else:
             wait_for(lambda: get_json(f"{base}/api/v1/findings")["findings"], timeout=600, what="a finding")
             # The job's state follows its steps: wait until it reads as stopped (or a few minutes).
