@@ -93,7 +93,8 @@ def _heatmap(feat: Features) -> str | None:
     if not ratio.size:
         return None
     order = np.argsort([int(float(r)) for r in feat.ranks.keys["rank"]], kind="stable")
-    fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.02 * ratio.shape[1], 9)))
+    # Tall enough for one readable node/rank label per row (at most 48 labels: rank_labels).
+    fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.15 * min(ratio.shape[1], 48), 9)))
     m = _minutes(feat)
     im = ax.imshow(ratio[:, order].T, aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.3,
                    extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
