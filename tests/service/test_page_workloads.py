@@ -9,12 +9,14 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
+from PIL import Image
+
 from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import NodeVerdict, Report
 from fleetscope.service.app import ServiceSettings, create_app
 from fleetscope.times import rfc3339
-from tests.service.support import ScriptedAnalyze, chromium, make_analysis
+from tests.service.support import COLOURS, ScriptedAnalyze, chromium, close, make_analysis
 from tests.service.test_page import serving
 
 RUNBOOKS = (Path(__file__).resolve().parents[2] / "docs" / "runbooks.md").read_text()
@@ -107,6 +109,22 @@ def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path)
     stamps = {t["data-time"]: t["title"] for t in page.times}
     since = rfc3339(_stalled_training().end - 480) or ""
     assert stamps[since] == since.replace("T", " ").replace("Z", " UTC")
+
+
+def test_the_stalled_badge_is_painted_in_the_degraded_colour(tmp_path: Path):
+    app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(_stalled_training()))
+    assert app.state.runner.run_once()
+    shot = tmp_path / "jobs.png"
+    with serving(app) as hostport:
+        dom = chromium(f"http://{hostport}/", tmp_path, "--dump-dom").stdout.decode()
+        chromium(f"http://{hostport}/", tmp_path, f"--screenshot={shot}")
+    i = dom.index("badge badge-stalled")
+    tag = dom[dom.rindex("<", 0, i) : dom.index(">", i)]
+    x, y, _, h = (int(v) for v in tag.split('data-rect="')[1].split('"')[0].split(","))
+    with Image.open(shot) as img:
+        rgb = img.convert("RGB")
+    # the badge's middle, left of its text: only its background is painted there
+    assert close(rgb.getpixel((x + 3, y + h // 2)), COLOURS["degraded"]), rgb.getpixel((x + 3, y + h // 2))
 
 
 def test_findings_show_their_evidence_and_link_their_runbook_section(tmp_path: Path):

@@ -481,6 +481,11 @@
       document.getElementById("serving").hidden = nModels === 0;
       document.getElementById("no-workload").hidden = nJobs + nModels > 0;
       if (models.ok) renderModels(models.body.models);
+      // The state badges' positions, for the screenshot test (as the grid's cells), once visible.
+      for (const b of document.querySelectorAll("#jobs-body .badge")) {
+        const r = b.getBoundingClientRect();
+        b.dataset.rect = [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height].map(Math.round).join(",");
+      }
       if (jobs.ok && nJobs) {
         renderJobs(jobs.body.jobs);
         const path = chosenJob ? "api/v1/jobs/" + encodeURIComponent(chosenJob) : null;
