@@ -4,12 +4,12 @@ them), what works instead. Here a small HTTP server plays the upstream servers."
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from fleetscope.demo.links import NO_WEB_UI, alertmanager_lines, prometheus_alerts_page
+from tests.support.http import http_server
 
 
 @contextmanager
@@ -24,14 +24,8 @@ def _server(pages: dict[str, str]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Handler) as hostport:
+        yield f"http://{hostport}"
 
 
 def test_upstream_prometheus_and_alertmanager_pages_are_printed_as_they_are() -> None:
