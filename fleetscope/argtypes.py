@@ -39,8 +39,8 @@ def positive_int(text: str) -> int:
 
 
 def fraction(text: str) -> float:
-    """A number in (0, 1]."""
-    value = positive_float(text)
+    """A number in [0, 1]."""
+    value = non_negative_float(text)
     if value > 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
     return value

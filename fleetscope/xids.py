@@ -78,7 +78,7 @@ _ENTRIES: tuple[tuple[int, XidClass, str, str, str], ...] = (
      "an NVLink fault on this GPU, or on its peer (a peer's failure also logs XID 74 on this end)", _NVLINK),
     (79, "drain", "GPU has fallen off the bus",
      "the GPU is unreachable over PCIe (hardware, power or thermal fault)",
-     "drain the node now (the job already lost this GPU); power-cycle it, run dcgmi diag -r 3, RMA the "
+     "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, RMA the "
      "GPU if XID 79 repeats"),
     (95, "drain", "Uncontained memory error",
      "an uncontained memory error (other GPUs may log it too, as a consequence)", _RESET_GPU),

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Make the README's pictures: docs/img/web-page.png and docs/img/dashboard-panel.png.
+"""Make the docs' pictures: docs/img/web-page.png, web-page-inference.png and dashboard-panel.png.
 
-    .venv/bin/python scripts/screenshots.py            # both
+    .venv/bin/python scripts/screenshots.py            # all three
     .venv/bin/python scripts/screenshots.py --only web
+    .venv/bin/python scripts/screenshots.py --only inference
     .venv/bin/python scripts/screenshots.py --only panel
 
 web-page.png: runs ``fleetscope demo --fast`` (simulated cluster, real Prometheus and Alertmanager,
-the live service), waits until the injected fault shows up as a finding, and screenshots the
-service's web page in Debian's headless Chromium.
+the live service) with its default fault (a GPU falls off the bus and the training job stalls),
+waits until the finding is there and the job reads as stalled, and screenshots the service's web
+page in Debian's headless Chromium. web-page-inference.png: the same with ``--workload inference``,
+once the failing replica's finding is there. Each demo is stopped (Ctrl-C) before the script ends.
 
 dashboard-panel.png: Grafana cannot run on the machines this is made on (no Docker engine, no
 Grafana package), so one panel of a generated dashboard is drawn with matplotlib instead: the
@@ -82,12 +85,12 @@ def chromium_screenshot(url: str, out: Path, width: int, height: int) -> None:
 
 
 # --- the web page during the demo ------------------------------------------------------------
-def web_page(out: Path, fault: str) -> None:
+def web_page(out: Path, fault: str, workload: str = "training") -> None:
     port = free_port()
     demo = subprocess.Popen(
         [
-            str(VENV_BIN / "fleetscope"), "demo", "--fast", "--fault", fault, "--fault-at", "60",
-            "--fault-node", "1", "--duration", "900", "--listen", f"127.0.0.1:{port}",
+            str(VENV_BIN / "fleetscope"), "demo", "--fast", "--workload", workload, "--fault", fault,
+            "--fault-at", "60", "--fault-node", "1", "--duration", "900", "--listen", f"127.0.0.1:{port}",
             "--prometheus-port", str(free_port()), "--alertmanager-port", str(free_port()),
             "--base-port", str(20000 + free_port() % 20000),
         ],
@@ -95,15 +98,28 @@ def web_page(out: Path, fault: str) -> None:
     )  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: get_json(f"{base}/api/v1/findings")["findings"], timeout=600, what="a finding")
-        # Let the job's throughput numbers fill in (they are rates over the last minutes).
-        with contextlib.suppress(SystemExit):
-            wait_for(
-                lambda: any(j.get("tokens_per_second") for j in get_json(f"{base}/api/v1/jobs")["jobs"]),
-                timeout=240,
-                what="the job's tokens/s",
-            )
-        chromium_screenshot(f"{base}/", out, 1400, 620)
+        if workload == "inference":
+            wait_for(lambda: get_json(f"{base}/api/v1/findings?kind=failing_replica")["findings"],
+                     timeout=600, what="the failing replica's finding")  # fmt: skip
+            # Its replica stops serving a few scrapes after the XID: wait until the page can say so.
+            with contextlib.suppress(SystemExit):
+                wait_for(
+                    lambda: any(
+                        m["serving"] < len(m["replicas"]) for m in get_json(f"{base}/api/v1/models")["models"]
+                    ),
+                    timeout=120,
+                    what="the replica to stop serving",
+                )
+        else:
+            wait_for(lambda: get_json(f"{base}/api/v1/findings")["findings"], timeout=600, what="a finding")
+            # The job's state follows its steps: wait until it reads as stopped (or a few minutes).
+            with contextlib.suppress(SystemExit):
+                wait_for(
+                    lambda: any(j["state"] != "running" for j in get_json(f"{base}/api/v1/jobs")["jobs"]),
+                    timeout=240,
+                    what="the job's state",
+                )
+        chromium_screenshot(f"{base}/", out, 1400, 1300)
         print(f"wrote {out}")
     finally:
         demo.send_signal(signal.SIGINT)
@@ -235,8 +251,8 @@ def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["web", "panel"], default=None)
-    p.add_argument("--fault", default="thermal_throttle", help="fault the demo injects for web-page.png")
+    p.add_argument("--only", choices=["web", "inference", "panel"], default=None)
+    p.add_argument("--fault", default="gpu_lost", help="fault the demo injects for the web pages (gpu_lost)")
     p.add_argument("--panel-title", default="SM clock", help="the panel to draw (default: SM clock)")
     p.add_argument(
         "--var", action="append", default=[], metavar="NAME=VALUE",
@@ -246,6 +262,8 @@ def main() -> int:
     IMG.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "web"):
         web_page(IMG / "web-page.png", args.fault)
+    if args.only in (None, "inference"):
+        web_page(IMG / "web-page-inference.png", args.fault, workload="inference")
     if args.only in (None, "panel"):
         from fleetscope.simulate.spec import node_name
 

@@ -151,14 +151,21 @@ class Report:
         return out
 
     def delays(self) -> dict[str, dict[str, Any]]:
-        by: dict[str, list[float | None]] = {}
+        """Per injected fault kind: how many were injected (``faults``), how many of those the truth
+        says a detector must report (``must_find``; look-alikes and faults that only warn expect
+        nothing or only optional findings), how many of those were found (``detected``) and missed
+        (``missed``), and the detection delays."""
+        by: dict[str, list[tuple[float | None, bool]]] = {}
         for r in self.results:
+            required = {f["kind"] for f in r.faults if any(not e.get("optional") for e in f["expected"])}
             for kind, d in r.delays.items():
-                by.setdefault(kind, []).append(d)
+                by.setdefault(kind, []).append((d, kind in required))
         out = {}
         for kind, ds in sorted(by.items()):
-            got = [d for d in ds if d is not None]
-            out[kind] = {"faults": len(ds), "detected": len(got),
+            got = [d for d, _ in ds if d is not None]
+            must = sum(1 for _, req in ds if req)
+            out[kind] = {"faults": len(ds), "must_find": must, "detected": len(got),
+                         "missed": must - len(got),
                          "max_delay_s": max(got) if got else None,
                          "mean_delay_s": sum(got) / len(got) if got else None}  # fmt: skip
         return out
@@ -198,22 +205,31 @@ class Report:
         }  # fmt: skip
 
     def render(self) -> str:
+        kinds, fams, faults = self.per_kind(), self.per_family(), self.delays()
+        kw = max(len("KIND"), *map(len, kinds)) + 2
         lines = [f"{len(self.results)} scenarios", "",
-                 f"{'KIND':<14}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}{'PRECISION':>11}{'RECALL':>8}"
+                 f"{'KIND':<{kw}}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}{'PRECISION':>11}{'RECALL':>8}"
                  f"{'CAUSE OK':>10}"]  # fmt: skip
-        for kind, k in self.per_kind().items():
-            lines.append(f"{kind:<14}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
+        for kind, k in kinds.items():
+            lines.append(f"{kind:<{kw}}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
                          f"{k['precision']:>11.3f}{k['recall']:>8.3f}{k['cause_accuracy']:>10.3f}")  # fmt: skip
-        lines += ["", f"{'FAMILY':<16}{'SCENARIOS':>10}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}"
+        fw = max(len("FAMILY"), *map(len, fams)) + 2
+        lines += ["", f"{'FAMILY':<{fw}}{'SCENARIOS':>10}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}"
                   f"{'PRECISION':>11}{'RECALL':>8}"]  # fmt: skip
-        for fam, k in self.per_family().items():
-            lines.append(f"{fam:<16}{k['scenarios']:>10}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}"
+        for fam, k in fams.items():
+            lines.append(f"{fam:<{fw}}{k['scenarios']:>10}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}"
                          f"{k['false_positives']:>5}{k['precision']:>11.3f}{k['recall']:>8.3f}")  # fmt: skip
-        lines += ["", f"{'FAULT':<20}{'FAULTS':>7}{'FOUND':>7}{'MAX DELAY':>11}{'MEAN DELAY':>12}"]
-        for kind, d in self.delays().items():
-            mx = "-" if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
-            mean = "-" if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
-            lines.append(f"{kind:<20}{d['faults']:>7}{d['detected']:>7}{mx:>11}{mean:>12}")
+        aw = max(len("FAULT INJECTED"), *map(len, faults), 0) + 2
+        lines += ["", "MUST FIND: injected faults a detector has to report (look-alikes and faults that only",
+                  "warn expect nothing); MISSED: of those, the ones no finding matched.",
+                  f"{'FAULT INJECTED':<{aw}}{'INJECTED':>9}{'MUST FIND':>10}{'FOUND':>7}{'MISSED':>7}"
+                  f"{'MAX DELAY':>11}{'MEAN DELAY':>12}"]  # fmt: skip
+        for kind, d in faults.items():
+            none = "-" if d["must_find"] else "n/a"
+            mx = none if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
+            mean = none if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
+            lines.append(f"{kind:<{aw}}{d['faults']:>9}{d['must_find']:>10}{d['detected']:>7}{d['missed']:>7}"
+                         f"{mx:>11}{mean:>12}")  # fmt: skip
         gp = self.goodput()
         if gp:
             lines += ["", f"{'GOODPUT':<16}{'JOBS':>6}{'WORST BADPUT ERROR':>20}{'WITHIN 2%':>11}"]
@@ -290,10 +306,12 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: Dete
     results: list[ScenarioResult | None] = [None] * len(specs)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         work = [(i, p, spec, Path(tmp), config) for i, (p, spec) in enumerate(specs)]
+        if progress:
+            progress(f"evaluating {len(work)} scenarios, {min(jobs, len(work))} at a time")
         if jobs == 1 or len(work) == 1:
-            for i, res in map(_evaluate_one, work):
+            for done, (i, res) in enumerate(map(_evaluate_one, work), 1):
                 results[i] = res
-                _report_progress(progress, specs[i][0], res)
+                _report_progress(progress, specs[i][0], res, done, len(work))
         else:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -302,10 +320,11 @@ def evaluate(folder: str | Path, workdir: str | Path | None = None, config: Dete
             # threads (the service, a test runner) mid-lock.
             ctx = multiprocessing.get_context("forkserver")
             with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=ctx) as pool:
-                for fut in as_completed([pool.submit(_evaluate_one, w) for w in work]):
+                futures = [pool.submit(_evaluate_one, w) for w in work]
+                for done, fut in enumerate(as_completed(futures), 1):
                     i, res = fut.result()
                     results[i] = res
-                    _report_progress(progress, specs[i][0], res)
+                    _report_progress(progress, specs[i][0], res, done, len(work))
     return Report([r for r in results if r is not None])
 
 
@@ -329,6 +348,8 @@ def _evaluate_one(work: tuple[int, Path, Any, Path, DetectorConfig | None]) -> t
     return i, res
 
 
-def _report_progress(progress: Callable[[str], None] | None, path: Path, res: ScenarioResult) -> None:
+def _report_progress(
+    progress: Callable[[str], None] | None, path: Path, res: ScenarioResult, done: int, total: int
+) -> None:
     if progress:
-        progress(f"{path.stem}: {len(res.findings)} findings, {res.seconds:.1f} s")
+        progress(f"[{done}/{total}] {path.stem}: {len(res.findings)} findings, {res.seconds:.1f} s")

@@ -15,12 +15,60 @@ import numpy as np
 
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.report import Report
+from fleetscope.contract import NODE_LABEL
 from fleetscope.times import parse_rfc3339, rfc3339
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}th{background:#f3f3f3}
-.critical{color:#b00020;font-weight:600}.warning{color:#b36b00}img{max-width:100%}
-.failing{background:#f8d7da}.degraded{background:#fff3cd}"""
+td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.critical{color:#b00020;font-weight:600}.warning{color:#b36b00}img{max-width:100%}
+.failing{background:#f8d7da}.degraded{background:#fff3cd}.nowrap{white-space:nowrap}
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"""
+
+
+def human_duration(seconds: float | None) -> str:
+    """``0.45 s``, ``45 s``, ``6.3 min``, ``6.1 h``, ``2.5 days``: a duration a person reads at once."""
+    if seconds is None or not np.isfinite(seconds):
+        return ""
+    s = float(seconds)
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def tokens_per_second(x: float | None) -> str:
+    """``471,859 tokens/s``."""
+    return "" if x is None or not np.isfinite(x) else f"{x:,.0f} tokens/s"
+
+
+def rank_labels(feat: Features, order: np.ndarray, most: int = 48) -> tuple[list[int], list[str]]:
+    """Tick positions and ``node/rank N`` labels of the heatmap's rows (at most ``most`` of them)."""
+    keys = feat.ranks.keys
+    nodes, ranks = keys[NODE_LABEL].to_numpy(), keys["rank"].to_numpy()
+    labels = [f"{nodes[k]}/rank {int(float(ranks[k]))}" for k in order]
+    every = max(1, -(-len(labels) // most))
+    ticks = list(range(0, len(labels), every))
+    return ticks, [labels[i] for i in ticks]
+
+
+def pause_spans(paused: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) grid indices of each run of paused grid steps."""
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, p in enumerate(np.asarray(paused, dtype=bool)):
+        if p and start is None:
+            start = i
+        elif not p and start is not None:
+            out.append((start, i - 1))
+            start = None
+    if start is not None:
+        out.append((start, len(paused) - 1))
+    return out
 
 
 def _png(fig) -> str:
@@ -45,14 +93,17 @@ def _heatmap(feat: Features) -> str | None:
     if not ratio.size:
         return None
     order = np.argsort([int(float(r)) for r in feat.ranks.keys["rank"]], kind="stable")
-    fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.02 * ratio.shape[1], 9)))
+    # Tall enough for one readable node/rank label per row (at most 48 labels: rank_labels).
+    fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.15 * min(ratio.shape[1], 48), 9)))
     m = _minutes(feat)
     im = ax.imshow(ratio[:, order].T, aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.3,
                    extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
+    ticks, labels = rank_labels(feat, order)
+    ax.set_yticks([t + 0.5 for t in ticks], labels, fontsize=7)
     ax.set_xlabel("minutes since window start")
-    ax.set_ylabel("rank series")
+    ax.set_ylabel("node/rank")
     ax.set_title("slowness against the peer group (1 = like its peers)")
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="slowness (x peers)")
     return _png(fig)
 
 
@@ -67,10 +118,16 @@ def _mfu(feat: Features, analysis: Report) -> str | None:
     m = _minutes(feat)
     t0 = feat.times[0]
     unit = "MFU"
+    shaded = False
     for job in feat.jobs:
-        series, unit, ck = job_mfu(feat, job)
-        ax.plot(m, series, label=f"job {job}")
-        ax.scatter(m[ck], series[ck], s=6, color="grey")
+        series, unit, paused = job_mfu(feat, job)
+        scale = 100.0 if unit == "MFU" else 1.0
+        ax.plot(m, series * scale, label=f"job {job}")
+        # Grey bands: the grid steps the job was not training (checkpoint saves, evaluation, stalls).
+        for a, b in pause_spans(paused):
+            ax.axvspan(m[a], m[min(b + 1, len(m) - 1)], color="grey", alpha=0.25, lw=0,
+                       label=None if shaded else "not training (checkpoints, evaluation, stalls)")  # fmt: skip
+            shaded = True
     for f in analysis.findings:
         if f.kind != "mfu_drop":
             continue
@@ -81,8 +138,8 @@ def _mfu(feat: Features, analysis: Report) -> str | None:
             if ts:
                 ax.axvline((ts - t0) / 60, color="red", ls="--", lw=0.8)
     ax.set_xlabel("minutes since window start")
-    ax.set_ylabel(unit)
-    ax.set_title(f"job {unit} (grey: checkpoints; red: drops and change points)")
+    ax.set_ylabel("MFU (%)" if unit == "MFU" else unit)
+    ax.set_title(f"job {unit} (grey bands: not training, e.g. checkpoints; red: drops and change points)")
     ax.legend(loc="lower left")
     return _png(fig)
 
@@ -116,15 +173,15 @@ def _goodput_html(analysis: Report) -> str:
     out = []
     for a in analysis.goodput.values():
         whole = a.whole_gpu_seconds or 1.0
-        rows = "".join(f"<tr><td>{e(k)}</td><td>{v / 3600:.2f}</td><td>{v / whole:.1%}</td></tr>"
+        rows = "".join(f"<tr><td>{e(k)}</td><td class='num'>{v / 3600:.2f}</td><td class='num'>{v / whole:.1%}</td></tr>"
                        for k, v in a.gpu_seconds.items())  # fmt: skip
         lines = "".join(f"<li>{e(i.text)}</li>" for i in a.items)
         adv = a.advice
         advice = "" if adv is None else (
-            f"<p>Checkpoint every {adv.recommended_s:.0f} s (now "
-            f"{'unknown' if adv.current_s is None else f'{adv.current_s:.0f} s'}; save {adv.save_s:.0f} s, "
-            f"MTBF {adv.mtbf_s / 3600:.1f} h{' (prior)' if adv.prior else ''}; Young {adv.young_s:.0f} s, "
-            f"Daly {adv.daly_s:.0f} s)</p>"
+            f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
+            f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
+            f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
+            f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
         )  # fmt: skip
         out.append(
             f"<h2>Goodput of job {e(a.job_id)}</h2><p>{a.whole_gpu_seconds / 3600:.2f} GPU-hours, effective "
@@ -133,6 +190,18 @@ def _goodput_html(analysis: Report) -> str:
             f"{rows}</table><ul>{lines}</ul>{advice}"
         )
     return "".join(out)
+
+
+def _clock(ts: float | None) -> str:
+    """``2026-11-30 10:07:15``: the date and time of an RFC 3339 stamp, without its T and Z."""
+    text = rfc3339(ts) or ""
+    return text.replace("T", " ").rstrip("Z")
+
+
+def _rank_name(analysis: Report, job: str, rank: int) -> str:
+    """``node-3/rank 21`` for a rank of ``job`` (the node from its straggler score)."""
+    node = next((s.node for s in analysis.straggler_scores if s.job_id == job and s.rank == rank), None)
+    return f"{node}/rank {rank}" if node else f"rank {rank}"
 
 
 def render_html(analysis: Report) -> str:
@@ -152,9 +221,10 @@ def render_html(analysis: Report) -> str:
     for f in analysis.findings:
         ev = "<br>".join(f"{e(k)}: {e(v)}" for k, v in f.evidence.items())
         rows.append(
-            f"<tr><td>{e(f.kind)}</td><td class='{e(f.severity)}'>{e(f.severity)}</td><td>{e(f.node or '')}</td>"
-            f"<td>{e(f.gpu or '')}</td><td>{'' if f.rank is None else f.rank}</td><td>{e(rfc3339(f.start) or '')}</td>"
-            f"<td>{e(rfc3339(f.end) or 'open')}</td><td>{'' if f.score is None else f'{f.score:.2f}'}</td>"
+            f"<tr><td class='nowrap'>{e(f.kind)}</td><td class='{e(f.severity)}'>{e(f.severity)}</td>"
+            f"<td class='nowrap'>{e(f.node or '')}</td><td>{e(str(f.gpu or ''))}</td>"
+            f"<td>{'' if f.rank is None else f.rank}</td><td class='nowrap'>{e(_clock(f.start))}</td>"
+            f"<td class='nowrap'>{e(_clock(f.end) or 'open')}</td><td class='num'>{'' if f.score is None else f'{f.score:.2f}'}</td>"
             f"<td>{e(f.cause)}</td><td>{ev}</td><td>{e(f.action)}</td></tr>"
         )
     nodes = "".join(
@@ -162,9 +232,11 @@ def render_html(analysis: Report) -> str:
         for v in analysis.nodes.values() if v.state != "healthy"
     )  # fmt: skip
     jobs = "".join(
-        f"<tr><td>{e(j.job_id)}</td><td>{j.ranks}</td><td>{len(j.nodes)}</td>"
-        f"<td>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td><td>{j.tokens_per_second or ''}</td>"
-        f"<td>{j.step_seconds or ''}</td><td>{e(str(j.stragglers))}</td></tr>"
+        f"<tr><td>{e(j.job_id)}</td><td class='num'>{j.ranks}</td><td class='num'>{len(j.nodes)}</td>"
+        f"<td class='num'>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td>"
+        f"<td class='num'>{tokens_per_second(j.tokens_per_second)}</td>"
+        f"<td class='num'>{human_duration(j.step_seconds)}</td>"
+        f"<td>{e(', '.join(_rank_name(analysis, j.job_id, r) for r in j.stragglers) or 'none')}</td></tr>"
         for j in analysis.jobs.values()
     )
     goodput = _goodput_html(analysis)
@@ -174,11 +246,11 @@ def render_html(analysis: Report) -> str:
 <h1>fleetscope analysis</h1>
 <p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, {len(analysis.findings)} finding(s),
 {len(analysis.nodes)} nodes</p>
-<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th><th>start</th>
-<th>end</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
+<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th><th>start (UTC)</th>
+<th>end (UTC)</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
 <h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
-<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>tokens/s</th><th>step s</th>
-<th>stragglers</th></tr>{jobs}</table>
+<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th><th>step time</th>
+<th>stragglers (node/rank)</th></tr>{jobs}</table>
 {goodput}
 {figs}
 </body></html>

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fleetscope import defaults
 from fleetscope.demo.direct import DirectAnalysis
+from fleetscope.demo.links import alertmanager_lines, prometheus_alerts_page
 from fleetscope.demo.net import local_address, pick_port, port_free
 from fleetscope.demo.processes import Processes, Stopped, find_binary, stop_on_signals
 from fleetscope.demo.stack import (
@@ -84,7 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--fault-node", type=int, default=1, metavar="N", help="node index (default 1)")
     p.add_argument("--fault-gpu", type=int, default=3, metavar="N", help="GPU index on that node (default 3)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="random seed of the simulated cluster (default 1; same seed, same run)",
+    )
     p.add_argument(
         "--fast",
         action="store_true",
@@ -162,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
         raise FleetscopeError(f"--fault-node must be in 0..{args.nodes - 1}")
     _check_fault(args)
     host, service_port = _service_address(args)
+    if args.duration is not None and args.fault != "healthy" and args.duration <= args.fault_at:
+        say(
+            f"note: --duration {args.duration:g}s ends before the {args.fault} fault at {args.fault_at:g}s "
+            "(--fault-at): the demo will stop before anything goes wrong"
+        )
 
     keep = args.workdir is not None
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="fleetscope-demo-"))
@@ -209,9 +220,11 @@ def _run(
 
     say(f"web page:      {service_url}/")
     say(f"findings API:  {service_url}/api/v1/findings")
-    say(f"Prometheus:    {prometheus_url}/alerts")
+    alerts_page = prometheus_alerts_page(prometheus_url)
+    say(f"Prometheus:    {alerts_page}")
     if alertmanager_url:
-        say(f"Alertmanager:  {alertmanager_url}/#/alerts")
+        for line in alertmanager_lines(alertmanager_url, alerts_page):
+            say(line)
     say("watching; findings and firing alerts appear below. Ctrl-C stops everything.")
 
     watcher = Watcher(service_url, alertmanager_url)

@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction at once (0.1)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
     )
     add_prometheus_options(parser)
     parser.add_argument(
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.service.isolate import ProcessAnalyze
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
     from fleetscope.service.server import server_options
+    from fleetscope.service.summaries import analyze_for_page
 
     token = load_token(args.token_file)
     if token is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -147,15 +148,16 @@ def run(args: argparse.Namespace) -> int:
         stale_after=args.stale_after,
         token=token,
         scheduler=args.scheduler,
-        max_fraction=args.max_fraction or DEFAULT_MAX_FRACTION,
+        max_fraction=DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction,
     )
 
     # A partial of a module-level function: picklable, so it can run in the child process. The
     # child keeps the window between cycles and fetches only what is new (sliding=True).
-    analyze = functools.partial(
+    # analyze_for_page adds the jobs' states and the served models, from the features in the child.
+    analyze = functools.partial(analyze_for_page, functools.partial(
         analyze_prometheus, url, step=args.step, timeout=args.timeout, sliding=True, refetch_s=args.refetch,
         **analyzer_options(args),
-    )  # fmt: skip
+    ))  # fmt: skip
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())

@@ -13,7 +13,8 @@ Safety rules, in this order:
   way out of the comment), so the script stays safe to paste whatever the findings JSON says.
 * A node name that is not a plain host name (letters, digits, ``.``, ``_``, ``-``) is never put into a
   command: label values come from the scrape and cannot be trusted.
-* At most ``floor(max_fraction x cluster size)`` nodes are drained at once; the worst findings go
+* At most ``max(1, floor(max_fraction x cluster size))`` nodes are drained at once (none when
+  ``max_fraction`` is 0), so a cluster of any size can drain its first failing node; the worst findings go
   first (severity, then the earliest start) and the rest are listed as held back. A detector that
   suddenly calls half the fleet failing is more likely wrong than the fleet.
 """
@@ -134,12 +135,17 @@ def _comment(text: str) -> str:
 
 
 def drain_limit(cluster_size: int, max_fraction: float) -> int:
-    if not 0.0 < max_fraction <= 1.0:
-        raise FleetscopeError(f"max fraction must be in (0, 1], got {max_fraction:g}")
+    """How many nodes may be drained at once: ``floor(max_fraction x cluster_size)``, but at least one
+    (a 4-node cluster at the default 0.1 can still drain its first failing node), and none when
+    ``max_fraction`` is 0 (plans only list what they would drain) or the cluster is empty."""
+    if not 0.0 <= max_fraction <= 1.0:
+        raise FleetscopeError(f"max fraction must be in [0, 1], got {max_fraction:g}")
     if cluster_size < 0:
         raise FleetscopeError(f"cluster size must be >= 0, got {cluster_size}")
+    if max_fraction == 0.0 or cluster_size == 0:
+        return 0
     # The epsilon keeps 0.3 x 10 at 3 despite binary floating point.
-    return math.floor(max_fraction * cluster_size + 1e-9)
+    return max(1, math.floor(max_fraction * cluster_size + 1e-9))
 
 
 def commands_for(scheduler: str, c: DrainCandidate) -> list[list[str]]:

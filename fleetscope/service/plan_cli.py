@@ -35,15 +35,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster-size", type=int, metavar="N", help="nodes in the cluster (for findings JSON input)"
     )
-    parser.add_argument("--scheduler", choices=["slurm", "kubernetes"], default="slurm")
+    parser.add_argument(
+        "--scheduler",
+        choices=["slurm", "kubernetes"],
+        default="slurm",
+        help="commands to print: scontrol drain (slurm, the default) or kubectl cordon and taint",
+    )
     parser.add_argument(
         "--max-fraction",
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction at once (0.1)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
     )
-    parser.add_argument("--format", choices=["text", "json"], default="text")
+    parser.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="text: a commented shell script (default); json: the plan with argv lists",
+    )
     add_prometheus_options(parser)
     parser.add_argument(
         "--execute",
@@ -83,7 +93,7 @@ def _from_findings_json(doc: object, cluster_size: int | None, path: Path):
 def build(args: argparse.Namespace):
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION, build_plan, plan_from_analysis
 
-    max_fraction = args.max_fraction or DEFAULT_MAX_FRACTION
+    max_fraction = DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction
     if args.prometheus:
         from fleetscope.analyzers.core import analyze_prometheus
 

@@ -1,4 +1,4 @@
-"""The JSON API under ``/api/v1``: status, findings, nodes, jobs and the drain plan.
+"""The JSON API under ``/api/v1``: status, findings, nodes, jobs, served models and the drain plan.
 
 Read-only (GET only). Every answer but ``status`` is 503 until the first analysis succeeds; the
 others carry the freshness block and the analysis window, and their bodies are serialized once per
@@ -7,15 +7,17 @@ analysis (:meth:`~fleetscope.service.views.View.answer`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
+from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.service import schemas
 from fleetscope.service.params import JOB_PATTERN, KIND_PATTERN, NODE_PATTERN, RFC3339Time, since_seconds
 from fleetscope.service.plan import plan_from_analysis
-from fleetscope.service.views import Live, json_response, natural
+from fleetscope.service.views import Live, View, json_response, natural
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
 NO_DATA: dict[int | str, dict[str, Any]] = {
@@ -25,6 +27,15 @@ NO_DATA: dict[int | str, dict[str, Any]] = {
 
 def _live(request: Request) -> Live:
     return request.app.state.live
+
+
+def _whole(request: Request, key: str, members: Callable[[View], dict]) -> Response:
+    """An answer that is the same for every request of one analysis (cached under ``key``)."""
+    live = _live(request)
+    snap, v = live.read()
+    if v is None:
+        return live.unavailable(snap)
+    return v.answer(snap, key, lambda: members(v))
 
 
 # Handlers are ``async``: they only read memory, and a sync handler would cost a thread hop.
@@ -41,6 +52,7 @@ async def status(request: Request) -> Response:
             "window_seconds": live.settings.window,
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
+            "runbooks": THRESHOLDS.runbook_url_base,
         }
     )
 
@@ -79,20 +91,18 @@ async def findings(
 @router.get("/nodes", response_model=schemas.NodesResponse, responses=NO_DATA)
 async def nodes(request: Request) -> Response:
     """Every node seen in the window: its state, why, and its GPUs' states."""
-    live = _live(request)
-    snap, v = live.read()
-    if v is None:
-        return live.unavailable(snap)
-    return v.answer(snap, "nodes", lambda: {"counts": v.counts, "nodes": v.nodes})
+    return _whole(request, "nodes", lambda v: {"counts": v.counts, "nodes": v.nodes})
 
 
 @router.get("/jobs", response_model=schemas.JobsResponse, responses=NO_DATA)
 async def jobs(request: Request) -> Response:
-    live = _live(request)
-    snap, v = live.read()
-    if v is None:
-        return live.unavailable(snap)
-    return v.answer(snap, "jobs", lambda: {"jobs": [v.jobs[k] for k in sorted(v.jobs, key=natural)]})
+    return _whole(request, "jobs", lambda v: {"jobs": [v.jobs[k] for k in sorted(v.jobs, key=natural)]})
+
+
+@router.get("/models", response_model=schemas.ModelsResponse, responses=NO_DATA)
+async def models(request: Request) -> Response:
+    """Served models: replicas, TTFT and ITL, SLO burn, and the open findings naming them."""
+    return _whole(request, "models", lambda v: {"models": v.models})
 
 
 @router.get(

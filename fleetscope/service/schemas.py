@@ -80,6 +80,15 @@ class JobModel(BaseModel):
     tokens_per_second: float | None
     step_seconds: float | None
     stragglers: list[int]
+    state: Literal["running", "stalled", "down", "unknown"] = Field(
+        description="running; stalled: ranks report but no step completes; down: ranks stopped reporting"
+    )
+    since: str | None = Field(description="when the job stalled or went down")
+    last_step: str | None = Field(description="when a rank last completed a step")
+    mfu_now: float | None = Field(description="MFU at the window's end; null while not measurable")
+    mfu_reason: str | None = Field(description="why mfu_now is null")
+    last_mfu_at: str | None = Field(description="when mfu (the last level measured) was measured")
+    goodput_ratio: float | None = Field(description="productive share of the job's GPU-hours in the window")
 
 
 class JobsResponse(BaseModel):
@@ -94,6 +103,41 @@ class JobResponse(BaseModel):
     job: JobModel
     scores: list[RankScore] = Field(description="every rank's straggler score, by rank")
     findings: list[FindingModel]
+
+
+class ReplicaModel(BaseModel):
+    replica: str = Field(description="pod, else host:port")
+    node: str
+    serving: bool = Field(description="its engine serves its series at the window's end")
+    ttft_p95_s: float | None
+    itl_mean_s: float | None
+    itl_p95_s: float | None
+    requests_per_s: float | None
+    kv_cache: float | None
+
+
+class SloModel(BaseModel):
+    threshold_s: float
+    objective: float
+    state: Literal["ok", "burning", "fast burn", "no traffic", "unknown"]
+    burn_short: float | None = Field(description="error-budget burn rate over the last 5 minutes")
+    burn_window: float | None = Field(description="error-budget burn rate over the analysis window")
+
+
+class ModelModel(BaseModel):
+    model: str
+    replicas: list[ReplicaModel]
+    serving: int
+    ttft_p95_s: float | None = Field(description="the slowest serving replica's TTFT p95")
+    itl_mean_s: float | None = Field(description="median of the serving replicas' mean ITL")
+    slo: dict[str, SloModel] = Field(description="ttft and itl")
+    findings: list[FindingModel] = Field(description="open findings naming the model or one of its replicas")
+
+
+class ModelsResponse(BaseModel):
+    status: Freshness
+    window: Window
+    models: list[ModelModel]
 
 
 class BadputModel(BaseModel):
@@ -199,6 +243,7 @@ class StatusResponse(BaseModel):
     window_seconds: float
     nodes: int
     open_findings: int
+    runbooks: str = Field(description="docs/runbooks.md; a finding's section is #<kind>")
 
 
 class Health(BaseModel):

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.responses import Response
 
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.report import Report, goodput_to_dict
+from fleetscope.analyzers.report import JobSummary, Report, goodput_to_dict
 from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.settings import ServiceSettings
 from fleetscope.service.state import Snapshot, VerdictStore
@@ -61,20 +61,14 @@ class View:
         self.counts = {s: 0 for s in ("healthy", "degraded", "failing")}
         for n in self.nodes:
             self.counts[n["state"]] = self.counts.get(n["state"], 0) + 1
+        self.goodput = {job: goodput_to_dict(a) for job, a in getattr(analysis, "goodput", {}).items()}
+        live = getattr(analysis, "live", None) or {}
         self.jobs = {
-            j.job_id: {
-                "job_id": j.job_id,
-                "ranks": int(j.ranks),
-                "nodes": list(j.nodes),
-                "mfu": _finite(j.mfu),
-                "tokens_per_second": _finite(j.tokens_per_second),
-                "step_seconds": _finite(j.step_seconds),
-                "stragglers": [int(r) for r in j.stragglers],
-            }
+            j.job_id: _job(j, live.get("jobs", {}).get(j.job_id), self.goodput.get(j.job_id))
             for j in analysis.jobs.values()
         }
+        self.models = _models(live.get("models", []), self.findings, self.finding_dicts)
         self.scores = _scores(analysis)
-        self.goodput = {job: goodput_to_dict(a) for job, a in getattr(analysis, "goodput", {}).items()}
         self.open_findings = sum(1 for f in self.findings if f.end is None)
         self._window_json = dumps(self.window)
         self._parts: dict[Any, bytes] = {}
@@ -89,6 +83,43 @@ class View:
                 self._parts[key] = part
         body = b'{"status":' + dumps(snap.status()).encode() + b',"window":' + self._window_json.encode()
         return Response(body + b"," + part + b"}", media_type="application/json")
+
+
+def _job(j: JobSummary, live: dict[str, Any] | None, goodput: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's summary with its state (fleetscope.service.summaries; "unknown" without one)."""
+    live = live or {}
+    return {
+        "job_id": j.job_id,
+        "ranks": int(j.ranks),
+        "nodes": list(j.nodes),
+        "mfu": _finite(j.mfu),
+        "tokens_per_second": _finite(j.tokens_per_second),
+        "step_seconds": _finite(j.step_seconds),
+        "stragglers": [int(r) for r in j.stragglers],
+        "state": live.get("state", "unknown"),
+        "since": live.get("since"),
+        "last_step": live.get("last_step"),
+        "mfu_now": _finite(live["mfu"]) if "mfu" in live else _finite(j.mfu),
+        "mfu_reason": live.get("mfu_reason"),
+        "last_mfu_at": live.get("last_mfu_at"),
+        "goodput_ratio": goodput["goodput_ratio"] if goodput else None,
+    }
+
+
+def _models(
+    models: list[dict[str, Any]], findings: list[Finding], dicts: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Served models with the open findings that name them (in their evidence) or their replicas."""
+    out = []
+    for m in models:
+        names = {r["replica"] for r in m["replicas"]}
+        mine = [
+            d
+            for f, d in zip(findings, dicts, strict=True)
+            if f.end is None and (f.evidence.get("model") == m["model"] or f.evidence.get("replica") in names)
+        ]
+        out.append({**m, "findings": mine})
+    return out
 
 
 def _nodes(analysis: Report, findings: list[Finding]) -> list[dict[str, Any]]:

@@ -86,6 +86,11 @@ def test_evaluate_cli_json_and_exit_code(tmp_path, capsys):
     assert doc["per_kind"]["failing_node"]["recall"] == 1.0
     assert doc["per_kind"]["failing_node"]["expected"] == 2
     assert [d["scenario"] for d in doc["details"]] == ["ecc", "pcie"]  # the specs' order, not finishing order
+    # progress on stderr says how far it is: N/total
+    assert main(["evaluate", str(folder), "--json", "-", "--jobs", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "evaluating 2 scenarios, 1 at a time"
+    assert [line.split()[0] for line in err[1:]] == ["[1/2]", "[2/2]"]
     assert main(["evaluate", str(tmp_path / "none")]) == 1
 
 
@@ -141,3 +146,27 @@ def old_start(truth: dict) -> float:
     from fleetscope.times import parse_rfc3339
 
     return (parse_rfc3339(truth["faults"][0]["onset"]) or 0.0) + 30
+
+
+def test_fault_table_says_what_a_miss_is_and_keeps_its_columns_aligned():
+    """A look-alike (only optional findings expected) is no miss; a required one unmatched is; long
+    kind names (membership_change) do not push their row out of line."""
+    lookalike = ground_truth(ScenarioSpec(name="membership_t1", nodes=2, faults=[FaultSpec(kind="scrape_gap", at_s=300,
+                                                                                 duration_s=300, node=1)]))  # fmt: skip
+    lost = ground_truth(
+        ScenarioSpec(name="t2", nodes=4, faults=[FaultSpec(kind="gpu_lost", at_s=300, node=1)])
+    )
+    rep = Report([score_scenario(lookalike, []), score_scenario(lost, [])])
+    delays = rep.delays()
+    assert delays["scrape_gap"] == {"faults": 1, "must_find": 0, "detected": 0, "missed": 0,
+                                    "max_delay_s": None, "mean_delay_s": None}  # fmt: skip
+    assert delays["gpu_lost"]["must_find"] == 1 and delays["gpu_lost"]["missed"] == 1
+    text = rep.render()
+    assert "MISSED: of those, the ones no finding matched" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()}
+    assert rows["scrape_gap"].split()[1:] == ["1", "0", "0", "0", "n/a", "n/a"]
+    assert rows["gpu_lost"].split()[1:] == ["1", "1", "0", "1", "-", "-"]
+    # every row of a table ends where its header ends
+    for header, names in (("KIND", rep.per_kind()), ("FAULT INJECTED", delays)):
+        width = len(next(line for line in text.splitlines() if line.startswith(header)))
+        assert {len(rows[name]) for name in names} == {width}, header

@@ -101,3 +101,53 @@ def test_tokens_per_second_where_flops_are_unknown(tmp_path, capsys):
     assert main(["analyze", "--input", str(out), "--format", "json"]) == 0
     (d,) = json.loads(capsys.readouterr().out)["findings"]
     assert d["kind"] == "mfu_drop" and d["cause"] == "data_loading" and "tokens/s" in d["evidence"]
+
+
+def test_html_report_names_rows_and_uses_units(recording, tmp_path):
+    """Rows named node/rank, MFU in percent, tokens/s and durations a person reads, checkpoint (pause)
+    bands drawn in the MFU plot, times without T and Z."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fleetscope.analyzers import report_html as rh
+    from fleetscope.analyzers.core import analyze_file
+    from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+
+    assert [rh.human_duration(s) for s in (0.45, 45, 380, 22060, 300000)] == [
+        "0.45 s", "45 s", "6.3 min", "6.1 h", "3.5 days",
+    ]  # fmt: skip
+    assert rh.tokens_per_second(471859.2) == "471,859 tokens/s"
+    assert rh.pause_spans([False, True, True, False, True]) == [(1, 2), (4, 4)]
+
+    report = analyze_file(recording)
+    feat = report.features
+    order = sorted(range(len(feat.ranks.keys)), key=lambda k: int(float(feat.ranks.keys["rank"].iloc[k])))
+    ticks, labels = rh.rank_labels(feat, order)
+    assert (
+        labels[0] == f"{feat.ranks.keys['Hostname'].iloc[order[0]]}/rank 0"
+        and len(labels) == len(ticks) == 32
+    )
+    # The MFU plot shades the job's pauses (its checkpoints) and plots percent.
+    drawn = []
+    real_axvspan = plt.Axes.axvspan
+    try:
+        plt.Axes.axvspan = lambda self, *a, **k: drawn.append(k.get("color")) or real_axvspan(self, *a, **k)
+        assert rh._mfu(feat, report)
+    finally:
+        plt.Axes.axvspan = real_axvspan
+    (job,) = feat.jobs
+    _, unit, paused = job_mfu(feat, job)
+    assert unit == "MFU" and rh.pause_spans(paused), "the recording's job checkpoints"
+    assert drawn.count("grey") == len(rh.pause_spans(paused))
+
+    out = tmp_path / "r.html"
+    assert main(["analyze", "--input", str(recording), "--format", "html", "-o", str(out)]) == 0
+    page = out.read_text()
+    jobs = page[page.index("<h2>Jobs</h2>") :]
+    jobs = jobs[: jobs.index("</table>")]
+    mfu = report.jobs[job].mfu
+    assert f"{mfu:.1%}" in jobs and "tokens/s" in jobs and re.search(r"\d,\d{3} tokens/s", jobs)
+    assert re.search(r"<td class='num'>\d+\.\d\d s</td>", jobs)  # step time with its unit
+    assert re.search(r"<td class='nowrap'>2026-11-30 10:\d\d:\d\d</td>", page)  # start, no T or Z

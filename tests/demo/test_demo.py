@@ -6,6 +6,7 @@ the demo must stop by itself at ``--duration`` with exit code 0, leaving no proc
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleetscope.demo.links import NO_WEB_UI
 from fleetscope.simulate.spec import node_name
 from tests.support.prom import free_port, wait_for
 
@@ -105,6 +107,14 @@ def get_json(url: str):
         return json.loads(resp.read())
 
 
+def _page(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
 def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> None:
     service, prometheus, alertmanager = free_port(), free_port(), free_port()
     workdir = tmp_path / "demo"
@@ -116,8 +126,16 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
     )  # fmt: skip
     node = node_name(FAULT_NODE)
     try:
-        demo.wait_started()
+        demo.wait_started("watching;")
         assert demo.saw(f"http://127.0.0.1:{service}/")
+        # Every address it printed opens with what setup.sh installs (Debian: /classic/alerts, and an
+        # Alertmanager without its web application, whose JSON API is printed instead).
+        urls = [u.rstrip(",") for line in demo.lines for u in re.findall(r"(?<!=)http://[^\s)]+", line)]
+        assert any(f":{prometheus}/" in u and u.endswith("alerts") for u in urls), demo.output()
+        assert any(f":{alertmanager}/" in u for u in urls), demo.output()
+        for url in urls:  # the API answers 503 until the service's first cycle
+            body = wait_for(lambda url=url: _page(url), timeout=60, interval=1, what=f"200 from {url}")
+            assert NO_WEB_UI not in body, f"{url} is the page of a missing web UI"
 
         def finding() -> list[dict]:
             found = get_json(f"http://127.0.0.1:{service}/api/v1/findings?kind=failing_node")["findings"]
@@ -174,6 +192,19 @@ def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_p
         demo.reader.join(timeout=5)
         assert demo.saw("stopped")
         assert not demo.leftovers(), demo.leftovers()
+    finally:
+        demo.kill()
+
+
+def test_demo_says_when_its_duration_ends_before_the_fault(tmp_path: Path) -> None:
+    demo = Demo(
+        "--no-prometheus", "--duration", "3", "--fault-at", "90",
+        "--listen", f"127.0.0.1:{free_port()}", "--base-port", str(20000 + free_port() % 20000),
+    )  # fmt: skip
+    try:
+        assert demo.proc.wait(timeout=60) == 0, demo.output()
+        demo.reader.join(timeout=5)
+        assert demo.saw("--duration 3s ends before the gpu_lost fault at 90s"), demo.output()
     finally:
         demo.kill()
 

@@ -4,16 +4,16 @@ analyzers' file loader and promtool's backfill both read, with every sample in p
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from fleetscope.analyzers.load_file import read_openmetrics
 from fleetscope.demo.direct import DirectAnalysis
+from tests.support.http import http_server
 from tests.support.prom import backfill_openmetrics
 
 EXPOSITION = """\
@@ -43,14 +43,8 @@ class _Node(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def node() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Node)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(_Node) as hostport:
+        yield hostport
 
 
 def test_scrapes_become_a_recording_both_readers_accept(tmp_path: Path, node: str) -> None:

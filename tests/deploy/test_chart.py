@@ -154,6 +154,13 @@ def test_exporter_daemonset_runs_on_gpu_nodes_with_read_only_host_mounts(
         assert host_paths["kmsg"] == "/dev/kmsg"
         assert host_paths["pod-resources"] == "/var/lib/kubelet/pod-resources"
         assert "training" in host_paths
+        # Lustre 2.12+ client stats live in debugfs: mounted and passed to the exporter, which runs
+        # as root (debugfs is root's 0700 directory) with no capability added for it.
+        assert host_paths["debugfs"] == "/sys/kernel/debug"
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert f"--path.debugfs={mounts['debugfs']}" in container["args"]
+        assert pod["securityContext"]["runAsUser"] == 0
+        assert container["securityContext"]["capabilities"]["add"] == ["SYSLOG"]
         for mount in container["volumeMounts"]:
             assert mount["readOnly"] is True, mount
         security = container["securityContext"]
@@ -207,6 +214,13 @@ def test_rendered_command_lines_are_accepted_by_fleetscope(rendered: dict[str, l
 def test_values_schema_rejects_bad_values(bad: dict) -> None:
     with pytest.raises(helm.HelmError):
         helm.Chart.load(CHART).validate_schema(bad)
+
+
+def test_debugfs_can_be_left_out() -> None:
+    (ds,) = by_kind(render({"exporter": {"hostPaths": {"debugfs": ""}}}), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert "debugfs" not in {v["name"] for v in pod["volumes"]}
+    assert not any(a.startswith("--path.debugfs") for a in pod["containers"][0]["args"])
 
 
 def test_disabling_components_removes_their_objects() -> None:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from fleetscope import defaults
+from fleetscope.cli import build_parser
 from tests.deploy.conftest import ROOT
 from tests.support.prom import PROMTOOL
 
@@ -45,7 +46,7 @@ def compose_cmd(files: list[Path], extra: list[str], *args: str, env: dict | Non
     for f in files:
         cmd += ["-f", str(f)]
     cmd += [*extra, *args]
-    full_env = {**os.environ, "NODE_NAME": "gpu-host-1", **(env or {})}
+    full_env = {**os.environ, "NODE_NAME": "gpu-host-1", "GF_ADMIN_PASSWORD": "s3cret", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=60, check=False)
 
 
@@ -108,13 +109,51 @@ def test_gpu_overlay_reserves_gpus_and_mounts_host_inputs() -> None:
 
 
 def test_gpu_overlay_requires_node_name() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    env = {**{k: v for k, v in os.environ.items() if k != "NODE_NAME"}, "GF_ADMIN_PASSWORD": "x"}
     res = subprocess.run(
         [str(DOCKER_COMPOSE), "-f", str(BASE), "-f", str(GPU), "config", "-q"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert res.returncode != 0
     assert "NODE_NAME" in res.stderr
+
+
+def test_grafana_needs_an_admin_password() -> None:
+    grafana = rendered("base")["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
+    env = {k: v for k, v in os.environ.items() if k != "GF_ADMIN_PASSWORD"}
+    res = subprocess.run(
+        [str(DOCKER_COMPOSE), "-f", str(BASE), "config", "-q"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "GF_ADMIN_PASSWORD" in res.stderr and "admin/admin" in res.stderr
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_published_ports_are_bound_to_loopback_by_default(variant: str) -> None:
+    published = [p for svc in rendered(variant)["services"].values() for p in svc.get("ports", [])]
+    assert len(published) >= 5
+    assert {p["host_ip"] for p in published} == {"127.0.0.1"}, published
+    files, extra = VARIANTS[variant]
+    res = compose_cmd(files, extra, "config", "--format", "json", env={"BIND_ADDRESS": "0.0.0.0"})
+    assert res.returncode == 0, res.stderr
+    services = json.loads(res.stdout)["services"].values()
+    assert {p["host_ip"] for svc in services for p in svc.get("ports", [])} == {"0.0.0.0"}
+
+
+@pytest.mark.parametrize("variant", ["base", "gpu"])
+def test_exporter_reads_debugfs_for_lustre_stats_as_root_without_capabilities(variant: str) -> None:
+    exporter = rendered(variant)["services"]["exporter"]
+    mounts = {v["target"]: v for v in exporter["volumes"]}
+    assert mounts["/host/debugfs"]["source"] == "/sys/kernel/debug"
+    assert mounts["/host/debugfs"]["read_only"] is True
+    assert "--path.debugfs=/host/debugfs" in exporter["command"]
+    # debugfs is root's 0700 directory: uid 0 reads it as its owner, with every capability dropped
+    assert exporter["user"] == "0:0" and exporter["cap_drop"] == ["ALL"]
+    assert set(exporter.get("cap_add", [])) <= {"SYSLOG"}
+    args = build_parser(exporter["command"]).parse_args(exporter["command"])
+    assert args.debugfs == "/host/debugfs"
 
 
 def test_ports_are_the_project_defaults() -> None:

@@ -22,6 +22,7 @@ PROTECTED = [
     "/api/v1/nodes",
     "/api/v1/jobs",
     "/api/v1/jobs/4711",
+    "/api/v1/models",
     "/api/v1/plan",
     "/does-not-exist",
 ]

@@ -33,12 +33,18 @@ def failing(
     return Finding("failing_node", severity, node, start, cause, "drain now", gpu=gpu)
 
 
-def test_limit_is_the_floor_of_the_fraction():
+def test_limit_is_the_floor_of_the_fraction_but_at_least_one_unless_zero():
     assert drain_limit(64, 0.1) == 6
     assert drain_limit(10, 0.3) == 3
-    assert drain_limit(8, 0.1) == 0
     assert drain_limit(4, 1.0) == 4
-    for bad in (0, -0.1, 1.5):
+    # A cluster under 10 nodes can still drain its first failing node at the default 0.1.
+    for size in (1, 2, 4, 8, 9):
+        assert drain_limit(size, 0.1) == 1, size
+    assert drain_limit(19, 0.1) == 1 and drain_limit(20, 0.1) == 2
+    # 0 is the explicit "drain none"; an empty cluster has nothing to drain.
+    assert drain_limit(8, 0.0) == 0 and drain_limit(64, 0) == 0
+    assert drain_limit(0, 0.1) == 0
+    for bad in (-0.1, 1.5):
         with pytest.raises(FleetscopeError):
             drain_limit(10, bad)
 
@@ -187,6 +193,21 @@ def test_cli_prints_the_plan_from_a_findings_document_and_runs_nothing(tmp_path)
     res = _cli("--input", str(doc), "--cluster-size", "20", "--execute", env=env)
     assert res.returncode == 0, res.stderr
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_cli_small_cluster_drains_one_and_max_fraction_zero_drains_none(tmp_path):
+    doc = tmp_path / "findings.json"
+    doc.write_text(json.dumps(findings_document([failing("node-1"), failing("node-2")], T0, T0 + 1800)))
+    res = _cli("--input", str(doc), "--cluster-size", "4")
+    assert res.returncode == 0, res.stderr
+    assert "at most 1 at once" in res.stdout and res.stdout.count("scontrol update NodeName=") == 1
+    assert "held back by the limit: node-2" in res.stdout
+    res = _cli("--input", str(doc), "--cluster-size", "4", "--max-fraction", "0")
+    assert res.returncode == 0, res.stderr
+    assert "at most 0 at once" in res.stdout and "scontrol" not in res.stdout
+    assert res.stdout.count("held back by the limit") == 2
+    res = _cli("--help")
+    assert "at least 1" in " ".join(res.stdout.split())
 
 
 @pytest.mark.parametrize(

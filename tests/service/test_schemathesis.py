@@ -38,6 +38,7 @@ def test_schema_covers_the_api():
         "/api/v1/nodes",
         "/api/v1/jobs",
         "/api/v1/jobs/{job_id}",
+        "/api/v1/models",
         "/api/v1/plan",
         "/api/v1/status",
     } <= paths

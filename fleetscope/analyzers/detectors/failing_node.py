@@ -36,7 +36,7 @@ CAUSE_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "
                   "ranks_stopped", "pcie_width_drop")  # fmt: skip
 
 _ACTIONS = {
-    "gpu_lost": "drain the node now (the job already lost this GPU); power-cycle it, run dcgmi diag -r 3, "
+    "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, "
     "RMA the GPU if XID 79 repeats",
     "ecc_uncorrectable": "drain the node; reset the GPU (nvidia-smi -r) to activate the remapped row, run "
     "dcgmi diag -r 3; RMA if uncorrectable errors repeat",

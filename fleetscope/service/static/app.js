@@ -7,6 +7,9 @@
   const STATES = ["healthy", "degraded", "failing"];
   let refreshMs = 10000;
   let chosenJob = new URLSearchParams(window.location.search).get("job");
+  // docs/runbooks.md, from /api/v1/status (no address in the page's files); a finding's section is #<kind>.
+  let runbooks = null;
+  let jobStates = {};
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -37,6 +40,54 @@
     return Math.round(seconds / 3600) + " h ago";
   }
 
+  // "12 min ago" for an RFC 3339 time, relative to the analysis' end (the page's "now"); the
+  // absolute time goes into the element's title (hover).
+  let nowMs = Date.now();
+
+  function rel(iso) {
+    const t = Date.parse(iso);
+    if (!iso || Number.isNaN(t)) return "";
+    const s = Math.max(0, (nowMs - t) / 1000);
+    if (s < 90) return Math.round(s) + " s ago";
+    if (s < 5400) return Math.round(s / 60) + " min ago";
+    if (s < 172800) return (s / 3600).toFixed(1) + " h ago";
+    return Math.round(s / 86400) + " days ago";
+  }
+
+  function timeEl(tag, iso, prefix) {
+    const e = el(tag, "time", (prefix || "") + rel(iso));
+    if (iso) {
+      e.title = iso.replace("T", " ").replace("Z", " UTC");
+      e.dataset.time = iso;
+    }
+    return e;
+  }
+
+  // Text with its RFC 3339 times as relative times (the absolute one on hover).
+  const RFC3339 = /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z/g;
+
+  function appendWithTimes(parent, text) {
+    let last = 0;
+    for (const m of text.matchAll(RFC3339)) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      parent.appendChild(timeEl("span", m[0]));
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "n/a";
+    if (seconds < 1) return Math.round(seconds * 1000) + " ms";
+    if (seconds < 120) return Number(seconds).toFixed(seconds < 10 ? 2 : 1) + " s";
+    if (seconds < 7200) return (seconds / 60).toFixed(1) + " min";
+    return (seconds / 3600).toFixed(1) + " h";
+  }
+
+  function count(x) {
+    return x === null || x === undefined ? "n/a" : Math.round(x).toLocaleString("en-US");
+  }
+
   function renderBanner(status, counts) {
     const banner = document.getElementById("banner");
     let worst = "unknown";
@@ -47,7 +98,9 @@
     banner.dataset.state = worst;
     const summary = document.getElementById("summary");
     if (counts) {
-      summary.textContent = STATES.map((s) => (counts[s] || 0) + " " + s).join(" · ");
+      const stuck = Object.entries(jobStates).filter(([, st]) => st === "stalled" || st === "down")
+        .map(([id, st]) => "job " + id + " " + st);
+      summary.textContent = STATES.map((s) => (counts[s] || 0) + " " + s).concat(stuck).join(" · ");
     }
     const fresh = document.getElementById("freshness");
     if (!status) {
@@ -90,6 +143,17 @@
     }
   }
 
+  function where(f) {
+    const ev = f.evidence || {};
+    const parts = [];
+    if (ev.replica) parts.push("replica " + ev.replica + (ev.model ? " (" + ev.model + ")" : ""));
+    else if (ev.model) parts.push("model " + ev.model);
+    if (f.node) parts.push(f.node + (f.gpu !== null ? " GPU " + f.gpu : ""));
+    if (f.rank !== null) parts.push("rank " + f.rank);
+    if (f.job_id) parts.push("job " + f.job_id);
+    return parts.join(" · ");
+  }
+
   function renderFindings(findings) {
     const body = document.getElementById("findings-body");
     body.replaceChildren();
@@ -99,11 +163,134 @@
       const tr = el("tr", "sev-" + f.severity);
       tr.dataset.kind = f.kind;
       tr.dataset.node = f.node || "";
-      for (const v of [f.start, f.kind, f.severity, f.node, f.gpu, f.rank, f.job_id, f.cause, f.action]) {
-        tr.appendChild(el("td", "", v === null ? "" : v));
+      const since = el("td", "");
+      since.appendChild(timeEl("span", f.start));
+      tr.appendChild(since);
+      const kind = el("td", "");
+      const link = el(runbooks ? "a" : "span", "runbook", f.kind);
+      if (runbooks) {
+        link.href = runbooks + "#" + f.kind;
+        link.target = "_blank";
+        link.rel = "noopener";
+        link.title = "runbook: what " + f.kind + " means and what to do";
       }
-      tr.title = Object.entries(f.evidence).map(([k, v]) => k + ": " + v).join("\n");
+      kind.appendChild(link);
+      tr.appendChild(kind);
+      tr.appendChild(el("td", "", f.severity));
+      tr.appendChild(el("td", "where", where(f)));
+      tr.appendChild(el("td", "", f.cause));
+      const ev = el("td", "");
+      const list = el("ul", "evidence");
+      for (const [k, v] of Object.entries(f.evidence || {})) {
+        if (k === "model" || k === "replica") continue;
+        const li = el("li", "");
+        li.appendChild(el("span", "ev-key", k + ": "));
+        appendWithTimes(li, String(v));
+        list.appendChild(li);
+      }
+      ev.appendChild(list);
+      tr.appendChild(ev);
+      tr.appendChild(el("td", "", f.action));
       body.appendChild(tr);
+    }
+  }
+
+  function stateText(j) {
+    if (j.state === "stalled") return "stalled since ";
+    if (j.state === "down") return "down since ";
+    return j.state;
+  }
+
+  function mfuCell(j) {
+    const td = el("td", "mfu");
+    if (j.mfu_now !== null) {
+      td.textContent = fmt(j.mfu_now * 100, 1, " %");
+      return td;
+    }
+    td.appendChild(el("span", "na", "n/a"));
+    if (j.mfu_reason) td.appendChild(el("span", "reason", " (" + j.mfu_reason + ")"));
+    if (j.mfu !== null && j.state !== "running") {
+      td.appendChild(el("span", "muted", " · last " + fmt(j.mfu * 100, 1, " %") + " "));
+      if (j.last_mfu_at) td.appendChild(timeEl("span", j.last_mfu_at));
+    }
+    return td;
+  }
+
+  function renderJobTable(jobs) {
+    const body = document.getElementById("jobs-body");
+    body.replaceChildren();
+    jobStates = {};
+    for (const j of jobs) {
+      jobStates[j.job_id] = j.state;
+      const tr = el("tr", "job job-" + j.state);
+      tr.dataset.job = j.job_id;
+      tr.dataset.state = j.state;
+      tr.appendChild(el("td", "", j.job_id));
+      const st = el("td", "");
+      const badge = el("span", "badge badge-" + j.state, stateText(j));
+      if ((j.state === "stalled" || j.state === "down") && j.since) badge.appendChild(timeEl("span", j.since));
+      st.appendChild(badge);
+      tr.appendChild(st);
+      tr.appendChild(el("td", "", j.ranks + " on " + j.nodes.length + " nodes"));
+      tr.appendChild(el("td", "num", j.state === "running" ? duration(j.step_seconds) : "n/a (no steps)"));
+      tr.appendChild(mfuCell(j));
+      tr.appendChild(el("td", "num", j.state === "running" ? count(j.tokens_per_second) : "n/a"));
+      tr.appendChild(el("td", "num", j.goodput_ratio === null ? "n/a" : pct(j.goodput_ratio)));
+      tr.appendChild(el("td", "", j.stragglers.length ? "rank " + j.stragglers.join(", ") : "none"));
+      body.appendChild(tr);
+    }
+  }
+
+  function sloCell(slo) {
+    const td = el("td", "slo slo-" + slo.state.replace(" ", "-"));
+    td.dataset.state = slo.state;
+    td.textContent = slo.state + (slo.burn_short !== null ? " · burn " + fmt(slo.burn_short, 1, "x") + " (5 min)" : "");
+    td.title = (slo.objective * 100).toFixed(1) + "% under " + duration(slo.threshold_s) +
+      "; burn " + fmt(slo.burn_short, 2, "x") + " over 5 min, " + fmt(slo.burn_window, 2, "x") + " over the window";
+    return td;
+  }
+
+  function renderModels(models) {
+    const box = document.getElementById("models");
+    box.replaceChildren();
+    for (const m of models) {
+      const card = el("div", "model");
+      card.dataset.model = m.model;
+      card.appendChild(el("h3", "", m.model + " · " + m.serving + " of " + m.replicas.length + " replicas serving"));
+      const head = el("table", "model-slo");
+      const hr = el("tr", "");
+      for (const h of ["TTFT SLO", "ITL SLO", "TTFT p95 (slowest)", "ITL mean"]) hr.appendChild(el("th", "", h));
+      head.appendChild(hr);
+      const row = el("tr", "");
+      row.appendChild(sloCell(m.slo.ttft));
+      row.appendChild(sloCell(m.slo.itl));
+      row.appendChild(el("td", "num", duration(m.ttft_p95_s)));
+      row.appendChild(el("td", "num", duration(m.itl_mean_s)));
+      head.appendChild(row);
+      card.appendChild(head);
+      const named = {};
+      for (const f of m.findings) {
+        const r = (f.evidence || {}).replica;
+        if (r) named[r] = (named[r] ? named[r] + ", " : "") + f.kind;
+      }
+      const t = el("table", "replicas");
+      const th = el("tr", "");
+      for (const h of ["replica", "node", "state", "TTFT p95", "ITL mean", "ITL p95", "requests/s", "KV cache", "finding"]) {
+        th.appendChild(el("th", "", h));
+      }
+      t.appendChild(th);
+      for (const r of m.replicas) {
+        const tr = el("tr", "replica" + (named[r.replica] ? " named" : "") + (r.serving ? "" : " down"));
+        tr.dataset.replica = r.replica;
+        for (const v of [r.replica, r.node, r.serving ? "serving" : "not serving", duration(r.ttft_p95_s),
+                         duration(r.itl_mean_s), duration(r.itl_p95_s), fmt(r.requests_per_s, 2),
+                         r.kv_cache === null ? "n/a" : pct(r.kv_cache), named[r.replica] || ""]) {
+          tr.appendChild(el("td", "", v));
+        }
+        t.appendChild(tr);
+      }
+      card.appendChild(t);
+      box.appendChild(card);
     }
   }
 
@@ -133,9 +320,17 @@
       return;
     }
     const j = data.job;
-    summary.textContent = "job " + j.job_id + ": " + j.ranks + " ranks on " + j.nodes.length + " nodes · MFU " +
-      fmt(j.mfu === null ? null : j.mfu * 100, 1, "%") + " · " + fmt(j.tokens_per_second, 0, " tokens/s") +
-      " · step " + fmt(j.step_seconds, 2, " s") + " · stragglers: " + (j.stragglers.length ? j.stragglers.join(", ") : "none");
+    const stopped = j.state === "stalled" || j.state === "down";
+    summary.replaceChildren();
+    summary.appendChild(el("span", "", "job " + j.job_id + ": " + j.ranks + " ranks on " + j.nodes.length + " nodes · " +
+      (stopped ? "" : "stragglers: " + (j.stragglers.length ? "rank " + j.stragglers.join(", ") : "none"))));
+    svg.classList.toggle("stopped", stopped);
+    if (stopped) {
+      const warn = el("strong", "stopped-note", "the job is " + j.state + " since ");
+      warn.appendChild(timeEl("span", j.since));
+      warn.appendChild(document.createTextNode(": these scores are from before it stopped"));
+      summary.appendChild(warn);
+    }
     const scores = data.scores;
     if (!scores.length) return;
     const W = 900, H = 220, pad = 28;
@@ -145,7 +340,7 @@
     const strag = new Set(j.stragglers);
     scores.forEach((s, i) => {
       const r = document.createElementNS(SVG, "rect");
-      r.setAttribute("class", "bar" + (strag.has(s.rank) ? " straggler" : ""));
+      r.setAttribute("class", "bar" + (strag.has(s.rank) ? " straggler" : "") + (stopped ? " stopped" : ""));
       r.setAttribute("x", String(pad + i * bw + bw * 0.1));
       r.setAttribute("width", String(Math.max(1, bw * 0.8)));
       r.setAttribute("y", String(y(s.score)));
@@ -272,11 +467,26 @@
           nodes.status === 401 ? "unauthorized" : nodes.status === 503 ? "waiting for the first analysis" : "error " + nodes.status;
         return;
       }
+      // Relative times count from the analysis' end, so a page of stale verdicts stays consistent.
+      nowMs = Date.parse(nodes.body.window.end) || Date.now();
+      const [findings, jobs, models] = await Promise.all(
+        [getJSON("api/v1/findings"), getJSON("api/v1/jobs"), getJSON("api/v1/models")]);
+      if (jobs.ok) renderJobTable(jobs.body.jobs);
       renderBanner(nodes.body.status, nodes.body.counts);
       renderGrid(nodes.body.nodes, nodes.body.status.stale);
-      const [findings, jobs] = await Promise.all([getJSON("api/v1/findings"), getJSON("api/v1/jobs")]);
       if (findings.ok) renderFindings(findings.body.findings);
-      if (jobs.ok) {
+      const nJobs = jobs.ok ? jobs.body.jobs.length : 0;
+      const nModels = models.ok ? models.body.models.length : 0;
+      for (const id of ["jobs", "stragglers", "goodput"]) document.getElementById(id).hidden = nJobs === 0;
+      document.getElementById("serving").hidden = nModels === 0;
+      document.getElementById("no-workload").hidden = nJobs + nModels > 0;
+      if (models.ok) renderModels(models.body.models);
+      // The state badges' positions, for the screenshot test (as the grid's cells), once visible.
+      for (const b of document.querySelectorAll("#jobs-body .badge")) {
+        const r = b.getBoundingClientRect();
+        b.dataset.rect = [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height].map(Math.round).join(",");
+      }
+      if (jobs.ok && nJobs) {
         renderJobs(jobs.body.jobs);
         const path = chosenJob ? "api/v1/jobs/" + encodeURIComponent(chosenJob) : null;
         const [job, goodput] = path ? await Promise.all([getJSON(path), getJSON(path + "/goodput")]) : [null, null];
@@ -293,6 +503,7 @@
     const status = await getJSON("api/v1/status").catch(() => null);
     if (status && status.ok) {
       refreshMs = Math.min(30000, Math.max(2000, status.body.interval_seconds * 1000));
+      if (status.body.runbooks) runbooks = status.body.runbooks;
     }
     document.getElementById("job").addEventListener("change", (ev) => {
       chosenJob = ev.target.value;

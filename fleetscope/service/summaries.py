@@ -1,0 +1,211 @@
+"""What the live page shows beside the findings: each training job's state and each served model's
+replicas and SLOs, computed in the analysis process, where the window's features still exist.
+
+:func:`analyze_for_page` wraps the service's analysis function: it runs it, then fills
+``Report.live`` with plain dicts (the features are not sent back to the server process):
+
+* ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
+  stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
+  ``mfu_reason`` saying why, and ``last_mfu`` (the last level measured, with its time).
+* ``models``: one entry per served model: its replicas (serving or not, with TTFT p95, ITL mean and
+  p95, requests/s, KV cache usage), and the TTFT and ITL SLOs' burn rates over the last 5 minutes and
+  the window, as the generated SLO alerts read them (fleetscope/alerts/config.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fleetscope import contract as c
+from fleetscope.alerts.config import THRESHOLDS
+from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+from fleetscope.analyzers.features import Features, job_columns, stepping
+from fleetscope.analyzers.frames import increase_steps
+from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica, serving_signals
+from fleetscope.times import rfc3339
+
+#: Burn rates of the SLO alerts: paging fast (2% of a 30-day budget in an hour), and slow.
+FAST_BURN = THRESHOLDS.slo_page_fast_burn
+SLOW_BURN = THRESHOLDS.slo_page_slow_burn
+SHORT_WINDOW_S = 300.0
+
+
+def analyze_for_page(fn: Callable[[float, float], Report], start: float, end: float) -> Report:
+    """``fn(start, end)`` with ``Report.live`` filled from its features (module level: picklable)."""
+    report = fn(start, end)
+    feat = report.features
+    if feat is not None:
+        report.live = {"jobs": job_states(feat, report), "models": served_models(feat)}
+    return report
+
+
+def _num(x: float | np.floating | None, digits: int = 4) -> float | None:
+    return None if x is None or not math.isfinite(float(x)) else round(float(x), digits)
+
+
+def _last_finite(col: np.ndarray) -> tuple[float | None, int | None]:
+    idx = np.nonzero(np.isfinite(col))[0]
+    return (float(col[idx[-1]]), int(idx[-1])) if idx.size else (None, None)
+
+
+def job_states(feat: Features, report: Report) -> dict[str, dict[str, Any]]:
+    """Every job's state at the window's end, and why its MFU is unknown when it is."""
+    r, times, cfg = feat.ranks, feat.times, feat.config
+    end = float(times[-1]) if len(times) else report.end
+    out: dict[str, dict[str, Any]] = {}
+    for job in feat.jobs:
+        cols = job_columns(feat, job)
+        reporting = np.nonzero(r.present[:, cols].any(axis=1))[0] if cols.any() else np.zeros(0, int)
+        steps = np.nonzero(stepping(feat, job))[0]
+        last_step = float(times[steps[-1]]) if steps.size else None
+        summary = report.jobs.get(job)
+        step_s = summary.step_seconds if summary and summary.step_seconds else 0.0
+        quiet_for = max(cfg.stall_s, 3 * step_s)
+        hang = next(
+            (f for f in report.findings if f.kind == "job_hang" and f.job_id == job and f.end is None), None
+        )
+        # The grid's last row may hold no sample yet: reporting means in either of the last two.
+        if not reporting.size or reporting[-1] < len(times) - 2:
+            state = "down"
+            since = (
+                float(times[reporting[-1] + 1]) if reporting.size and reporting[-1] + 1 < len(times) else None
+            )
+        elif hang is not None or last_step is None or end - last_step > quiet_for:
+            state = "stalled"
+            since = hang.start if hang is not None else (last_step or float(times[reporting[0]]))
+        else:
+            state, since = "running", None
+        series, unit, paused = job_mfu(feat, job)
+        last, at = _last_finite(series)
+        now = series[-1] if len(series) else np.nan
+        if not math.isfinite(now) and len(series) > 1:
+            now = series[-2]  # the last grid row may be one without samples yet
+        mfu = _num(now) if unit == "MFU" and state == "running" else None
+        reason = None
+        if unit != "MFU":
+            reason = "no FLOPs-per-step telemetry or GPU peak: throughput in tokens/s instead"
+        elif state == "down":
+            reason = "the job's ranks stopped reporting"
+        elif state == "stalled":
+            reason = "no step completes while the job is stalled"
+        elif mfu is None:
+            first = float(times[steps[0]]) if steps.size else None
+            need = cfg.rate_window_s
+            if first is not None and end - first < 2 * need:
+                reason = f"measured over {need / 60:g} min of steps once the job has run that long"
+            elif len(paused) and bool(paused[-1]):
+                reason = "paused (checkpoint, evaluation or restart)"
+            else:
+                reason = "not enough steps in the last rate window"
+        out[job] = {
+            "state": state,
+            "since": rfc3339(since),
+            "last_step": rfc3339(last_step),
+            "mfu": mfu,
+            "mfu_reason": reason,
+            "last_mfu": _num(last) if unit == "MFU" else None,
+            "last_mfu_at": rfc3339(float(times[at])) if at is not None and unit == "MFU" else None,
+        }
+    return out
+
+
+def served_models(feat: Features) -> list[dict[str, Any]]:
+    """One entry per served model (none without vLLM series in the window)."""
+    s = serving_signals(feat.frames, feat.w)
+    if not s.replicas:
+        return []
+    n = len(feat.times)
+    short = max(1, min(n, round(SHORT_WINDOW_S / feat.step)))
+    index = {rep: i for i, rep in enumerate(s.replicas)}
+    itl = next((h for h in ITL_NAMES if feat.frames.has(h.bucket)), None)
+    ttft = c.VLLM_TIME_TO_FIRST_TOKEN if feat.frames.has(c.VLLM_TIME_TO_FIRST_TOKEN.bucket) else None
+    slos = [
+        ("ttft", ttft, THRESHOLDS.inference_ttft_seconds, THRESHOLDS.inference_ttft_objective),
+        ("itl", itl, THRESHOLDS.inference_itl_seconds, THRESHOLDS.inference_itl_objective),
+    ]
+    buckets = {name: _good_and_total(feat, h, index, bound) for name, h, bound, _ in slos}
+    out = []
+    for model, mask in s.models().items():
+        cols = np.nonzero(mask)[0]
+        replicas = [_replica(s, int(k), n) for k in cols]
+        slo = {}
+        for name, _, bound, objective in slos:
+            slo[name] = _burn(buckets[name], cols, short, bound, objective)
+        serving = [x for x in replicas if x["serving"]]
+        out.append({
+            "model": model,
+            "replicas": replicas,
+            "serving": len(serving),
+            "ttft_p95_s": max((x["ttft_p95_s"] for x in serving if x["ttft_p95_s"] is not None), default=None),
+            "itl_mean_s": _num(np.median([x["itl_mean_s"] for x in serving if x["itl_mean_s"] is not None]))
+            if any(x["itl_mean_s"] is not None for x in serving) else None,
+            "slo": slo,
+        })  # fmt: skip
+    return sorted(out, key=lambda m: m["model"])
+
+
+def _replica(s: ServingSignals, k: int, n: int) -> dict[str, Any]:
+    rep = s.replicas[k]
+    seen = np.nonzero(s.present[:, k])[0]
+
+    def last(x: np.ndarray) -> float | None:
+        return _num(_last_finite(x[:, k])[0])
+
+    return {
+        "replica": rep.name,
+        "node": rep.host,
+        "serving": bool(seen.size and seen[-1] >= n - 2),
+        "ttft_p95_s": last(s.ttft_p95),
+        "itl_mean_s": last(s.itl_mean),
+        "itl_p95_s": last(s.itl_p95),
+        "requests_per_s": _num(_last_finite(s.request_rate[:, k])[0], 3),
+        "kv_cache": last(s.kv),
+    }
+
+
+def _good_and_total(
+    feat: Features, hist: c.Histogram | None, index: dict, bound: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per grid step and replica: observations under ``bound`` and all of them (increments)."""
+    if hist is None:
+        return None
+    cum, les = _per_replica(feat.frames, hist.bucket, index, "sum", ("le",))
+    bounds = [_le_key(v[0]) for v in les]
+    if bound not in bounds or math.inf not in bounds:
+        return None
+    good = increase_steps(cum[:, :, bounds.index(bound)])
+    total = increase_steps(cum[:, :, bounds.index(math.inf)])
+    return good, total
+
+
+def _burn(
+    counts: tuple[np.ndarray, np.ndarray] | None, cols: np.ndarray, short: int, bound: float, objective: float
+) -> dict[str, Any]:
+    """Burn rates (bad share / error budget) over the last ``short`` steps and the whole window."""
+    head = {"threshold_s": bound, "objective": objective}
+    if counts is None:
+        return {**head, "state": "unknown", "burn_short": None, "burn_window": None}
+    good, total = counts
+
+    def rate(rows: slice) -> float | None:
+        t = float(np.nansum(total[rows][:, cols]))
+        if t <= 0:
+            return None
+        bad = max(0.0, t - float(np.nansum(good[rows][:, cols])))
+        return bad / t / (1.0 - objective)
+
+    fast, whole = rate(slice(-short, None)), rate(slice(None))
+    if fast is None and whole is None:
+        state = "no traffic"
+    elif (fast or 0) >= FAST_BURN and (whole or 0) >= FAST_BURN:
+        state = "fast burn"
+    elif (fast or 0) >= SLOW_BURN and (whole or 0) >= SLOW_BURN:
+        state = "burning"
+    else:
+        state = "ok"
+    return {**head, "state": state, "burn_short": _num(fast, 2), "burn_window": _num(whole, 2)}
