@@ -9,6 +9,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from fleetscope.alerts.config import THRESHOLDS
@@ -90,6 +91,7 @@ def _stalled_training() -> Report:
     return a
 
 
+@pytest.mark.browser
 def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path):
     page, dom = _load(tmp_path, _stalled_training())
     assert "hidden" not in page.ids["jobs"] and "hidden" in page.ids["serving"]
@@ -111,6 +113,7 @@ def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path)
     assert stamps[since] == since.replace("T", " ").replace("Z", " UTC")
 
 
+@pytest.mark.browser
 def test_the_stalled_badge_is_painted_in_the_degraded_colour(tmp_path: Path):
     app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(_stalled_training()))
     assert app.state.runner.run_once()
@@ -127,6 +130,7 @@ def test_the_stalled_badge_is_painted_in_the_degraded_colour(tmp_path: Path):
     assert close(rgb.getpixel((x + 3, y + h // 2)), COLOURS["degraded"]), rgb.getpixel((x + 3, y + h // 2))
 
 
+@pytest.mark.browser
 def test_findings_show_their_evidence_and_link_their_runbook_section(tmp_path: Path):
     page, _ = _load(tmp_path, _stalled_training())
     rows = {r["attrs"]["data-kind"]: " ".join(r["text"].split()) for r in page.rows["findings-body"]}
@@ -179,6 +183,7 @@ def _serving_fleet() -> Report:
     return a
 
 
+@pytest.mark.browser
 def test_serving_fleet_shows_models_replicas_slos_and_the_named_replica(tmp_path: Path):
     page, dom = _load(tmp_path, _serving_fleet())
     # no training job: no empty straggler chart, no "No job in the window"
