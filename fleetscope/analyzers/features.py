@@ -6,6 +6,7 @@ the detectors only compare and decide.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 from fleetscope.analyzers.nanstats import nanmedian
 from fleetscope.analyzers.serving import SERVING_METRICS
+from fleetscope.labels import MAX_RANK, parse_index
+
+log = logging.getLogger(__name__)
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -187,6 +191,20 @@ def gpu_signals(frames: Frames, w: int) -> GpuSignals:
     )
 
 
+def _valid_ranks(keys: pd.DataFrame, steps: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rank series whose ``rank`` label is an index (ASCII digits, :func:`parse_index`); any
+    other is left out with one warning, so one bad label skips one series, never the cycle."""
+    ok = np.array([parse_index(str(r), MAX_RANK) is not None for r in keys["rank"]], dtype=bool)
+    if ok.all():
+        return keys, steps
+    bad = keys["rank"][~ok].astype(str)
+    log.warning(
+        "skipped %d rank series whose rank label is not an ASCII integer below %d (first: %r)",
+        int((~ok).sum()), MAX_RANK, bad.iloc[0][:40],
+    )  # fmt: skip
+    return keys[ok].reset_index(drop=True), steps[:, ok]
+
+
 def rank_signals(frames: Frames) -> RankSignals:
     steps_f = frames.get(c.TRAINING_STEPS)
     T = len(frames.times)
@@ -195,6 +213,7 @@ def rank_signals(frames: Frames) -> RankSignals:
         return RankSignals(pd.DataFrame(columns=list(RANK_KEY)), empty, empty, {}, empty, empty, empty,
                            np.zeros((T, 0), dtype=bool))  # fmt: skip
     keys, steps_raw = steps_f.group(RANK_KEY)
+    keys, steps_raw = _valid_ranks(keys, steps_raw)
 
     def aligned(name: str, **match: str) -> np.ndarray:
         out = np.full((T, len(keys)), np.nan)

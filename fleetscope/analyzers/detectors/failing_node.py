@@ -27,6 +27,7 @@ from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
+from fleetscope.labels import MAX_RANK, parse_index
 
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]
@@ -183,7 +184,8 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     if len(rk):
         cols = [rk[k].to_numpy(dtype=object) for k in (c.NODE_LABEL, "gpu", "rank", "job_id")]
         for node, gpu, rank, job in zip(*cols, strict=True):
-            rank_of[(str(node), str(gpu))] = (int(float(rank)), str(job))
+            if (index := parse_index(str(rank), MAX_RANK)) is not None:
+                rank_of[(str(node), str(gpu))] = (index, str(job))
     findings = []
     for (node, gpu), per in events.items():
         cause = next(p for p in CAUSE_PRIORITY if p in per)
