@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float, positive_int
+from fleetscope.atomicfile import write_text_atomic
 from fleetscope.errors import FleetscopeError
 
 #: The default of --max-answer-bytes (the loader's, repeated so --help imports no numpy).
@@ -193,8 +194,7 @@ def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> i
         text = render_text(report)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            write_text_atomic(args.output, text)  # a full disk never leaves half a report
         except OSError as exc:
             raise FleetscopeError(f"cannot write {args.output}: {exc.strerror}") from None
     else:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import generate_latest
@@ -78,6 +79,33 @@ def _value(v: float) -> str:
     if type(v) is int and -(2**53) < v < 2**53:
         return str(v)
     return floatToGoString(v)
+
+
+class _Only:
+    """The families of ``collector`` named in ``names`` (client_python's ``?name[]=`` filter): a
+    family matches by its name or its samples' name (``..._total`` of a counter)."""
+
+    def __init__(self, collector: SupportsCollect, names: set[str]) -> None:
+        self.collector = collector
+        self.names = names
+
+    def collect(self) -> Iterable[Any]:
+        for metric in self.collector.collect():
+            if metric.name in self.names or any(s.name in self.names for s in metric.samples[:1]):
+                yield metric
+
+
+#: ``name[]`` values one ``/metrics`` request may give, and their length.
+MAX_NAME_FILTERS = 256
+MAX_NAME_CHARS = 256
+
+
+def name_filter(query: str) -> set[str] | None:
+    """The ``name[]`` values of a query string (None when it has none), bounded in count and size."""
+    if "name" not in query:
+        return None
+    values = parse_qs(query, max_num_fields=4 * MAX_NAME_FILTERS).get("name[]", [])
+    return {v[:MAX_NAME_CHARS] for v in values[:MAX_NAME_FILTERS]} or None
 
 
 class _One:
@@ -305,7 +333,13 @@ def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
             return respond(*too_many)
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
-            body = render_text(collector)
+            try:
+                names = name_filter(environ.get("QUERY_STRING", ""))
+            except ValueError:  # more fields than parse_qs allows
+                return respond(
+                    "400 Bad Request", [("Content-Type", "text/plain")], b"Too many query fields\n"
+                )
+            body = render_text(collector if names is None else _Only(collector, names))
             headers = [("Content-Type", CONTENT_TYPE)]
             if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
                 body = gzip.compress(body, compresslevel=1)

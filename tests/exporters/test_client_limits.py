@@ -135,3 +135,24 @@ def test_unauthenticated_flooders_cannot_empty_the_shared_rate_limit(auth_config
     finally:
         stop.set()
         server.shutdown()
+
+
+def test_name_filters_select_families() -> None:
+    """client_python's ``?name[]=`` filter, which the exporter ignored (issue 26, item 17)."""
+    server = _server(WebConfig())
+    try:
+        url = "/metrics?name[]=quick_value&name[]=fleetscope_collector_errors_total"
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("GET", url)
+        body = conn.getresponse().read().decode()
+        conn.close()
+        names = {line.split("{")[0].split(" ")[0] for line in body.splitlines() if not line.startswith("#")}
+        assert names <= {"quick_value", "fleetscope_collector_errors_total"} and "quick_value" in names
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("GET", "/metrics?" + "&".join(["name[]=x"] * 5000))
+        resp = conn.getresponse()
+        assert resp.status == 400
+        resp.read()
+        conn.close()
+    finally:
+        server.shutdown()
