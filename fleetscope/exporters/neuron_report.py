@@ -87,6 +87,13 @@ def _num(value: object) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _integral(value: object) -> object:
+    """A JSON number that is a whole number as an int (``16.0`` -> 16); anything else unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _obj(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -144,7 +151,7 @@ class Hardware:
             ("neuron_device_count", MAX_NEURON_DEVICES),
             ("neuroncore_per_device_count", MAX_CORES_PER_DEVICE),
         ):
-            value = hw.get(key)
+            value = _integral(hw.get(key))
             n = parse_index(value, bound + 1)
             if n is None and value is not None:
                 problems("out_of_range", f"neuron_hardware_info.{key} is not an integer in 0..{bound}")
@@ -275,9 +282,8 @@ class Converter:
         live: dict[str, _Runtime] = {}
         for runtime in entries:
             pid = runtime.get("pid")
-            tag = problems.label(
-                runtime.get("neuron_runtime_tag", pid if pid is not None else ""), "runtime tag"
-            )
+            tag = runtime.get("neuron_runtime_tag")  # else the pid, as neuron-monitor names it
+            tag = problems.label(pid if tag is None and pid is not None else tag or "", "runtime tag")
             if tag in live:
                 continue
             known = self.runtimes.get(tag)
@@ -371,7 +377,7 @@ class Converter:
         devices = group.get("neuron_devices")
         seen: list[str] = []
         for device in devices if isinstance(devices, list) else ():
-            index = parse_index(_obj(device).get("neuron_device_index"), MAX_NEURON_DEVICE)
+            index = parse_index(_integral(_obj(device).get("neuron_device_index")), MAX_NEURON_DEVICE)
             if index is None:
                 problems(
                     "bad_label", f"a neuron_device_index that is not an integer in 0..{MAX_NEURON_DEVICE - 1}"

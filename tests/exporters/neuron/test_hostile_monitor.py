@@ -7,9 +7,12 @@ import signal
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleetscope import contract as c
 from fleetscope.exporters import neuron_source
@@ -196,14 +199,24 @@ def test_an_endless_line_costs_linear_time() -> None:
     assert dropped and out == [b"next"]
 
 
-def test_lines_split_the_same_whatever_the_chunking() -> None:
-    data = b"a\nbb\n\nccc\nd"
-    for size in range(1, len(data) + 1):
-        lines, got = _Lines(), []
-        for i in range(0, len(data), size):
-            got += lines.feed(data[i : i + size])[0]
-        assert got == [b"a", b"bb", b"ccc"]
-        assert lines.feed(b"\n")[0] == [b"d"]
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(data=st.binary(max_size=200), cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8))
+def test_lines_split_the_same_whatever_the_chunking(data: bytes, cuts: list[int]) -> None:
+    """However the stream is cut into reads, the lines are those of the whole (blank ones dropped,
+    any longer than the limit dropped whole), and a last line without newline waits for one."""
+    limit = 16
+    bounds = [0, *sorted(c for c in cuts if c <= len(data)), len(data)]
+    lines, got, dropped = _Lines(limit=limit), [], False
+    for a, b in pairwise(bounds):
+        out, too_long = lines.feed(data[a:b])
+        got += out
+        dropped |= too_long
+    *complete, rest = data.split(b"\n")
+    want = [line for line in complete if line.strip() and len(line) <= limit]
+    assert got == want
+    assert dropped == any(len(line) > limit for line in data.split(b"\n"))
+    tail = lines.feed(b"\n")[0]
+    assert tail == ([rest] if rest.strip() and len(rest) <= limit else [])
 
 
 def test_a_thread_count_stays_flat_over_restarts(tmp_path: Path) -> None:

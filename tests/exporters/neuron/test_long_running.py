@@ -256,3 +256,13 @@ def test_any_report_shape_converts_without_raising_into_bounded_labels(
     assert all(len(v) <= MAX_LABEL_CHARS for k in samples for v in k[1])
     assert all(len(k[1]) == len(k[0].labels) for k in samples)
     assert 0 <= devices <= 128
+
+
+def test_whole_floats_are_counts_and_a_null_tag_is_the_pid() -> None:
+    report = copy.deepcopy(_reports("trn2")[0])
+    report["neuron_hardware_info"]["neuron_device_count"] = 16.0
+    report["neuron_runtime_data"][0]["neuron_runtime_tag"] = None
+    report["neuron_runtime_data"][0]["pid"] = 4242
+    samples, devices = _converter(errors := []).convert(report)
+    assert devices == 16 and errors == []
+    assert _runtime_series(samples, "4242")
