@@ -14,6 +14,8 @@ from __future__ import annotations
 MAX_LABEL_CHARS = 256
 #: Bounds of the index labels: ranks of one job, NeuronCores and Neuron devices of one node.
 MAX_RANK = 1 << 20
+#: XIDs are three-digit NVIDIA driver codes; the bound leaves room for new ones.
+MAX_XID = 1 << 16
 MAX_NEURONCORE = 4096
 MAX_NEURON_DEVICE = 1024
 #: Neuron devices of one node and NeuronCores of one device that a report may claim.

@@ -205,6 +205,20 @@ def _valid_ranks(keys: pd.DataFrame, steps: np.ndarray) -> tuple[pd.DataFrame, n
     return keys[ok].reset_index(drop=True), steps[:, ok]
 
 
+def label_index(value: object, bound: int, what: str) -> int | None:
+    """An index label (an XID, a rank) of one series as an int; None when it is empty, or, with one
+    warning, when it is not ASCII digits below ``bound``: the series is skipped, never the cycle."""
+    text = "" if value is None else str(value)
+    if not text:
+        return None
+    index = parse_index(text, bound)
+    if index is None:
+        log.warning(
+            "skipped a series whose %s label %r is not an ASCII integer below %d", what, text[:40], bound
+        )
+    return index
+
+
 def rank_signals(frames: Frames) -> RankSignals:
     steps_f = frames.get(c.TRAINING_STEPS)
     T = len(frames.times)

@@ -62,3 +62,22 @@ def test_parse_index_takes_only_ascii_digits_within_the_bound(value) -> None:
     assert 0 <= got < MAX_RANK
     if isinstance(value, str):
         assert value.isascii() and value.isdigit() and int(value) == got
+
+
+@pytest.mark.parametrize("xid", ["²", "1e400", "9" * 400])
+def test_an_xid_that_is_no_index_skips_one_series(recording, tmp_path, capsys, caplog, xid) -> None:
+    clean, _ = _analyze(recording, capsys)
+    text = recording.read_text()
+    stamps = sorted(
+        {line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
+    )
+    labels = f'gpu="0",Hostname="ip-10-1-0-10",xid="{xid}"'
+    block = "# TYPE fleetscope_gpu_xid_errors counter\n" + "".join(
+        f"fleetscope_gpu_xid_errors_total{{{labels}}} {i} {t}\n" for i, t in enumerate(stamps)
+    )
+    path = tmp_path / "xid.om"
+    path.write_text(text.replace("# EOF", block + "# EOF"))
+    with caplog.at_level(logging.WARNING):
+        report, _ = _analyze(path, capsys)
+    assert any("xid label" in r.getMessage() for r in caplog.records)
+    assert sorted(map(_key, report["findings"])) == sorted(map(_key, clean["findings"]))

@@ -24,10 +24,18 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope import hardware, xids
 from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
+from fleetscope.analyzers.features import (
+    Features,
+    fmt_time,
+    gpu_busy,
+    job_columns,
+    job_nodes,
+    job_stalls,
+    label_index,
+)
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
-from fleetscope.labels import MAX_RANK, parse_index
+from fleetscope.labels import MAX_RANK, MAX_XID, parse_index
 
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]
@@ -71,8 +79,8 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
     xt_xid, xt_node, xt_gpu = xt.column("xid"), xt.column(c.NODE_LABEL), xt.column("gpu")
     for j in range(len(xt)):
-        xid = int(float(xt_xid[j] or -1))
-        if xids.xid_class(xid) != "drain":
+        xid = label_index(xt_xid[j], MAX_XID, "xid")
+        if xid is None or xids.xid_class(xid) != "drain":
             continue
         v = xt.values[:, j]
         inc = increase_steps(v[:, None])[:, 0]

@@ -34,10 +34,12 @@ from fleetscope.analyzers.features import (
     job_columns,
     job_nodes,
     job_stalls,
+    label_index,
     stepping,
 )
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
+from fleetscope.labels import MAX_XID
 
 HANG_ACTION = (
     "collect where every rank waits before the watchdog kills the job: py-spy dump --pid of each "
@@ -126,9 +128,9 @@ def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[
     for j in range(len(f)):
         row = f.labels.iloc[j]
         node, gpu = str(row[c.NODE_LABEL]), str(row.get("gpu", ""))
-        try:
-            xid = int(float(row.get("xid") or -1))
-        except ValueError:
+        raw = row.get("xid")
+        xid = label_index(raw, MAX_XID, "xid") if raw else -1  # no xid label: an unknown one
+        if xid is None:
             continue
         if node not in nodes or xids.xid_class(xid) == "application":
             continue
