@@ -44,6 +44,7 @@ def _pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_a_monitor_that_closes_its_output_but_keeps_running_is_restarted(tmp_path: Path) -> None:
     monitor = _monitor(tmp_path, "print(REPORT, flush=True)\nos.close(1)\ntime.sleep(3600)")
     with exporter(f"--collector.neuron.monitor-path={monitor}", tmp_path=tmp_path) as exp:
@@ -53,6 +54,7 @@ def test_a_monitor_that_closes_its_output_but_keeps_running_is_restarted(tmp_pat
     assert exposition.value(text, str(c.NEURON_MONITOR_RESTARTS), reason="hung") == 1
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_the_monitors_last_stderr_lines_are_in_the_log_and_the_failure(tmp_path: Path) -> None:
     body = (
         "for i in range(5): print(f'line {i}', file=sys.stderr)\n"
@@ -76,6 +78,7 @@ def test_the_monitors_last_stderr_lines_are_in_the_log_and_the_failure(tmp_path:
     assert "Traceback" not in log
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_a_last_report_without_newline_is_read(tmp_path: Path) -> None:
     monitor = _monitor(tmp_path, "sys.stdout.write(REPORT)\nsys.stdout.flush()\ntime.sleep(0.2)\nsys.exit(0)")
     with exporter(f"--collector.neuron.monitor-path={monitor}", tmp_path=tmp_path, node="inf2-0") as exp:
@@ -83,6 +86,7 @@ def test_a_last_report_without_newline_is_read(tmp_path: Path) -> None:
     assert exposition.value(text, str(c.NEURON_EXECUTION_STATUS), status_type="completed") >= 120
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_a_daemonizing_monitor_leaves_no_orphans(tmp_path: Path) -> None:
     """Each start forks a child that keeps the pipe and sleeps; the parent exits."""
     pids = tmp_path / "pids"
@@ -99,6 +103,7 @@ def test_a_daemonizing_monitor_leaves_no_orphans(tmp_path: Path) -> None:
     wait_for(lambda: not any(_alive(p) for p in _pids(pids)), timeout=10, what="no daemon after stop")
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_the_monitor_dies_with_a_sigkilled_exporter(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     body = f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\nwhile True:\n    print(REPORT, flush=True)\n    time.sleep(0.1)"
@@ -115,6 +120,7 @@ def test_the_monitor_dies_with_a_sigkilled_exporter(tmp_path: Path) -> None:
         exp.stop()
 
 
+@pytest.mark.server  # a real fleetscope exporter process
 def test_sigterm_while_reading_stops_cleanly(tmp_path: Path) -> None:
     body = "while True:\n    print(REPORT, flush=True)\n    time.sleep(0.01)"
     monitor = _monitor(tmp_path, body)
