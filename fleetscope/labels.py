@@ -10,6 +10,10 @@ Standard library only: the node agent imports this.
 
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 #: Longest label value kept; a longer one is cut to this many characters (and the cut counted).
 MAX_LABEL_CHARS = 256
 #: Bounds of the index labels: ranks of one job, NeuronCores and Neuron devices of one node.
@@ -35,6 +39,20 @@ def parse_index(value: object, bound: int) -> int | None:
         return None
     index = int(value)
     return index if index < bound else None
+
+
+def label_index(value: object, bound: int, what: str) -> int | None:
+    """An index label of one series as an int; None when it is empty, or, with one warning, when it
+    is not ASCII digits below ``bound`` (the analyzers then skip that series, never the cycle)."""
+    text = "" if value is None else str(value)
+    if not text:
+        return None
+    index = parse_index(text, bound)
+    if index is None:
+        log.warning(
+            "skipped a series whose %s label %r is not an ASCII integer below %d", what, text[:40], bound
+        )
+    return index
 
 
 def cap(value: str, limit: int = MAX_LABEL_CHARS) -> tuple[str, bool]:

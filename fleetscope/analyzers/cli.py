@@ -14,7 +14,6 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float, positive_int
-from fleetscope.atomicfile import write_text_atomic
 from fleetscope.errors import FleetscopeError
 
 #: The default of --max-answer-bytes (the loader's, repeated so --help imports no numpy).
@@ -193,6 +192,8 @@ def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> i
 
         text = render_text(report)
     if args.output:
+        from fleetscope.atomicfile import write_text_atomic
+
         try:
             write_text_atomic(args.output, text)  # a full disk never leaves half a report
         except OSError as exc:

@@ -15,14 +15,12 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
+from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 from fleetscope.analyzers.nanstats import nanmedian
 from fleetscope.analyzers.serving import SERVING_METRICS
-from fleetscope.labels import MAX_RANK, parse_index
-
-log = logging.getLogger(__name__)
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -191,32 +189,22 @@ def gpu_signals(frames: Frames, w: int) -> GpuSignals:
     )
 
 
+log = logging.getLogger(__name__)
+
+
 def _valid_ranks(keys: pd.DataFrame, steps: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
     """The rank series whose ``rank`` label is an index (ASCII digits, :func:`parse_index`); any
     other is left out with one warning, so one bad label skips one series, never the cycle."""
-    ok = np.array([parse_index(str(r), MAX_RANK) is not None for r in keys["rank"]], dtype=bool)
+    bound = label_rules.MAX_RANK
+    ok = np.array([label_rules.parse_index(str(r), bound) is not None for r in keys["rank"]], dtype=bool)
     if ok.all():
         return keys, steps
     bad = keys["rank"][~ok].astype(str)
     log.warning(
         "skipped %d rank series whose rank label is not an ASCII integer below %d (first: %r)",
-        int((~ok).sum()), MAX_RANK, bad.iloc[0][:40],
+        int((~ok).sum()), bound, bad.iloc[0][:40],
     )  # fmt: skip
     return keys[ok].reset_index(drop=True), steps[:, ok]
-
-
-def label_index(value: object, bound: int, what: str) -> int | None:
-    """An index label (an XID, a rank) of one series as an int; None when it is empty, or, with one
-    warning, when it is not ASCII digits below ``bound``: the series is skipped, never the cycle."""
-    text = "" if value is None else str(value)
-    if not text:
-        return None
-    index = parse_index(text, bound)
-    if index is None:
-        log.warning(
-            "skipped a series whose %s label %r is not an ASCII integer below %d", what, text[:40], bound
-        )
-    return index
 
 
 def rank_signals(frames: Frames) -> RankSignals:

@@ -56,12 +56,6 @@ def _heatmap(feat: Features) -> str | None:
     return _png(fig)
 
 
-def _plain(text: str) -> str:
-    """A node name or job id as matplotlib text: ``$`` escaped, so it is never read as mathtext
-    (a ``$`` in a node name crashed the HTML report)."""
-    return str(text).replace("$", r"\$")
-
-
 def _mfu(feat: Features, analysis: Report) -> str | None:
     import matplotlib.pyplot as plt
 
@@ -75,7 +69,7 @@ def _mfu(feat: Features, analysis: Report) -> str | None:
     unit = "MFU"
     for job in feat.jobs:
         series, unit, ck = job_mfu(feat, job)
-        ax.plot(m, series, label=f"job {_plain(job)}")
+        ax.plot(m, series, label=f"job {job}")
         ax.scatter(m[ck], series[ck], s=6, color="grey")
     for f in analysis.findings:
         if f.kind != "mfu_drop":
@@ -109,7 +103,7 @@ def _health(feat: Features, analysis: Report) -> str | None:
             color = "#d9534f" if f.kind == "failing_node" and f.severity == "critical" else "#f0ad4e"
             end = f.end if f.end is not None else t1
             ax.barh(i, (end - f.start) / 60, left=(f.start - t0) / 60, color=color, height=0.8)
-    ax.set_yticks(range(len(nodes)), [_plain(n) for n in nodes], fontsize=7)
+    ax.set_yticks(range(len(nodes)), nodes, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("minutes since window start")
     ax.set_title("node health (green healthy, orange degraded, red failing)")
@@ -146,7 +140,8 @@ def render_html(analysis: Report) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
-    with warnings.catch_warnings():
+    # text.parse_math off: a node name or job id with "$" is text, never mathtext (it crashed the report).
+    with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
         warnings.simplefilter("ignore")
         feat = analysis.features
         plots = [] if feat is None else [

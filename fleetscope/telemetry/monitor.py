@@ -444,6 +444,7 @@ class TrainingMonitor:
         Only the ``training_checkpoint_*`` series: a caller that did not time the save inside
         :meth:`checkpoint` adds its ``checkpoint`` phase time with :meth:`add_phase_time`.
         """
+        overflowed: list[str] = []  # inputs that would make a running total infinite
         secs = _number(seconds)
         if secs is None:
             self._reject("checkpoint seconds", seconds)
@@ -453,7 +454,6 @@ class TrainingMonitor:
             self._reject("checkpoint nbytes", nbytes)
         saved_step = None if step is None else self._step_number("checkpoint step", step)
         now = time()
-        overflowed: list[str] = []
         with self._lock:
             result = "success" if success else "failure"
             self._saves[result] += 1
@@ -560,6 +560,7 @@ class TrainingMonitor:
         :attr:`rejected_inputs`, logged once) and counts as 0: the step still counts, and the rank
         file stays valid. A loss may be anything (a NaN loss is news, not bad telemetry).
         """
+        overflowed: list[str] = []  # inputs that would make a running total infinite
         secs = _number(seconds)
         if secs is None:
             self._reject("seconds", seconds)
@@ -585,7 +586,6 @@ class TrainingMonitor:
             if detach is not None:
                 loss = detach()
         now = time()
-        overflowed: list[str] = []
         with self._lock:
             self._steps += 1
             self._step_seconds = _sum(self._step_seconds, secs, "seconds", overflowed)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope import xids
+from fleetscope import labels, xids
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import (
     Features,
@@ -34,12 +34,10 @@ from fleetscope.analyzers.features import (
     job_columns,
     job_nodes,
     job_stalls,
-    label_index,
     stepping,
 )
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import increase_steps
-from fleetscope.labels import MAX_XID
 
 HANG_ACTION = (
     "collect where every rank waits before the watchdog kills the job: py-spy dump --pid of each "
@@ -129,7 +127,7 @@ def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[
         row = f.labels.iloc[j]
         node, gpu = str(row[c.NODE_LABEL]), str(row.get("gpu", ""))
         raw = row.get("xid")
-        xid = label_index(raw, MAX_XID, "xid") if raw else -1  # no xid label: an unknown one
+        xid = labels.label_index(raw, labels.MAX_XID, "xid") if raw else -1  # no xid label: an unknown one
         if xid is None:
             continue
         if node not in nodes or xids.xid_class(xid) == "application":
