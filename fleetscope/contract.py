@@ -626,10 +626,10 @@ NEURON_RUNTIME_LABELS: tuple[str, ...] = NEURON_INSTANCE_LABELS + ("runtime_tag"
 NEURON_CORE_LABELS: tuple[str, ...] = (
     NEURON_RUNTIME_LABELS + ("neuroncore", "neuron_device") + NEURON_ATTRIBUTION_LABELS
 )
-#: Labels of a Neuron device's hardware counters (system-wide, no runtime).
-NEURON_DEVICE_LABELS: tuple[str, ...] = (
-    NEURON_INSTANCE_LABELS + (NODE_LABEL, "neuron_device_index") + NEURON_ATTRIBUTION_LABELS
-)
+#: Labels of a Neuron device's hardware counters (system-wide, no runtime): the hardware alone, so
+#: a counter never freezes or doubles when the device changes hands; who holds the device is on
+#: :data:`NEURON_DEVICE_INFO` (joined on these labels, as dcgm-exporter's pod mapping for GPUs).
+NEURON_DEVICE_LABELS: tuple[str, ...] = NEURON_INSTANCE_LABELS + (NODE_LABEL, "neuron_device_index")
 #: Labels of the instance-wide series (system memory and vCPU).
 NEURON_SYSTEM_LABELS: tuple[str, ...] = NEURON_INSTANCE_LABELS + (NODE_LABEL,)
 
@@ -740,9 +740,18 @@ NEURON_INSTANCE_INFO = _neuron(
 NEURON_HARDWARE_INFO = _neuron(
     "neuron_hardware_info", "gauge", "Neuron hardware information; the value is always 1.", "",
     NEURON_INSTANCE_LABELS
-    + (NODE_LABEL, "neuron_device_count", "neuroncore_per_device_count", "neuron_device_type", "neuroncore_version"),
+    + (NODE_LABEL, "neuron_device_count", "neuroncore_per_device_count", "neuron_device_type", "neuroncore_version",
+       "neuron_device_memory_size"),
 )  # fmt: skip
-# fleetscope's own Neuron series: the supervisor's health and the device count a rule can compare.
+# fleetscope's own Neuron series: who holds each device, the supervisor's health and the device
+# count a rule can compare.
+NEURON_DEVICE_INFO = _neuron(
+    "fleetscope_neuron_device_info", "gauge",
+    "Who holds a Neuron device (pod, namespace, container, Slurm hpc_job; empty when unknown), one per "
+    "device the latest report lists; the value is always 1. Join the device's counters on "
+    "(Hostname, neuron_device_index).", "",
+    NEURON_DEVICE_LABELS + NEURON_ATTRIBUTION_LABELS,
+)  # fmt: skip
 NEURON_DEVICES = _neuron(
     "fleetscope_neuron_devices", "gauge",
     "Neuron devices the latest report lists (neuron_hw_counters, else neuron_hardware_info).", "devices",

@@ -192,9 +192,10 @@ def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> i
 
         text = render_text(report)
     if args.output:
+        from fleetscope.atomicfile import write_text_atomic
+
         try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            write_text_atomic(args.output, text)  # a full disk never leaves half a report
         except OSError as exc:
             raise FleetscopeError(f"cannot write {args.output}: {exc.strerror}") from None
     else:

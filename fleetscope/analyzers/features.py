@@ -6,6 +6,7 @@ the detectors only compare and decide.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
+from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
@@ -187,6 +189,24 @@ def gpu_signals(frames: Frames, w: int) -> GpuSignals:
     )
 
 
+log = logging.getLogger(__name__)
+
+
+def _valid_ranks(keys: pd.DataFrame, steps: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rank series whose ``rank`` label is an index (ASCII digits, :func:`parse_index`); any
+    other is left out with one warning, so one bad label skips one series, never the cycle."""
+    bound = label_rules.MAX_RANK
+    ok = np.array([label_rules.parse_index(str(r), bound) is not None for r in keys["rank"]], dtype=bool)
+    if ok.all():
+        return keys, steps
+    bad = keys["rank"][~ok].astype(str)
+    log.warning(
+        "skipped %d rank series whose rank label is not an ASCII integer below %d (first: %r)",
+        int((~ok).sum()), bound, bad.iloc[0][:40],
+    )  # fmt: skip
+    return keys[ok].reset_index(drop=True), steps[:, ok]
+
+
 def rank_signals(frames: Frames) -> RankSignals:
     steps_f = frames.get(c.TRAINING_STEPS)
     T = len(frames.times)
@@ -195,6 +215,7 @@ def rank_signals(frames: Frames) -> RankSignals:
         return RankSignals(pd.DataFrame(columns=list(RANK_KEY)), empty, empty, {}, empty, empty, empty,
                            np.zeros((T, 0), dtype=bool))  # fmt: skip
     keys, steps_raw = steps_f.group(RANK_KEY)
+    keys, steps_raw = _valid_ranks(keys, steps_raw)
 
     def aligned(name: str, **match: str) -> np.ndarray:
         out = np.full((T, len(keys)), np.nan)

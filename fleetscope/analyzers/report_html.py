@@ -209,7 +209,8 @@ def render_html(analysis: Report) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
-    with warnings.catch_warnings():
+    # text.parse_math off: a node name or job id with "$" is text, never mathtext (it crashed the report).
+    with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
         warnings.simplefilter("ignore")
         feat = analysis.features
         plots = [] if feat is None else [

@@ -26,6 +26,15 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 from fleetscope import contract
 
 
+class CollectorFailed(RuntimeError):
+    """Raised by :meth:`Collector.collect` when it fails but still has series to serve (its own
+    health, say): the scrape reports ``success 0`` with this message and serves ``families``."""
+
+    def __init__(self, message: str, families: list[MetricFamily]) -> None:
+        super().__init__(message)
+        self.families = families
+
+
 @dataclass(frozen=True)
 class NodeContext:
     """Where a collector reads from and how it names the node."""

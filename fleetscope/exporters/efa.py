@@ -194,14 +194,14 @@ class EfaCollector(Collector):
             raw = self._read(cf.path)
             if raw is None:
                 continue
-            try:
-                value: float = int(raw)
-            except ValueError:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    self.skip("unparsable", f"{cf.path}: {raw[:40]!r}")
-                    continue
+            text = raw.strip()
+            if not text.isdigit():  # bytes.isdigit(): ASCII digits only
+                # The driver prints a u64 in decimal: "1_000_000", "1.5e3", "+5" or "nan" is no reading.
+                special = text.lstrip(b"+-").lower() in (b"nan", b"inf", b"infinity")
+                negative = text[:1] == b"-" and text[1:].isdigit()
+                self.skip("out_of_range" if special or negative else "unparsable", f"{cf.path}: {raw[:40]!r}")
+                continue
+            value: float = int(text) if len(text) <= 20 else 2**64
             if not safe_read.kernel_u64(value):
                 # The driver prints u64 counters: nan, inf, negative or huge is not a reading.
                 self.skip("out_of_range", f"{cf.path}: {raw[:40]!r}")

@@ -157,7 +157,8 @@ def _counter(m: re.Match[str]) -> Counter | None:
         return None
     if m["sum"] is None:
         return Counter(name=m["name"], samples=samples, unit=m["unit"].strip())
-    lo, hi, total = (_int(m[k], _S64_MIN, _S64_MAX) for k in ("min", "max", "sum"))
+    lo, hi = (_int(m[k], _S64_MIN, _S64_MAX) for k in ("min", "max"))
+    total = _int(m["sum"], 0, _S64_MAX)  # a sum is exported as a counter: never negative
     sumsq = _int(m["sumsq"], 0, _U64_MAX) if m["sumsq"] is not None else None
     if lo is None or hi is None or total is None or (m["sumsq"] is not None and sumsq is None):
         return None

@@ -3,15 +3,17 @@
 Off by default (``--collector.neuron``). The reports come from either
 
 * a ``neuron-monitor`` the collector runs and supervises (``--collector.neuron.monitor-path``,
-  default ``neuron-monitor`` on ``$PATH``; ``--collector.neuron.config`` is passed as ``-c``), or
+  default ``neuron-monitor`` on ``$PATH``, else in ``/opt/aws/neuron/bin``;
+  ``--collector.neuron.config`` is passed as ``-c``), or
 * a file or FIFO that a sidecar writes (``--collector.neuron.report-file``; e.g.
   ``neuron-monitor > /run/neuron/reports``), followed like ``tail -F``.
 
 A reader thread parses every line and keeps the latest good report converted into samples; a
 scrape only copies them, so neither a slow, hung nor dead neuron-monitor ever blocks it. When there
 is no report yet, or the latest is older than ``--collector.neuron.stale-after`` seconds, the
-collector fails (``fleetscope_collector_success{collector="neuron"} 0``) and says why in one
-line; the supervisor restarts a neuron-monitor that exits, hangs (no output for
+collector fails (``fleetscope_collector_success{collector="neuron"} 0``, counted as
+``fleetscope_collector_errors_total{reason="no_report"|"stale"}``) and says why in one line, while
+its own health (restarts, the last report's time) is still served; the supervisor restarts a neuron-monitor that exits, hangs (no output for
 ``--collector.neuron.hang-after`` seconds) or prints garbage, with back-off
 (:mod:`fleetscope.exporters.neuron_source`).
 
@@ -36,7 +38,8 @@ from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope import contract as c
 from fleetscope.argtypes import positive_float
-from fleetscope.exporters.base import Collector, NodeContext
+from fleetscope.exporters import safe_read
+from fleetscope.exporters.base import Collector, CollectorFailed, NodeContext
 from fleetscope.exporters.neuron_report import (
     BadReport,
     Converter,
@@ -45,7 +48,8 @@ from fleetscope.exporters.neuron_report import (
     k8s_labels,
     parse_line,
 )
-from fleetscope.exporters.neuron_source import FileFollower, Supervisor
+from fleetscope.exporters.neuron_source import FileFollower, Supervisor, find_monitor
+from fleetscope.labels import cap
 
 DEFAULT_STALE_AFTER = 30.0
 DEFAULT_HANG_AFTER = 60.0
@@ -61,7 +65,8 @@ class NeuronCollector(Collector):
             "--collector.neuron.monitor-path",
             dest="neuron_monitor_path",
             default="neuron-monitor",
-            help="neuron-monitor executable to run and supervise (default %(default)s)",
+            help="neuron-monitor executable to run and supervise (default %(default)s, on $PATH or in "
+            "/opt/aws/neuron/bin)",
         )
         parser.add_argument(
             "--collector.neuron.config",
@@ -108,7 +113,7 @@ class NeuronCollector(Collector):
         if report_file:
             self.source: Supervisor | FileFollower = FileFollower(Path(report_file), self._on_line)
         else:
-            argv = [ctx.option_str("neuron_monitor_path", "neuron-monitor") or "neuron-monitor"]
+            argv = [find_monitor(ctx.option_str("neuron_monitor_path", "neuron-monitor") or "neuron-monitor")]
             if config := ctx.option_str("neuron_config"):
                 argv += ["-c", config]
             self.source = Supervisor(
@@ -123,10 +128,10 @@ class NeuronCollector(Collector):
         if self.mapping_dir is None or not device:
             return ""
         try:
-            text = (self.mapping_dir / device).read_text()
+            text = safe_read.read_text(self.mapping_dir / device, 4096)
         except OSError:
             return ""
-        return ",".join(line.strip() for line in text.splitlines() if line.strip())
+        return cap(",".join(line.strip() for line in text.splitlines() if line.strip()))[0]
 
     def _on_line(self, line: bytes) -> bool:
         """Reader thread: one line of neuron-monitor output. True when it was a good report."""
@@ -147,17 +152,30 @@ class NeuronCollector(Collector):
     def collect(self) -> Iterable[MetricFamily]:
         with self._lock:
             latest = self._latest
+        health = self._health(None if latest is None else latest[1])
         if latest is None:
-            raise RuntimeError(f"no neuron-monitor report yet{self._problem()}")
+            self.skip("no_report", "no neuron-monitor report yet")
+            raise CollectorFailed(f"no neuron-monitor report yet{self._problem()}", health)
         samples, at = latest
         age = time.time() - at
         if age > self.stale_after:
-            raise RuntimeError(f"latest neuron-monitor report is {age:.0f} s old (stale){self._problem()}")
+            self.skip("stale", "the latest neuron-monitor report is stale")
+            raise CollectorFailed(
+                f"latest neuron-monitor report is {age:.0f} s old (stale){self._problem()}", health
+            )
         yield from self._families(samples)
+        yield from health
+
+    def _health(self, last_report: float | None) -> list[MetricFamily]:
+        """The supervisor's own series: served whether or not the reports are."""
         node = [self.ctx.node_label]
-        last = GaugeMetricFamily(c.NEURON_MONITOR_LAST_REPORT, c.NEURON_MONITOR_LAST_REPORT.help, labels=node)
-        last.add_metric([self.ctx.node_name], at)
-        yield last
+        out: list[MetricFamily] = []
+        if last_report is not None:
+            last = GaugeMetricFamily(
+                c.NEURON_MONITOR_LAST_REPORT, c.NEURON_MONITOR_LAST_REPORT.help, labels=node
+            )
+            last.add_metric([self.ctx.node_name], last_report)
+            out.append(last)
         restarts = CounterMetricFamily(
             c.NEURON_MONITOR_RESTARTS.removesuffix("_total"),
             c.NEURON_MONITOR_RESTARTS.help,
@@ -165,7 +183,8 @@ class NeuronCollector(Collector):
         )
         for reason in c.NEURON_RESTART_REASONS:
             restarts.add_metric([self.ctx.node_name, reason], float(self.source.restarts.get(reason, 0)))
-        yield restarts
+        out.append(restarts)
+        return out
 
     def _families(self, samples: Samples) -> Iterable[MetricFamily]:
         for metric, rows in families_order(samples):

@@ -1,27 +1,36 @@
 """Where neuron-monitor's reports come from: a child process we supervise, or a file a sidecar writes.
 
 Both run one reader thread that hands every complete line to a callback and never touches the
-scrape: the collector serves whatever the callback last stored.
+scrape: the collector serves whatever the callback last stored. The thread survives any line (a
+callback that raises counts as a bad line) and is started again, after one log line, should its
+loop itself ever fail.
 
-:class:`Supervisor` starts ``neuron-monitor [-c config]`` and restarts it, with exponential
-back-off (1 s doubling to 60 s, back to 1 s after a good report), when it exits, when it prints
-nothing for ``hang_after`` seconds (it is killed first), or when it prints ``garbage_limit`` bad
-lines in a row. Each restart is logged once, in one line, and counted by reason.
+:class:`Supervisor` starts ``neuron-monitor [-c config]`` in its own process group, with a
+parent-death signal, and restarts it, with exponential back-off (1 s doubling to 60 s, back to 1 s
+after a good report), when it exits, when it prints nothing for ``hang_after`` seconds or closes
+its output but keeps running (it is killed first), or when it prints ``garbage_limit`` bad lines in
+a row. Each restart is logged once, in one line that ends with the last lines neuron-monitor wrote
+to its stderr, and counted by reason. Waiting for the child always has a deadline.
 
 :class:`FileFollower` reads a regular file or a FIFO the way ``tail -F`` does: lines appended are
-read as they come, a truncated or replaced file is reopened from its start.
+read as they come, a truncated or replaced file is reopened from its start. Anything else (a
+directory, ``/dev/urandom``) is refused with one line.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import selectors
+import shutil
 import signal
+import stat
 import subprocess
+import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +38,13 @@ from pathlib import Path
 MAX_LINE_BYTES = 16 << 20
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
+#: How long a child that closed its stdout may take to exit before it is killed as hung.
+EXIT_WAIT_S = 5.0
+#: Where aws-neuron-tools installs neuron-monitor; searched after ``$PATH``.
+NEURON_BIN = "/opt/aws/neuron/bin"
+#: Lines of neuron-monitor's stderr kept for the log line of a restart, and their length.
+STDERR_LINES = 3
+STDERR_LINE_CHARS = 200
 
 log = logging.getLogger("fleetscope.exporters.neuron")
 
@@ -36,20 +52,82 @@ log = logging.getLogger("fleetscope.exporters.neuron")
 OnLine = Callable[[bytes], bool]
 
 
-class _Lines:
-    """Splits a byte stream into lines, refusing over-long ones."""
+def find_monitor(name: str) -> str:
+    """``name`` as given when it is a path, else found on ``$PATH`` or in :data:`NEURON_BIN`."""
+    if os.sep in name:
+        return name
+    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), NEURON_BIN) if p)
+    return shutil.which(name, path=search) or name
 
-    def __init__(self) -> None:
-        self.buf = b""
+
+class _Lines:
+    """Splits a byte stream into lines, refusing over-long ones; linear in the bytes fed."""
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.dropping = False
 
     def feed(self, chunk: bytes) -> tuple[list[bytes], bool]:
         """(complete lines, whether an over-long line was dropped)."""
-        self.buf += chunk
-        *lines, self.buf = self.buf.split(b"\n")
-        too_long = len(self.buf) > MAX_LINE_BYTES
-        if too_long:
-            self.buf = b""
-        return [line for line in lines if line.strip()], too_long
+        lines: list[bytes] = []
+        too_long = False
+        while chunk:
+            head, newline, chunk = chunk.partition(b"\n")
+            if not self.dropping:
+                self.parts.append(head)
+                self.size += len(head)
+                if self.size > self.limit:
+                    too_long, self.dropping = True, True
+                    self.parts, self.size = [], 0
+            if newline:
+                if not self.dropping:
+                    line = b"".join(self.parts)
+                    if line.strip():
+                        lines.append(line)
+                self.parts, self.size, self.dropping = [], 0, False
+        return lines, too_long
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up in the parent: the child between fork and exec only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The child gets SIGKILL when the exporter dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _guarded(name: str, loop: Callable[[], None], stop: threading.Event) -> None:
+    """Run a reader loop; should it raise, say so in one line and run it again a second later."""
+    while not stop.is_set():
+        try:
+            loop()
+            return
+        except Exception as exc:  # noqa: BLE001 - the reader must outlive anything it reads
+            log.warning("%s reader failed (%s: %s); starting it again", name, type(exc).__name__, exc)
+            stop.wait(1.0)
+
+
+def _feed(on_line: OnLine, line: bytes) -> bool:
+    """``on_line(line)``; a callback that raises makes the line a bad one, never ends the reader."""
+    try:
+        return on_line(line)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("neuron-monitor line not handled (%s: %s)", type(exc).__name__, str(exc)[:200])
+        return False
 
 
 class Supervisor:
@@ -68,20 +146,28 @@ class Supervisor:
         self.garbage_limit = garbage_limit
         self.restarts: Counter[str] = Counter()
         self.last_problem = ""
+        self.stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="neuron-monitor", daemon=True)
+        self._thread = threading.Thread(
+            target=_guarded,
+            args=("neuron-monitor", self._run, self._stop),
+            name="neuron-monitor",
+            daemon=True,
+        )
         self._thread.start()
 
     def _start(self) -> subprocess.Popen[bytes] | None:
+        self.stderr.clear()
         try:
             proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # a signal to the exporter's group does not reach it twice
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: killed whole, with what it forks
+                preexec_fn=_die_with_parent,  # one prctl call, resolved before the fork
             )
         except OSError as exc:
             self.last_problem = f"cannot start {self.argv[0]}: {exc.strerror or exc}"
@@ -97,10 +183,13 @@ class Supervisor:
             reason, good = ("exited", False) if proc is None else self._read(proc)
             if proc is not None:
                 self._kill(proc)
+                self._close_pipes(proc)
             if self._stop.is_set():
                 return
             if good:
                 backoff = BACKOFF_MIN_S
+            if self.stderr:
+                self.last_problem += "; its stderr ended: " + " | ".join(self.stderr)
             log.warning("neuron-monitor %s; restarting it in %.0f s", self.last_problem, backoff)
             self.restarts[reason] += 1
             if self._stop.wait(backoff):
@@ -109,55 +198,85 @@ class Supervisor:
 
     def _read(self, proc: subprocess.Popen[bytes]) -> tuple[str, bool]:
         """Read until the child exits, hangs or prints garbage: (reason, any good report seen)."""
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        lines, bad, good = _Lines(), 0, False
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = proc.stdout.fileno(), proc.stderr.fileno()
+        lines, err_lines, bad, good = _Lines(), _Lines(64 << 10), 0, False
         with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
+            sel.register(out, selectors.EVENT_READ)
+            sel.register(err, selectors.EVENT_READ)
             last = time.monotonic()
             while not self._stop.is_set():
-                if not sel.select(timeout=min(0.5, self.hang_after)):
-                    if time.monotonic() - last > self.hang_after:
-                        self.last_problem = f"printed no report for {self.hang_after:g} s (hung)"
-                        return "hung", good
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    code = proc.wait()
-                    self.last_problem = f"exited with status {code}"
-                    return "exited", good
-                last = time.monotonic()
-                complete, too_long = lines.feed(chunk)
-                bad += int(too_long)
-                for line in complete:
-                    if self.on_line(line):
-                        bad, good = 0, True
-                    else:
-                        bad += 1
-                if bad >= self.garbage_limit:
-                    self.last_problem = f"printed {bad} lines in a row that are no report (garbage)"
-                    return "garbage", good
+                ready = sel.select(timeout=min(0.5, self.hang_after))
+                if time.monotonic() - last > self.hang_after:
+                    self.last_problem = f"printed no report for {self.hang_after:g} s (hung)"
+                    return "hung", good
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if key.fd == err:
+                        if not chunk:
+                            sel.unregister(err)
+                        for line in err_lines.feed(chunk)[0]:
+                            self.stderr.append(line.decode("utf-8", "replace").strip()[:STDERR_LINE_CHARS])
+                        continue
+                    if not chunk:  # a last line without its newline still counts
+                        good = any([_feed(self.on_line, line) for line in lines.feed(b"\n")[0]]) or good
+                        return self._ended(proc), good
+                    last = time.monotonic()
+                    complete, too_long = lines.feed(chunk)
+                    bad += int(too_long)
+                    for line in complete:
+                        if _feed(self.on_line, line):
+                            bad, good = 0, True
+                        else:
+                            bad += 1
+                    if bad >= self.garbage_limit:
+                        self.last_problem = f"printed {bad} lines in a row that are no report (garbage)"
+                        return "garbage", good
         return "exited", good
 
-    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
+    def _ended(self, proc: subprocess.Popen[bytes]) -> str:
+        """The child closed its stdout: its exit status, or ``hung`` when it keeps running."""
+        try:
+            code = proc.wait(timeout=EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.last_problem = f"closed its output but was still running {EXIT_WAIT_S:g} s later (hung)"
+            return "hung"
+        if proc.stderr is not None:  # what it wrote just before it exited
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
+                os.set_blocking(proc.stderr.fileno(), False)
+                tail = proc.stderr.read(64 << 10) or b""
+            except (OSError, ValueError):
+                tail = b""
+            for line in tail.decode("utf-8", "replace").splitlines():
+                if line.strip():
+                    self.stderr.append(line.strip()[:STDERR_LINE_CHARS])
+        self.last_problem = f"exited with status {code}"
+        return "exited"
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL to the child's process group (what it forked too), then reap it, with a deadline."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            if proc.poll() is None:
                 proc.kill()
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             log.warning("neuron-monitor pid %d did not die after SIGKILL", proc.pid)
-        if proc.stdout is not None:
-            proc.stdout.close()
+
+    @staticmethod
+    def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
     def close(self) -> None:
         self._stop.set()
         with self._lock:
             proc = self._proc
         if proc is not None:
-            self._kill(proc)
+            self._kill(proc)  # the reader thread sees the end of its pipes and closes them
         self._thread.join(timeout=5)
 
 
@@ -171,19 +290,32 @@ class FileFollower:
         self.restarts: Counter[str] = Counter()
         self.last_problem = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="neuron-report-file", daemon=True)
+        self._thread = threading.Thread(
+            target=_guarded,
+            args=("neuron report file", self._run, self._stop),
+            name="neuron-report-file",
+            daemon=True,
+        )
         self._thread.start()
+
+    def _problem(self, problem: str) -> None:
+        if problem != self.last_problem:
+            log.warning("neuron-monitor %s", problem)
+        self.last_problem = problem
 
     def _open(self) -> int | None:
         try:
             # O_NONBLOCK: opening a FIFO must not wait for its writer.
-            return os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
-            problem = f"report file {self.path}: {exc.strerror or exc}"
-            if problem != self.last_problem:
-                log.warning("neuron-monitor %s", problem)
-            self.last_problem = problem
+            self._problem(f"report file {self.path}: {exc.strerror or exc}")
             return None
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            os.close(fd)
+            self._problem(f"report file {self.path}: not a regular file or FIFO")
+            return None
+        return fd
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -214,7 +346,7 @@ class FileFollower:
                 pos += len(chunk)
                 complete, _ = lines.feed(chunk)
                 for line in complete:
-                    self.on_line(line)
+                    _feed(self.on_line, line)
                 continue
             if self._replaced(fd, pos):
                 return

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric as MetricFamily
 
 from fleetscope import __version__, contract
-from fleetscope.exporters.base import Collector, NodeContext
+from fleetscope.exporters.base import Collector, CollectorFailed, NodeContext
 from fleetscope.exporters.gpu.deadline import Busy, DeadlineExceeded, DeadlineWorker
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,8 @@ class NodeCollector:
                     log.warning(
                         "collector %s failed: %s", c.name, exc, exc_info=log.isEnabledFor(logging.DEBUG)
                     )
+                    if isinstance(exc, CollectorFailed):
+                        families = vet(c, exc.families)
             out.append((c, families, ok, seconds))
         return out
 

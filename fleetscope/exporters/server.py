@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import logging
 import socket
 import socketserver
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
 
 from fleetscope import __version__
+from fleetscope.clientlimits import ClientSlots, per_client_share
 from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.webconfig import WebConfig
 from fleetscope.textformat import escape_label_value
@@ -31,9 +35,13 @@ from fleetscope.textformat import escape_label_value
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: Seconds a client may take to finish the TLS handshake, or stay silent while sending its request.
+#: Seconds a client may stay silent while the answer is sent.
 REQUEST_TIMEOUT = 10.0
-#: Connections served at once (one thread each); more are answered 503 and closed at once.
+#: Seconds a client has to finish the TLS handshake, and then to send its whole request head: a
+#: client that trickles its head (a header line every few seconds) is cut off, its slot reclaimed.
+HEAD_DEADLINE_S = 5.0
+#: Connections served at once (one thread each); more are answered 503 and closed at once. One
+#: client address holds at most a quarter of them (:func:`~fleetscope.clientlimits.per_client_share`).
 #: A node is scraped by one or two Prometheus servers, plus a person with curl now and then.
 DEFAULT_MAX_CONNECTIONS = 64
 #: The listen backlog: connections the kernel queues before the accept loop takes them. A fleet's
@@ -71,6 +79,33 @@ def _value(v: float) -> str:
     if type(v) is int and -(2**53) < v < 2**53:
         return str(v)
     return floatToGoString(v)
+
+
+class _Only:
+    """The families of ``collector`` named in ``names`` (client_python's ``?name[]=`` filter): a
+    family matches by its name or its samples' name (``..._total`` of a counter)."""
+
+    def __init__(self, collector: SupportsCollect, names: set[str]) -> None:
+        self.collector = collector
+        self.names = names
+
+    def collect(self) -> Iterable[Any]:
+        for metric in self.collector.collect():
+            if metric.name in self.names or any(s.name in self.names for s in metric.samples[:1]):
+                yield metric
+
+
+#: ``name[]`` values one ``/metrics`` request may give, and their length.
+MAX_NAME_FILTERS = 256
+MAX_NAME_CHARS = 256
+
+
+def name_filter(query: str) -> set[str] | None:
+    """The ``name[]`` values of a query string (None when it has none), bounded in count and size."""
+    if "name" not in query:
+        return None
+    values = parse_qs(query, max_num_fields=4 * MAX_NAME_FILTERS).get("name[]", [])
+    return {v[:MAX_NAME_CHARS] for v in values[:MAX_NAME_FILTERS]} or None
 
 
 class _One:
@@ -131,43 +166,76 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads that all end by one deadline (a whole request head, not each recv)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request head not received in time")
+        self.sock.settimeout(min(left, REQUEST_TIMEOUT))
+        return self.sock.recv_into(buffer)
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     ssl_context: ssl.SSLContext | None = None
     max_connections = DEFAULT_MAX_CONNECTIONS
+    head_deadline = HEAD_DEADLINE_S
     _slots: threading.BoundedSemaphore | None = None
-    #: Connections refused because every slot was taken (tests and logs read it).
+    _clients: ClientSlots | None = None
+    #: Connections refused because every slot, or the client's share of them, was taken.
     refused = 0
 
+    def _refuse(self, request: Any, client_address: Any, why: str) -> None:
+        self.refused += 1
+        log.debug("refused %s: %s", client_address, why)
+        if self.ssl_context is None:
+            try:
+                request.setblocking(False)
+                request.send(_BUSY_RESPONSE)
+            except OSError:
+                pass
+        self.shutdown_request(request)
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        # Called by the accept loop: a connection over the cap is refused here, before a thread.
-        if self._slots is None:
+        # Called by the accept loop: a connection over a cap is refused here, before a thread.
+        if self._slots is None or self._clients is None:
             self._slots = threading.BoundedSemaphore(self.max_connections)
+            self._clients = ClientSlots(per_client_share(self.max_connections))
+        client = str(client_address[0])
+        if not self._clients.acquire(client):
+            self._refuse(
+                request, client_address, f"{self._clients.per_client} connections of it already open"
+            )
+            return
         if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            log.debug("refused %s: %d connections already open", client_address, self.max_connections)
-            if self.ssl_context is None:
-                try:
-                    request.setblocking(False)
-                    request.send(_BUSY_RESPONSE)
-                except OSError:
-                    pass
-            self.shutdown_request(request)
+            self._clients.release(client)
+            self._refuse(request, client_address, f"{self.max_connections} connections already open")
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
+            self._clients.release(client)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            assert self._slots is not None
+            assert self._slots is not None and self._clients is not None
             self._slots.release()
+            self._clients.release(str(client_address[0]))
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind() resolves the host's FQDN, which can hang on a node without DNS.
@@ -182,7 +250,7 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
         if self.ssl_context is None:
             super().finish_request(request, client_address)
             return
-        request.settimeout(REQUEST_TIMEOUT)
+        request.settimeout(self.head_deadline)
         try:
             # wrap_socket takes over the descriptor; shutdown_request then finds it detached.
             tls = self.ssl_context.wrap_socket(request, server_side=True)
@@ -207,18 +275,37 @@ class _IPv6Server(_ThreadingWSGIServer):
 class _QuietHandler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT
 
+    def setup(self) -> None:
+        super().setup()
+        deadline = time.monotonic() + getattr(self.server, "head_deadline", HEAD_DEADLINE_S)
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.connection.settimeout(REQUEST_TIMEOUT)  # the head is in: the answer has its own timeout
+        return ok
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except TimeoutError:
+            log.debug("%s: request head not received within the deadline; closed", self.address_string())
+
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
 
 def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
-    """The WSGI app: rate limit (429), method (405), auth (401), then ``/metrics``, ``/`` or 404.
+    """The WSGI app: the client's own rate limit (429), method (405), auth (401), the server's
+    rate limit (429), then ``/metrics``, ``/`` or 404. A client without credentials spends only its
+    own bucket, never the one the authenticated scrapes share.
 
     ``HEAD`` is answered like ``GET`` (same status and headers, ``Content-Length`` included) without
     the body, as Go's ``net/http`` does; any other method is ``405 Method Not Allowed``.
     """
     extra_headers = list(web_config.headers.items())
     limiter = web_config.rate_limiter()
+    per_client = web_config.client_rate_limiter()
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
         head = environ.get("REQUEST_METHOD", "GET") == "HEAD"
@@ -227,8 +314,9 @@ def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
             start_response(status, [*headers, *extra_headers, ("Content-Length", str(len(body)))])
             return [] if head else [body]
 
-        if limiter is not None and not limiter.allow():
-            return respond("429 Too Many Requests", [("Content-Type", "text/plain")], b"Too Many Requests\n")
+        too_many = ("429 Too Many Requests", [("Content-Type", "text/plain")], b"Too Many Requests\n")
+        if per_client is not None and not per_client.allow(str(environ.get("REMOTE_ADDR", ""))):
+            return respond(*too_many)
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
             return respond(
                 "405 Method Not Allowed",
@@ -241,9 +329,17 @@ def make_app(collector: SupportsCollect, web_config: WebConfig) -> Callable:
                 [("WWW-Authenticate", 'Basic realm="fleetscope"'), ("Content-Type", "text/plain")],
                 b"Unauthorized\n",
             )
+        if limiter is not None and not limiter.allow():
+            return respond(*too_many)
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
-            body = render_text(collector)
+            try:
+                names = name_filter(environ.get("QUERY_STRING", ""))
+            except ValueError:  # more fields than parse_qs allows
+                return respond(
+                    "400 Bad Request", [("Content-Type", "text/plain")], b"Too many query fields\n"
+                )
+            body = render_text(collector if names is None else _Only(collector, names))
             headers = [("Content-Type", CONTENT_TYPE)]
             if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
                 body = gzip.compress(body, compresslevel=1)

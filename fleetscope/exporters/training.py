@@ -56,6 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetscope import contract
 from fleetscope.argtypes import positive_float, positive_int
 from fleetscope.exporters.base import Collector, NodeContext
+from fleetscope.labels import MAX_LABEL_CHARS, MAX_RANK, cap, parse_index
 
 HEADER_PREFIX = "# fleetscope-training v1"  # as written by fleetscope.telemetry.writer
 FILE_SUFFIX = ".prom"
@@ -97,7 +98,7 @@ def parse_header(line: str) -> dict[str, str]:
         key, sep, value = token.partition("=")
         if sep:
             fields[key] = value
-    if not fields.get("pid", "").isdigit():
+    if parse_index(fields.get("pid", ""), 1 << 32) is None:
         raise Rejected("malformed", "header without a pid")
     return fields
 
@@ -113,8 +114,8 @@ def _split_labels(metric: contract.Metric, labels: dict[str, str]) -> tuple[dict
     if result is not None and result not in contract.CHECKPOINT_RESULTS:
         raise Rejected("malformed", f"{metric}: result is not one of {contract.CHECKPOINT_RESULTS}")
     for key in _OPTIONAL_KEYS.intersection(labels):
-        if labels[key] and not (labels[key].isascii() and labels[key].isdigit()):
-            raise Rejected("malformed", f"{metric}: {key} is not a non-negative integer")
+        if labels[key] and parse_index(labels[key], MAX_RANK) is None:
+            raise Rejected("malformed", f"{metric}: {key} is not an ASCII integer below {MAX_RANK}")
     return {k: labels[k] for k in _RANK_KEYS}, tuple(labels.get(k, "") for k in extra_keys)
 
 
@@ -169,9 +170,27 @@ def _complete(
         raise Rejected("malformed", "no training series")
     if not any(name == contract.TRAINING_INFO for name, _, _ in samples):
         raise Rejected("malformed", f"no {contract.TRAINING_INFO} (written last: the file is incomplete)")
-    if not rank_labels["rank"].isdigit():
-        raise Rejected("malformed", "rank is not a number")
+    for key in ("rank", "local_rank"):
+        value = rank_labels.get(key, "")
+        if (value or key == "rank") and parse_index(value, MAX_RANK) is None:
+            raise Rejected("malformed", f"{key} is not an ASCII integer below {MAX_RANK}")
     return rank_labels
+
+
+def _capped(
+    rank_labels: dict[str, str], samples: list[tuple[str, tuple[str, ...], float]]
+) -> tuple[dict[str, str], list[tuple[str, tuple[str, ...], float]], int]:
+    """The labels cut to :data:`~fleetscope.labels.MAX_LABEL_CHARS`: (labels, samples, values cut)."""
+    cut = 0
+
+    def one(value: str) -> str:
+        nonlocal cut
+        short, was_cut = cap(value)
+        cut += was_cut
+        return short
+
+    labels = {k: one(v) for k, v in rank_labels.items()}
+    return labels, [(name, tuple(one(v) for v in extra), value) for name, extra, value in samples], cut
 
 
 def _starttime(stat_text: str) -> str | None:
@@ -360,6 +379,10 @@ class TrainingCollector(Collector):
         except UnicodeDecodeError:
             raise Rejected("malformed", "not UTF-8") from None
         header, rank_labels, samples = parse_rank_file(text)
+        rank_labels, samples, cut = _capped(rank_labels, samples)
+        if cut:
+            path = os.path.join(self.directory, name)
+            self.skip("label_too_long", f"{path}: label values over {MAX_LABEL_CHARS} characters; cut", cut)
         rank_file = RankFile(rank_labels, tuple(samples), header, st.st_mtime)
         self._cache[name] = (key, rank_file)
         return rank_file

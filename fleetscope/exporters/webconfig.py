@@ -8,10 +8,12 @@ does, so a typo does not silently disable auth; so are the toolkit options fleet
 (``client_allowed_sans``, ``cipher_suites``, ``curve_preferences``, inline ``cert``/``key``), rather
 than pretending to apply them. The file is read once at startup (the toolkit re-reads it per request).
 
-``rate_limit`` is the toolkit's: one token bucket for the whole server, refilled one request per
-``interval`` (a Go duration: ``100ms``, ``1s``, ``1m30s``; ``0`` disables it) and holding up to
-``burst`` requests; a request beyond it is answered ``429 Too Many Requests`` before any
-authentication work.
+``rate_limit`` is the toolkit's token bucket, refilled one request per ``interval`` (a Go duration:
+``100ms``, ``1s``, ``1m30s``; ``0`` disables it) and holding up to ``burst`` requests; a request
+beyond it is answered ``429 Too Many Requests``. Unlike the toolkit's single bucket, taken before
+authentication (so 4 unauthenticated flooders made 29 of 30 real scrapes 429), each client address
+first spends its own bucket of the same size, before any authentication work, and only an
+authenticated request spends the server's shared one.
 
 Basic auth follows the toolkit too: one bcrypt check at a time (bcrypt costs ~50 ms of CPU on
 purpose), and every answer cached by (user, password) in a bounded cache, failures included, so a
@@ -44,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from fleetscope.clientlimits import ClientBuckets
 from fleetscope.errors import FleetscopeError
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,12 @@ class WebConfig:
     def rate_limiter(self) -> TokenBucket | None:
         """The server's token bucket, or ``None`` without ``rate_limit``."""
         return TokenBucket(self.rate_interval, self.rate_burst) if self.rate_interval > 0 else None
+
+    def client_rate_limiter(self) -> ClientBuckets | None:
+        """One token bucket of ``rate_limit``'s size per client address, or ``None`` without it."""
+        if self.rate_interval <= 0:
+            return None
+        return ClientBuckets(lambda: TokenBucket(self.rate_interval, self.rate_burst))
 
     @property
     def tls_enabled(self) -> bool:

@@ -41,6 +41,8 @@ NEURON_FAULT_KINDS: tuple[str, ...] = ("neuron_ecc", "neuron_device_lost", "neur
 NEURON_SHARED_KINDS: frozenset[str] = frozenset({"efa_degraded", "data_slow", "node_drain", "scrape_gap"})
 CORES_PER_DEVICE = 4
 DEVICE_TYPE = "trainium2"
+#: HBM of one Trainium2 device (neuron_hardware_info.neuron_device_memory_size).
+DEVICE_MEMORY_BYTES = 96 << 30
 INSTANCE_TYPE = "trn2.48xlarge"
 #: p50 latency of one execution (one compiled graph) of a healthy core, in seconds.
 LATENCY_S = 0.040
@@ -203,14 +205,14 @@ class NeuronModel(RealisticModel):
         events = c.NEURON_ECC_EVENT_TYPES
 
         def key(n: int, d: int, e: str) -> tuple[str, ...]:
-            return (*self._instance(n), self.hostnames[n], str(d), "", "", "", "", e, *self._scrape(n))
+            return (*self._instance(n), self.hostnames[n], str(d), e, *self._scrape(n))
 
         keys = self._cached("n_ecc", ver, lambda: [key(n, d, e) for e in events for n, d in rows])
         values = np.concatenate([np.array([self.ecc[e][n, d] for n, d in rows]) for e in events])
         out[c.NEURON_HW_ECC_EVENTS] = Series(c.NEURON_HW_ECC_EVENTS.labels + sl, keys, values)
         hw_keys = self._cached("n_hw", tuple(nodes), lambda: [
             (*self._instance(n), self.hostnames[n], str(self.devices), str(CORES_PER_DEVICE), DEVICE_TYPE, "v3d",
-             *self._scrape(n)) for n in nodes])  # fmt: skip
+             str(DEVICE_MEMORY_BYTES), *self._scrape(n)) for n in nodes])  # fmt: skip
         out[c.NEURON_HARDWARE_INFO] = Series(c.NEURON_HARDWARE_INFO.labels + sl, hw_keys, np.ones(len(nodes)))
 
     def _runtime_series(self, out: dict[str, Series], nodes: list[int], sl: tuple[str, ...]) -> None:

@@ -49,7 +49,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from fleetscope.telemetry._integration import MonitorHolder
-from fleetscope.telemetry.monitor import TrainingMonitor, checkpoint_size
+from fleetscope.telemetry.monitor import TrainingMonitor, add_checkpoint_size_later
 
 log = logging.getLogger("fleetscope.telemetry")
 
@@ -163,12 +163,11 @@ class FleetscopeTrainerCallback(TrainerCallback):
         m = self.monitor
         if seconds is None or m is None:
             return
-        nbytes = None
-        if state.is_world_process_zero and args.output_dir:
-            nbytes = checkpoint_size(
-                os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        m.record_checkpoint_save(seconds, success=True, step=state.global_step)
+        if state.is_world_process_zero and args.output_dir:  # measured off the training thread
+            add_checkpoint_size_later(
+                m, os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
             )
-        m.record_checkpoint_save(seconds, success=True, step=state.global_step, nbytes=nbytes)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._pause("eval")

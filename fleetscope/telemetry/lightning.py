@@ -40,12 +40,13 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from fleetscope.telemetry._integration import MonitorHolder, TokenCount
-from fleetscope.telemetry.monitor import TrainingMonitor, checkpoint_size
+from fleetscope.telemetry.monitor import TrainingMonitor, add_checkpoint_size_later
 
 
 def _lightning() -> Any:
@@ -160,15 +161,17 @@ class FleetscopeCallback(pl.Callback):  # type: ignore[name-defined]
         m = self.monitor
         if m is None:
             return
-        nbytes = None
+        measure = None
         try:
             if ok and path is not None and trainer.is_global_zero:
-                nbytes = checkpoint_size(path)
+                measure = os.fspath(path)  # a remote path (s3://...) has no local size: absent
             step = trainer.global_step
-        except Exception as exc:  # noqa: BLE001 - a remote path (s3://...) has no local size
-            log.debug("fleetscope: checkpoint size unknown: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a trainer without these must not break training
+            log.debug("fleetscope: checkpoint step unknown: %s", exc)
             step = None
-        m.record_checkpoint_save(seconds, success=ok, step=step, nbytes=nbytes)
+        m.record_checkpoint_save(seconds, success=ok, step=step)
+        if measure is not None:  # measured off the training thread
+            add_checkpoint_size_later(m, measure)
 
     def _time_checkpoint_loads(self, trainer: Any) -> None:
         """Wrap this trainer's strategy's ``load_checkpoint`` (what ``fit(ckpt_path=...)`` calls)."""

@@ -30,6 +30,8 @@ from fleetscope.telemetry import identity as _identity
 from fleetscope.telemetry import process as _process
 from fleetscope.telemetry.flops import CUSTOM
 from fleetscope.telemetry.layout import Layout, LayoutResolver
+from fleetscope.telemetry.sizes import checkpoint_size as checkpoint_size  # re-exported
+from fleetscope.telemetry.sizes import measure_later, wait_for_sizes
 from fleetscope.telemetry.writer import RankFileWriter
 
 log = logging.getLogger("fleetscope.telemetry")
@@ -67,12 +69,23 @@ class Snapshot:
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite, non-negative float, else None (NaN, infinity, negative, not a number)."""
+    """``value`` as a finite, non-negative float, else None (NaN, infinity, negative, not a number,
+    an int beyond float range such as ``10**400``)."""
     try:
         number = float(value)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         return None
     return number if 0.0 <= number < math.inf else None
+
+
+def _sum(total: float, delta: float, what: str, overflowed: list[str]) -> float:
+    """``total + delta``, or ``total`` (with ``what`` noted in ``overflowed``) when the sum would not
+    be finite: a running total never becomes ``+Inf`` (the exporter refuses a rank that has one)."""
+    new = total + delta
+    if math.isfinite(new):
+        return new
+    overflowed.append(what)
+    return total
 
 
 class _Phase:
@@ -182,28 +195,15 @@ class _CheckpointSave(_Pause):
         m._save_depth -= 1
         if not self._outer:
             return
-        nbytes = self.nbytes
-        if nbytes is None and self.path is not None and et is None:
-            nbytes = checkpoint_size(self.path)
-        m.record_checkpoint_save(self.seconds, success=et is None, step=self.step, nbytes=nbytes)
+        m.record_checkpoint_save(self.seconds, success=et is None, step=self.step, nbytes=self.nbytes)
+        if self.nbytes is None and self.path is not None and et is None:
+            add_checkpoint_size_later(m, self.path)
 
 
-def checkpoint_size(path: str | os.PathLike[str]) -> int | None:
-    """Bytes of a checkpoint file, or of the regular files under a checkpoint directory; None if absent."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not os.path.isdir(path):
-        return st.st_size
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-    return total
+def add_checkpoint_size_later(monitor: TrainingMonitor, path: str | os.PathLike[str]) -> None:
+    """Add the size of the saved ``path`` to ``monitor``'s checkpoint bytes once it is measured,
+    off the training thread (:mod:`fleetscope.telemetry.sizes`)."""
+    measure_later(path, monitor._add_checkpoint_bytes)
 
 
 class _Step:
@@ -444,6 +444,7 @@ class TrainingMonitor:
         Only the ``training_checkpoint_*`` series: a caller that did not time the save inside
         :meth:`checkpoint` adds its ``checkpoint`` phase time with :meth:`add_phase_time`.
         """
+        overflowed: list[str] = []  # inputs that would make a running total infinite
         secs = _number(seconds)
         if secs is None:
             self._reject("checkpoint seconds", seconds)
@@ -456,11 +457,24 @@ class TrainingMonitor:
         with self._lock:
             result = "success" if success else "failure"
             self._saves[result] += 1
-            self._save_seconds += secs
+            self._save_seconds = _sum(self._save_seconds, secs, "checkpoint seconds", overflowed)
             if success:
-                self._save_bytes += size or 0.0
+                self._save_bytes = _sum(self._save_bytes, size or 0.0, "checkpoint nbytes", overflowed)
                 self._last_save = now
                 self._last_save_step = self._global_step if saved_step is None else saved_step
+        self._reject_all(overflowed)
+
+    def _add_checkpoint_bytes(self, nbytes: float) -> None:
+        """Bytes of a save measured after it was counted (the size thread calls this)."""
+        overflowed: list[str] = []
+        with self._lock:
+            self._save_bytes = _sum(self._save_bytes, float(nbytes), "checkpoint nbytes", overflowed)
+        self._reject_all(overflowed)
+
+    def _reject_all(self, whats: list[str]) -> None:
+        """Count inputs that would have made a running total infinite (the total is kept)."""
+        for what in whats:
+            self._reject(what, "a value that overflows its running total")
 
     def checkpoint_loaded(self, step: int | None = None, seconds: float | None = None) -> None:
         """Count one checkpoint load (a resume) of global ``step`` that took ``seconds``.
@@ -473,12 +487,14 @@ class TrainingMonitor:
             self._reject("load seconds", seconds)
             secs = 0.0
         resumed = None if step is None else self._step_number("load step", step)
+        overflowed: list[str] = []
         with self._lock:
             self._loads += 1
-            self._load_seconds += secs
+            self._load_seconds = _sum(self._load_seconds, secs, "load seconds", overflowed)
             if resumed is not None:
                 self._resumed_from = resumed
                 self._global_step = resumed
+        self._reject_all(overflowed)
 
     def restart(self, attempt: int) -> None:
         """Set ``training_restart_attempt`` (0 for the first run, +1 per restart of the job)."""
@@ -517,18 +533,18 @@ class TrainingMonitor:
             self._reject("phase seconds", seconds)
             return
         seconds = checked
+        overflowed: list[str] = []
         with self._lock:
             if name in _PAUSES and self._pause_depth == 0:
-                self._pause_seconds += seconds
+                self._pause_seconds = _sum(self._pause_seconds, seconds, "phase seconds", overflowed)
             phases = self._phase_seconds
             total = phases.get(name)
-            if total is not None:
-                phases[name] = total + seconds
-                return
-            if len(phases) < MAX_PHASES:
-                phases[name] = seconds
-                return
-        self._warn_once("phases", "more than %d phase names; ignoring phase %r", MAX_PHASES, name)
+            known = total is not None or len(phases) < MAX_PHASES
+            if known:
+                phases[name] = _sum(total or 0.0, seconds, "phase seconds", overflowed)
+        self._reject_all(overflowed)
+        if not known:
+            self._warn_once("phases", "more than %d phase names; ignoring phase %r", MAX_PHASES, name)
 
     def record_step(
         self,
@@ -544,6 +560,7 @@ class TrainingMonitor:
         :attr:`rejected_inputs`, logged once) and counts as 0: the step still counts, and the rank
         file stays valid. A loss may be anything (a NaN loss is news, not bad telemetry).
         """
+        overflowed: list[str] = []  # inputs that would make a running total infinite
         secs = _number(seconds)
         if secs is None:
             self._reject("seconds", seconds)
@@ -555,6 +572,9 @@ class TrainingMonitor:
         nflops: float
         if flops is None:
             nflops = ntokens * self._fpt + self._fps
+            if not math.isfinite(nflops):  # 1e300 tokens x FLOPs per token
+                self._reject("flops", f"{ntokens:g} tokens x {self._fpt:g} FLOPs per token")
+                nflops = 0.0
         else:
             checked = _number(flops)
             if checked is None:
@@ -568,15 +588,16 @@ class TrainingMonitor:
         now = time()
         with self._lock:
             self._steps += 1
-            self._step_seconds += secs
-            self._tokens += ntokens
-            self._flops += nflops
+            self._step_seconds = _sum(self._step_seconds, secs, "seconds", overflowed)
+            self._tokens = _sum(self._tokens, ntokens, "tokens", overflowed)
+            self._flops = _sum(self._flops, nflops, "flops", overflowed)
             if loss is not None:
                 self._loss = loss
             self._global_step = self._global_step + 1 if step is None else step
             self._last_step = now
             if self._startup is None:
                 self._startup = max(now - self._process_start, 0.0)
+        self._reject_all(overflowed)
 
     def begin_step(self) -> None:
         """Mark the start of a step (for loops that cannot wrap the step in ``with``)."""
@@ -670,6 +691,7 @@ class TrainingMonitor:
         if self._closed or os.getpid() != self._pid:  # a forked child must not touch the parent's file
             return
         self._closed = True
+        wait_for_sizes(5.0)  # checkpoint sizes still being measured go into the last rank file
         self.writer.stop(remove=self._remove_on_close)
         try:
             atexit.unregister(self.close)

@@ -17,6 +17,7 @@ from fleetscope import contract
 from fleetscope.exporters.training import parse_rank_file
 from fleetscope.telemetry import TrainingMonitor
 from fleetscope.telemetry.process import process_start_time, restart_attempt
+from fleetscope.telemetry.sizes import wait_for_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +53,7 @@ def test_checkpoint_block_counts_saves_by_result_with_time_bytes_and_step(tmp_pa
     with pytest.raises(OSError), m.checkpoint(nbytes=99):
         time.sleep(0.01)
         raise OSError("disk full")
+    assert wait_for_sizes(5)  # the directory is walked on the size thread, not the training thread
     got = rank_file(m)
     assert got[(contract.TRAINING_CHECKPOINT_SAVES, ("success",))] == 2
     assert got[(contract.TRAINING_CHECKPOINT_SAVES, ("failure",))] == 1

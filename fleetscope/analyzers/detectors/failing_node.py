@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
-from fleetscope import hardware, xids
+from fleetscope import hardware, labels, xids
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.findings import Finding
@@ -70,8 +70,8 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
     xt_xid, xt_node, xt_gpu = xt.column("xid"), xt.column(c.NODE_LABEL), xt.column("gpu")
     for j in range(len(xt)):
-        xid = int(float(xt_xid[j] or -1))
-        if xids.xid_class(xid) != "drain":
+        xid = labels.label_index(xt_xid[j], labels.MAX_XID, "xid")
+        if xid is None or xids.xid_class(xid) != "drain":
             continue
         v = xt.values[:, j]
         inc = increase_steps(v[:, None])[:, 0]
@@ -183,7 +183,8 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     if len(rk):
         cols = [rk[k].to_numpy(dtype=object) for k in (c.NODE_LABEL, "gpu", "rank", "job_id")]
         for node, gpu, rank, job in zip(*cols, strict=True):
-            rank_of[(str(node), str(gpu))] = (int(float(rank)), str(job))
+            if (index := labels.parse_index(str(rank), labels.MAX_RANK)) is not None:
+                rank_of[(str(node), str(gpu))] = (index, str(job))
     findings = []
     for (node, gpu), per in events.items():
         cause = next(p for p in CAUSE_PRIORITY if p in per)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope import xids
+from fleetscope import labels, xids
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import (
     Features,
@@ -126,9 +126,9 @@ def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[
     for j in range(len(f)):
         row = f.labels.iloc[j]
         node, gpu = str(row[c.NODE_LABEL]), str(row.get("gpu", ""))
-        try:
-            xid = int(float(row.get("xid") or -1))
-        except ValueError:
+        raw = row.get("xid")
+        xid = labels.label_index(raw, labels.MAX_XID, "xid") if raw else -1  # no xid label: an unknown one
+        if xid is None:
             continue
         if node not in nodes or xids.xid_class(xid) == "application":
             continue

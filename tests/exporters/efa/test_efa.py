@@ -7,6 +7,10 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from fleetscope import contract
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.efa import EfaCollector, is_efa_device
@@ -140,6 +144,35 @@ def test_bad_files_are_skipped_counted_and_never_fatal(p5_copy: Path) -> None:
     assert c.error_counts() == {"unparsable": 2, "unreadable": 1, "not_regular_file": 3, "out_of_range": 2}
     samples(c)  # skipped again on every scrape, counted again
     assert c.error_counts() == {"unparsable": 4, "unreadable": 2, "not_regular_file": 6, "out_of_range": 4}
+
+
+@pytest.mark.parametrize("text", ["1_000_000", "1.5e3", "+5", " 0x10", "١٢", "1e400"])
+def test_a_counter_that_is_no_decimal_u64_is_refused(p5_copy: Path, text: str) -> None:
+    """The driver prints a u64 in ASCII decimal; int() and float() take far more (issue 26, item 17)."""
+    counter_path(p5_copy, "rdmap79s0", "tx_bytes").write_text(text + "\n")
+    c = collector(p5_copy)
+    assert ("rdmap79s0", "1") not in samples(c)[contract.efa_metric_name("tx_bytes")]
+    assert c.error_counts() == {"unparsable": 1}
+    c.close()
+
+
+@given(st.text(max_size=24))
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_any_counter_text_is_read_only_when_it_is_a_decimal_u64(p5_copy: Path, text: str) -> None:
+    counter_path(p5_copy, "rdmap79s0", "tx_bytes").write_text(text, errors="surrogateescape")
+    c = collector(p5_copy)
+    try:
+        got = samples(c)[contract.efa_metric_name("tx_bytes")].get(("rdmap79s0", "1"))
+    finally:
+        c.close()  # its cached descriptors
+    stripped = text.strip()
+    if got is not None:
+        assert stripped.isascii() and stripped.isdigit() and got == int(stripped) <= 2**64 - 1
 
 
 def test_no_infiniband_class_means_no_series_and_no_error(tmp_path: Path) -> None:

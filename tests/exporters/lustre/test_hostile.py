@@ -117,10 +117,26 @@ def test_numbers_beyond_what_the_kernel_prints_are_out_of_range() -> None:
         f"a 1 samples [usecs] 1 2 3 {u64 + 1}\n",
         "a " + "1" * 5000 + " samples [reqs]\n",  # int() would raise past 4300 digits
         "snapshot_time " + "9" * 400 + " secs.nsecs\n",  # float() gives inf
+        "read_bytes 5 samples [bytes] 1 4096 -20480\n",  # a negative sum would be exported as a counter
     ):
         stats = parse_stats(HEADER + bad)
         assert [p.reason for p in stats.problems] == ["out_of_range"], bad[:40]
         assert not stats.counters
+
+
+def test_a_negative_sum_is_never_served_as_a_counter(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    stats = root / SCRATCH
+    lines = stats.read_text().splitlines(keepends=True)
+    i = next(k for k, line in enumerate(lines) if line.startswith("read_bytes"))
+    lines[i] = "read_bytes                5 samples [bytes] 1 4096 -20480\n"
+    stats.write_text("".join(lines))
+    found, _ = scrape_over_http(root)
+    assert errors(found, "stats_out_of_range") == 1
+    assert not [k for k in scratch_series(found) if k[0] == contract.LUSTRE_CLIENT_READ_BYTES]
+    assert all(
+        v >= 0 for (name, _), v in found.items() if name.startswith("lustre_") and name.endswith("_total")
+    )
 
 
 def test_50_mb_of_operation_names_is_refused_quickly(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_peak_flops_per_neuroncore_follow_the_logical_core_count(tmp_path: Path)
 
 
 def _convert(shape: str, errors: list[tuple[str, str]] | None = None) -> dict:
-    conv = Converter("n0", on_error=lambda r, d: (errors if errors is not None else []).append((r, d)))
+    conv = Converter("n0", on_error=lambda r, d, n: (errors if errors is not None else []).append((r, d)))
     samples: dict = {}
     for report in _reports(shape):
         samples, _ = conv.convert(report)
@@ -112,7 +112,7 @@ def test_a_group_with_an_error_is_skipped_and_counted() -> None:
     report = _reports("trn1")[0]
     report["system_data"]["neuron_hw_counters"] = {"period": 1.0, "error": "driver not loaded"}
     errors: list[tuple[str, str]] = []
-    conv = Converter("n0", on_error=lambda r, d: errors.append((r, d)))
+    conv = Converter("n0", on_error=lambda r, d, n: errors.append((r, d)))
     samples, devices = conv.convert(report)
     assert not [k for k in samples if k[0] == c.NEURON_HW_ECC_EVENTS]
     assert devices == 16  # from neuron_hardware_info instead

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleetscope import contract
+from fleetscope.labels import MAX_LABEL_CHARS
 from fleetscope.telemetry import TrainingMonitor
 from tests.exporters.training.conftest import RankProcess, make_collector, samples, values
 from tests.support import exposition
@@ -184,6 +185,11 @@ CORRUPTIONS = {
         sorted(t.splitlines(True), key=lambda line: line.startswith("training_steps_total"))
     ).rstrip("\n")[:-1],
     "unknown_result": lambda t: t.replace('result="failure"', 'result="maybe"'),
+    # ranks that str.isdigit() accepts but no analyzer can use (issue 26, item 8)
+    "superscript_rank": lambda t: t.replace('rank="9",local', 'rank="²",local'),
+    "arabic_indic_rank": lambda t: t.replace('rank="9",local', 'rank="٣",local'),
+    "huge_rank": lambda t: t.replace('rank="9",local', f'rank="{"9" * 400}",local'),
+    "superscript_local_rank": lambda t: t.replace('local_rank="9"', 'local_rank="²"'),
 }
 
 
@@ -195,6 +201,15 @@ def test_corrupted_file_is_rejected_and_counted_without_affecting_others(tmp_pat
     c = make_collector(tmp_path)
     assert set(values(c, STEPS)) == {("j", "0")}
     assert c.error_counts() == {"malformed": 1}
+
+
+def test_a_huge_label_value_is_cut_and_counted(tmp_path: Path) -> None:
+    path = write_rank(tmp_path, "j", 0)
+    path.write_text(path.read_text().replace('job_id="j"', f'job_id="{"j" * 10_000}"'))
+    c = make_collector(tmp_path)
+    jobs = {job for job, _ in values(c, STEPS)}
+    assert jobs == {"j" * MAX_LABEL_CHARS}
+    assert c.error_counts()["label_too_long"] > 0
 
 
 def test_ten_megabyte_file_is_rejected_unread(tmp_path: Path) -> None:
