@@ -37,7 +37,9 @@ def _exit_with_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def _child_main(conn: Connection, parent_pid: int) -> None:
+def _child_main(conn: Connection, parent_pid: int, fn: AnalyzeFn) -> None:
+    """Run ``fn`` for every (start, end) the parent sends. The child holds ``fn`` for its life, so
+    what it keeps between calls (a sliding source's window) stays between cycles."""
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     while True:
         try:
@@ -46,7 +48,7 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
             return
         if job is None:
             return
-        fn, start, end = job
+        start, end = job
         try:
             answer: tuple = ("ok", fn(start, end))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as one cycle's error
@@ -64,7 +66,9 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
 class ProcessAnalyze:
     """``ProcessAnalyze(fn)(start, end)`` runs ``fn(start, end)`` in one long-lived child process.
 
-    ``fn`` must be picklable (a module-level function or a :func:`functools.partial` of one).
+    ``fn`` must be picklable (a module-level function, a :func:`functools.partial` of one, or an
+    object such as :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`); it is sent to
+    the child once, when the child starts, and the child keeps it (with its state) until it ends.
     """
 
     def __init__(self, fn: AnalyzeFn) -> None:
@@ -84,7 +88,10 @@ class ProcessAnalyze:
             self._discard()
             parent_end, child_end = self._ctx.Pipe(duplex=True)
             proc = self._ctx.Process(
-                target=_child_main, args=(child_end, os.getpid()), name="fleetscope-analysis", daemon=True
+                target=_child_main,
+                args=(child_end, os.getpid(), self.fn),
+                name="fleetscope-analysis",
+                daemon=True,
             )
             proc.start()
             child_end.close()
@@ -111,7 +118,7 @@ class ProcessAnalyze:
                 raise FleetscopeError("the service is stopping")
             proc, conn = self._child()
             try:
-                conn.send((self.fn, start, end))
+                conn.send((start, end))
                 while not conn.poll(_POLL_S):
                     if self._closed.is_set():
                         raise FleetscopeError("the service is stopping")

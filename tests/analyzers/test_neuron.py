@@ -11,7 +11,7 @@ from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.detectors import DETECTORS
 from fleetscope.analyzers.detectors.failing_node import FailingNodeDetector
 from fleetscope.analyzers.detectors.neuron import NeuronDetector
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames
+from fleetscope.window.frames import Frames, RawSeries, build_frames
 
 STEP = 15.0
 START = 1_767_225_600.0

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.analyzers.load_file import read_openmetrics
 from fleetscope.demo.direct import DirectAnalysis
+from fleetscope.window.openmetrics import read_openmetrics
 from tests.support.prom import backfill_openmetrics
 
 EXPOSITION = """\

@@ -28,10 +28,10 @@ from typing import Literal, NoReturn
 import numpy as np
 import pandas as pd
 
-from fleetscope.analyzers.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
-from fleetscope.analyzers.grid import round_step
-from fleetscope.analyzers.samples import frames_from_raw, summarize
 from fleetscope.errors import FleetscopeError
+from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
+from fleetscope.window.grid import round_step
+from fleetscope.window.samples import frames_from_raw, summarize
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -140,7 +140,7 @@ def read_openmetrics(
     """Parse the file: (raw series by metric, first time, last time, typical sample spacing).
 
     Only the series of ``metrics`` are kept (all when None). Samples no exporter writes (see
-    :func:`~fleetscope.analyzers.frames.drop_bad_samples`) are left out, with one warning that
+    :func:`~fleetscope.window.frames.drop_bad_samples`) are left out, with one warning that
     says how many. ``window`` (start, end, step as asked for; None: the file's) lets a grid too
     large for the limits be refused after the first families instead of after the whole file.
     """
@@ -258,7 +258,7 @@ def iter_openmetrics(
     :data:`BATCH_SAMPLES` before it ends is handed over as it stands (its metric then comes in
     several batches; a series cut by the hand-off comes again in the next), so memory follows the
     batch, not a family that grows with the window. Series are those
-    :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.analyzers.samples.summarize`
+    :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.window.samples.summarize`
     (the caller cleans). A sample outside its family (a file that breaks the rule) is held until
     its own family ends, or the end of the file; a series met again after it was yielded comes
     again, as a second batch of its metric (the reader merges them: ``build_frames`` merges series
@@ -640,7 +640,7 @@ def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
     raise FleetscopeError(f"{path}: line {lineno} is not an OpenMetrics sample: {text[:80]!r}")
 
 
-def load_file(
+def load_recording(
     path: str | Path,
     metrics: Collection[str] | None = None,
     step: float | None = None,
@@ -648,16 +648,8 @@ def load_file(
     end: float | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> Frames:
-    """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``).
-
-    A Parquet archive (``fleetscope record``, known by its magic bytes) goes to its own loader.
-    """
-    from fleetscope.analyzers.load_parquet import is_parquet
-
-    if is_parquet(path):
-        from fleetscope.analyzers.load_parquet import load_parquet
-
-        return load_parquet(path, metrics, step=step, start=start, end=end, progress=progress)
+    """Load a recording onto a grid from its first to its last sample (or ``start``/``end``);
+    :func:`fleetscope.window.sources.load_file` routes a Parquet archive to its own loader."""
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress, (start, end, step))
     return frames_from_raw(
         raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)
