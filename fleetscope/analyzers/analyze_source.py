@@ -27,6 +27,7 @@ from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.report import Report
 from fleetscope.analyzers.stream import DEFAULT_LEAD_S, Progress, analyze_chunked, chunk_seconds
+from fleetscope.errors import NoData
 from fleetscope.window.frames import Frames
 from fleetscope.window.sources import ArchiveSource, PrometheusSource, RecordingSource, Source
 
@@ -75,8 +76,11 @@ def _streamed(source: Source, config: DetectorConfig, bars: Bars, start: float |
     def load(a: float, b: float) -> Frames:
         return source.load(a, b, span.step)
 
-    return analyze_chunked(load, span.first, span.last, span.step, config, chunk_s=chunk_s, lead_s=DEFAULT_LEAD_S,
-                           progress=bars("analyzing"), prefetch=prefetch)  # fmt: skip
+    try:
+        return analyze_chunked(load, span.first, span.last, span.step, config, chunk_s=chunk_s,
+                               lead_s=DEFAULT_LEAD_S, progress=bars("analyzing"), prefetch=prefetch)  # fmt: skip
+    except NoData as exc:  # every chunk empty: said of the source
+        raise NoData(f"{source.name} has {exc}") from None
 
 
 class SourceAnalysis:

@@ -159,7 +159,7 @@ def analyze_chunked(
     merged: list[Finding] = []
     goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
-    empty: list[tuple[float, float]] = []
+    empty: list[tuple[int, float, float]] = []
     attempt = _SkipEmpty(load)
     with ThreadPoolExecutor(1, thread_name_prefix="fleetscope-prefetch") as ahead:
         nxt: Future[Frames | None] | None = None
@@ -171,7 +171,7 @@ def analyze_chunked(
             if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
                 nxt = ahead.submit(attempt, plan[k + 1][0], plan[k + 1][2])
             if frames is None:
-                empty.append((own_start, own_end))
+                empty.append((k, own_start, own_end))
                 if progress:
                     progress((k + 1) / len(plan))
                 continue
@@ -185,8 +185,9 @@ def analyze_chunked(
             if progress:
                 progress((k + 1) / len(plan))
     if last is None:
-        raise NoData(f"no data anywhere in the window {rfc3339(start)} to {rfc3339(end)}: each of its "
-                     f"{len(plan)} chunks is empty (the first: {attempt.first})")  # fmt: skip
+        raise NoData(
+            f"no data between {rfc3339(start)} and {rfc3339(end)} (each of its {len(plan)} chunks is empty)"
+        )
     if empty:
         say_skipped("chunks", empty, len(plan))
     return _whole(last, start, merged, goodput, carry, cfg)
@@ -208,17 +209,15 @@ def _whole(last: Report, start: float, merged: list[Finding], goodput: dict[str,
 
 
 class _SkipEmpty:
-    """A chunk loader that answers None for a chunk without any data, keeping the first such error."""
+    """A chunk loader that answers None for a chunk without any data."""
 
     def __init__(self, load: ChunkLoader) -> None:
         self.load = load
-        self.first: NoData | None = None
 
     def __call__(self, a: float, b: float) -> Frames | None:
         try:
             return self.load(a, b)
-        except NoData as exc:
-            self.first = self.first or exc
+        except NoData:
             return None
 
 

@@ -162,12 +162,18 @@ def check_window(start: float, end: float, step: float | None = None) -> None:
         raise FleetscopeError("--step must be positive")
 
 
-def say_skipped(what: str, empty: list[tuple[float, float]], total: int) -> None:
+def say_skipped(what: str, empty: list[tuple[int, float, float]], total: int) -> None:
     """Say once, on stderr, which of a window's ``total`` chunks (or pieces) held no data and were
-    skipped: ``empty`` holds their (first, last) grid times, in order."""
-    first, last = _when(empty[0][0]), _when(empty[-1][1])
-    span = f"from {first} to {last}" if len(empty) > 1 else f"{first} to {last}"
-    print(f"fleetscope: skipped {len(empty)} of {total} {what} with no data ({span})", file=sys.stderr)
+    skipped: ``empty`` holds their (place, first grid time, last grid time), in order; neighbours
+    are said as one span."""
+    spans: list[list[float]] = []
+    for k, (place, a, b) in enumerate(empty):
+        if k and place == empty[k - 1][0] + 1:
+            spans[-1][1] = b
+        else:
+            spans.append([a, b])
+    said = ", ".join(f"{_when(a)} to {_when(b)}" for a, b in spans)
+    print(f"fleetscope: skipped {len(empty)} of {total} {what} with no data ({said})", file=sys.stderr)
 
 
 def check_grid(start: float, end: float, step: float, series: int = 1) -> int:

@@ -141,7 +141,7 @@ class PrometheusSource:
                  refetch_s: float | None = None) -> None:  # fmt: skip
         from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES
 
-        self.url = self.name = url
+        self.url, self.name = url, f"Prometheus at {url}"
         self.metrics = tuple(metrics)
         self.timeout, self.sigv4_region, self.headers = timeout, sigv4_region, headers
         self.max_answer_bytes = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES

@@ -348,7 +348,7 @@ def export_prometheus(
     grid = make_grid(start, end, step)
     per = len(grid) if piece_s is None else max(1, round(piece_s / step))
     pieces = [(float(grid[i]), float(grid[min(i + per, len(grid)) - 1])) for i in range(0, len(grid), per)]
-    empty: list[tuple[float, float]] = []
+    empty: list[tuple[int, float, float]] = []
     with ArchiveWriter(out, contract_label_keys(metrics), source=url, grid=(start, end, step)) as w:
         for k, (a, b) in enumerate(pieces):
             part = None if progress is None else _part_of(progress, k, len(pieces))
@@ -356,7 +356,7 @@ def export_prometheus(
             for name, series in raw.items():
                 w.add(name, series)
             if not raw:
-                empty.append((a, b))
+                empty.append((k, a, b))
             del raw
         if not w.groups:
             w.abort()
