@@ -37,10 +37,12 @@ def _exit_with_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def _child_main(conn: Connection, parent_pid: int, fn: AnalyzeFn) -> None:
-    """Run ``fn`` for every (start, end) the parent sends. The child holds ``fn`` for its life, so
-    what it keeps between calls (a sliding source's window) stays between cycles."""
+def _child_main(conn: Connection, parent_pid: int) -> None:
+    """Run the analysis for every (fn, start, end) the parent sends. ``fn`` comes only when it is
+    new (else None): the child holds it between calls, so what it keeps (a sliding source's
+    window) stays between cycles."""
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    fn: AnalyzeFn | None = None
     while True:
         try:
             job = conn.recv()
@@ -48,7 +50,9 @@ def _child_main(conn: Connection, parent_pid: int, fn: AnalyzeFn) -> None:
             return
         if job is None:
             return
-        start, end = job
+        new, start, end = job
+        fn = new if new is not None else fn
+        assert fn is not None, "the first job brings the function"
         try:
             answer: tuple = ("ok", fn(start, end))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as one cycle's error
@@ -68,7 +72,8 @@ class ProcessAnalyze:
 
     ``fn`` must be picklable (a module-level function, a :func:`functools.partial` of one, or an
     object such as :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`); it is sent to
-    the child once, when the child starts, and the child keeps it (with its state) until it ends.
+    the child with its first call (and again only when :attr:`fn` is replaced), and the child
+    keeps it, with its state, between calls.
     """
 
     def __init__(self, fn: AnalyzeFn) -> None:
@@ -76,6 +81,7 @@ class ProcessAnalyze:
         self._ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._sent: AnalyzeFn | None = None  # the function the child holds
         self._call_lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -89,13 +95,14 @@ class ProcessAnalyze:
             parent_end, child_end = self._ctx.Pipe(duplex=True)
             proc = self._ctx.Process(
                 target=_child_main,
-                args=(child_end, os.getpid(), self.fn),
+                args=(child_end, os.getpid()),
                 name="fleetscope-analysis",
                 daemon=True,
             )
             proc.start()
             child_end.close()
             self._proc, self._conn = proc, parent_end
+            self._sent = None  # a new child holds no function yet
         assert self._proc is not None and self._conn is not None
         return self._proc, self._conn
 
@@ -118,7 +125,9 @@ class ProcessAnalyze:
                 raise FleetscopeError("the service is stopping")
             proc, conn = self._child()
             try:
-                conn.send((start, end))
+                fn = self.fn
+                conn.send((fn if fn is not self._sent else None, start, end))
+                self._sent = fn
                 while not conn.poll(_POLL_S):
                     if self._closed.is_set():
                         raise FleetscopeError("the service is stopping")
