@@ -168,7 +168,7 @@ def test_record_holds_one_family_at_a_time(recording, tmp_path, monkeypatch):
     take = load_file._Reader.take_ready
 
     def counted(self):
-        held.append(sum(sum(a.size for a in e[5]) + len(e[2]) for e in self.series.values()))
+        held.append(sum(sum(a.size for a in e.values) + len(e.vtext) for e in self.series.values()))
         return take(self)
 
     monkeypatch.setattr(load_file, "CHUNK_BYTES", 1 << 18)
