@@ -24,9 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleetscope.analyzers.config import DetectorConfig
-from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.report import Report
-from fleetscope.analyzers.stream import DEFAULT_LEAD_S, Progress, analyze_chunked, chunk_seconds
+from fleetscope.analyzers.stream import (
+    DEFAULT_LEAD_S,
+    Progress,
+    analyze_chunked,
+    analyze_one_chunk,
+    chunk_seconds,
+)
 from fleetscope.errors import NoData
 from fleetscope.window.frames import Frames
 from fleetscope.window.sources import ArchiveSource, PrometheusSource, RecordingSource, Source
@@ -65,7 +70,7 @@ def _one_piece(source: Source, config: DetectorConfig, bars: Bars, start: float 
                step: float | None) -> Report:  # fmt: skip
     """The window as the streamed path's one chunk: loaded whole, analyzed once."""
     label = "querying" if isinstance(source, PrometheusSource) else "loading"
-    return analyze(source.load(start, end, step, bars(label)), config)
+    return analyze_one_chunk(source.load(start, end, step, bars(label)), config)
 
 
 def _streamed(source: Source, config: DetectorConfig, bars: Bars, start: float | None, end: float | None,
@@ -97,4 +102,4 @@ class SourceAnalysis:
         self.source, self.config, self.step = source, config, step
 
     def __call__(self, start: float, end: float) -> Report:
-        return analyze(self.source.load(start, end, self.step), self.config)
+        return analyze_one_chunk(self.source.load(start, end, self.step), self.config)

@@ -205,6 +205,8 @@ def _whole(last: Report, start: float, merged: list[Finding], goodput: dict[str,
         out.jobs = job_summaries(feat, merged)
     out.goodput = goodput
     out.carry = carry
+    if last.start == start:  # one chunk (no lead-in): its signals cover the window, for the plots
+        out.features = feat
     return out
 
 
@@ -219,6 +221,14 @@ class _SkipEmpty:
             return self.load(a, b)
         except NoData:
             return None
+
+
+def analyze_one_chunk(frames: Frames, config: DetectorConfig | None = None) -> Report:
+    """A window analyzed in one piece: the streamed path with a single chunk, whose own region is
+    the whole window and which has no lead-in (the findings are those of :func:`analyze`)."""
+    chunk_s = frames.end - frames.start + frames.step
+    return analyze_chunked(lambda a, b: frames, frames.start, frames.end, frames.step, config, chunk_s=chunk_s,
+                           lead_s=0.0, prefetch=False)  # fmt: skip
 
 
 def merge_findings(

@@ -31,7 +31,7 @@ import pandas as pd
 from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
 from fleetscope.window.grid import round_step
-from fleetscope.window.samples import frames_from_raw, summarize
+from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -572,11 +572,12 @@ def _shape(times: np.ndarray) -> tuple[float, float, float]:
     """(span, median spacing, first time) of one run's timestamps in seconds (milliseconds judged
     by their size)."""
     t = times[np.isfinite(times)]
-    if t.size < 2:
+    spacing = series_spacing(t) if t.size > 1 else None
+    if spacing is None:
         return 0.0, 0.0, 0.0
     scale = 1000.0 if np.median(t) > 1e11 else 1.0
     lo = float(t.min())
-    return (float(t.max()) - lo) / scale, float(np.median(np.diff(np.sort(t)))) / scale, lo / scale
+    return (float(t.max()) - lo) / scale, spacing / scale, lo / scale
 
 
 def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:

@@ -63,6 +63,12 @@ SPACING_SERIES = 200
 DEFAULT_SPACING_S = 15.0
 
 
+def series_spacing(times: np.ndarray) -> float | None:
+    """One series' spacing: the median step between its distinct sample times (None: fewer than two)."""
+    d = np.diff(np.unique(times))
+    return float(np.median(d)) if d.size else None
+
+
 class SpacingSample:
     """The one rule for a source's typical sample spacing, fed series by series (:meth:`add`):
     the median of the first :data:`SPACING_SERIES` series' median spacings between distinct
@@ -78,9 +84,9 @@ class SpacingSample:
     def add(self, times: np.ndarray) -> None:
         if self.full or times.size < 2:
             return
-        d = np.diff(np.unique(times))
-        if d.size:
-            self.spacings.append(float(np.median(d)))
+        spacing = series_spacing(times)
+        if spacing is not None:
+            self.spacings.append(spacing)
 
     def value(self) -> float:
         return float(np.median(self.spacings)) if self.spacings else DEFAULT_SPACING_S
