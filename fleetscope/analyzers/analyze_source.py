@@ -40,9 +40,17 @@ from fleetscope.window.sources import ArchiveSource, PrometheusSource, Recording
 Bars = Callable[[str], Progress]
 
 
-def analyze_source(source: Source, config: DetectorConfig, bars: Bars, *, start: float | None = None,
-                   end: float | None = None, step: float | None = None, chunk: str = "auto",
-                   prefetch: bool | None = None) -> Report:  # fmt: skip
+def analyze_source(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    step: float | None = None,
+    chunk: str = "auto",
+    prefetch: bool | None = None,
+) -> Report:
     """The report of ``[start, end]`` (None: the source's own bounds) of ``source`` at ``step``,
     in chunks as ``chunk`` (``--chunk``: a duration, ``auto`` or ``off``) says (module docstring)."""
     if isinstance(source, RecordingSource):
@@ -66,15 +74,29 @@ def analyze_source(source: Source, config: DetectorConfig, bars: Bars, *, start:
     return _streamed(source, config, bars, start, end, step, chunk_s, prefetch)
 
 
-def _one_piece(source: Source, config: DetectorConfig, bars: Bars, start: float | None, end: float | None,
-               step: float | None) -> Report:  # fmt: skip
+def _one_piece(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    start: float | None,
+    end: float | None,
+    step: float | None,
+) -> Report:
     """The window as the streamed path's one chunk: loaded whole, analyzed once."""
     label = "querying" if isinstance(source, PrometheusSource) else "loading"
     return analyze_one_chunk(source.load(start, end, step, bars(label)), config)
 
 
-def _streamed(source: Source, config: DetectorConfig, bars: Bars, start: float | None, end: float | None,
-              step: float | None, chunk_s: float, prefetch: bool | None) -> Report:  # fmt: skip
+def _streamed(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    start: float | None,
+    end: float | None,
+    step: float | None,
+    chunk_s: float,
+    prefetch: bool | None,
+) -> Report:
     span = source.span(start, end, step)
     assert span is not None  # a recording is converted to an archive first
 
@@ -82,8 +104,17 @@ def _streamed(source: Source, config: DetectorConfig, bars: Bars, start: float |
         return source.load(a, b, span.step)
 
     try:
-        return analyze_chunked(load, span.first, span.last, span.step, config, chunk_s=chunk_s,
-                               lead_s=DEFAULT_LEAD_S, progress=bars("analyzing"), prefetch=prefetch)  # fmt: skip
+        return analyze_chunked(
+            load,
+            span.first,
+            span.last,
+            span.step,
+            config,
+            chunk_s=chunk_s,
+            lead_s=DEFAULT_LEAD_S,
+            progress=bars("analyzing"),
+            prefetch=prefetch,
+        )
     except NoData as exc:  # every chunk empty: said of the source
         raise NoData(f"{source.name} has {exc}") from None
 

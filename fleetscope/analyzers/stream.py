@@ -193,8 +193,14 @@ def analyze_chunked(
     return _whole(last, start, merged, goodput, carry, cfg)
 
 
-def _whole(last: Report, start: float, merged: list[Finding], goodput: dict[str, GoodputAccount], carry: Carry,
-           cfg: DetectorConfig) -> Report:  # fmt: skip
+def _whole(
+    last: Report,
+    start: float,
+    merged: list[Finding],
+    goodput: dict[str, GoodputAccount],
+    carry: Carry,
+    cfg: DetectorConfig,
+) -> Report:
     """The window's report: the last chunk's state, with the merged findings and summed goodput."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
@@ -227,8 +233,16 @@ def analyze_one_chunk(frames: Frames, config: DetectorConfig | None = None) -> R
     """A window analyzed in one piece: the streamed path with a single chunk, whose own region is
     the whole window and which has no lead-in (the findings are those of :func:`analyze`)."""
     chunk_s = frames.end - frames.start + frames.step
-    return analyze_chunked(lambda a, b: frames, frames.start, frames.end, frames.step, config, chunk_s=chunk_s,
-                           lead_s=0.0, prefetch=False)  # fmt: skip
+    return analyze_chunked(
+        lambda a, b: frames,
+        frames.start,
+        frames.end,
+        frames.step,
+        config,
+        chunk_s=chunk_s,
+        lead_s=0.0,
+        prefetch=False,
+    )
 
 
 def merge_findings(

@@ -61,8 +61,13 @@ class Source(Protocol):
         step); None when it is known only once the whole source is read (a recording)."""
         ...
 
-    def load(self, start: float | None = None, end: float | None = None, step: float | None = None,
-             progress: Progress | None = None) -> Frames:  # fmt: skip
+    def load(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        step: float | None = None,
+        progress: Progress | None = None,
+    ) -> Frames:
         """The frames of ``[start, end]`` at ``step`` (None: the source's own); raises
         :class:`~fleetscope.errors.NoData` when the window holds no data at all."""
         ...
@@ -79,8 +84,13 @@ class RecordingSource:
     ) -> Span | None:
         return None
 
-    def load(self, start: float | None = None, end: float | None = None, step: float | None = None,
-             progress: Progress | None = None) -> Frames:  # fmt: skip
+    def load(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        step: float | None = None,
+        progress: Progress | None = None,
+    ) -> Frames:
         from fleetscope.window.openmetrics import load_recording
 
         return load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
@@ -125,8 +135,13 @@ class ArchiveSource:
         check_window(grid_start, end)
         return Span(grid_start, end, grid_step)
 
-    def load(self, start: float | None = None, end: float | None = None, step: float | None = None,
-             progress: Progress | None = None) -> Frames:  # fmt: skip
+    def load(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        step: float | None = None,
+        progress: Progress | None = None,
+    ) -> Frames:
         from fleetscope.window.archive.read import load_parquet
 
         return load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
@@ -135,10 +150,18 @@ class ArchiveSource:
 class PrometheusSource:
     """A Prometheus-compatible HTTP API; ``sliding``: keep the window between loads (the service)."""
 
-    def __init__(self, url: str, metrics: Collection[str], *, timeout: float = 30.0,
-                 sigv4_region: str | None = None, headers: dict[str, str] | None = None,
-                 max_answer_bytes: int | None = None, sliding: bool = False,
-                 refetch_s: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        metrics: Collection[str],
+        *,
+        timeout: float = 30.0,
+        sigv4_region: str | None = None,
+        headers: dict[str, str] | None = None,
+        max_answer_bytes: int | None = None,
+        sliding: bool = False,
+        refetch_s: float | None = None,
+    ) -> None:
         from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES
 
         self.url, self.name = url, f"Prometheus at {url}"
@@ -157,39 +180,72 @@ class PrometheusSource:
         check_window(first, last, step)
         return Span(first, last, step)
 
-    def load(self, start: float | None = None, end: float | None = None, step: float | None = None,
-             progress: Progress | None = None) -> Frames:  # fmt: skip
+    def load(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        step: float | None = None,
+        progress: Progress | None = None,
+    ) -> Frames:
         first, last, step = self.span(start, end, step)
         if self.sliding:
             return self._sliding(step).load(first, last, progress)
         from fleetscope.window.prometheus import load_prometheus
 
-        return load_prometheus(self.url, first, last, step, self.metrics, timeout=self.timeout,
-                               sigv4_region=self.sigv4_region, headers=self.headers, progress=progress,
-                               max_answer_bytes=self.max_answer_bytes)  # fmt: skip
+        return load_prometheus(
+            self.url,
+            first,
+            last,
+            step,
+            self.metrics,
+            timeout=self.timeout,
+            sigv4_region=self.sigv4_region,
+            headers=self.headers,
+            progress=progress,
+            max_answer_bytes=self.max_answer_bytes,
+        )
 
     def _sliding(self, step: float) -> SlidingWindow:
         """This source's sliding window at ``step`` (a new one when the step changed)."""
         from fleetscope.window.sliding import DEFAULT_REFETCH_S, SlidingWindow
 
         if self.window is None or self.window.step != step:
-            self.window = SlidingWindow(self.url, float(step), self.metrics, timeout=self.timeout,
-                                        sigv4_region=self.sigv4_region, headers=self.headers,
-                                        max_answer_bytes=self.max_answer_bytes,
-                                        refetch_s=DEFAULT_REFETCH_S if self.refetch_s is None else self.refetch_s)  # fmt: skip
+            self.window = SlidingWindow(
+                self.url,
+                float(step),
+                self.metrics,
+                timeout=self.timeout,
+                sigv4_region=self.sigv4_region,
+                headers=self.headers,
+                max_answer_bytes=self.max_answer_bytes,
+                refetch_s=DEFAULT_REFETCH_S if self.refetch_s is None else self.refetch_s,
+            )
         return self.window
 
 
-def open_source(input: str | None, prometheus: str | None, metrics: Collection[str], *, timeout: float = 30.0,
-                sigv4_region: str | None = None, headers: dict[str, str] | None = None,
-                max_answer_bytes: int | None = None) -> RecordingSource | ArchiveSource | PrometheusSource:  # fmt: skip
+def open_source(
+    input: str | None,
+    prometheus: str | None,
+    metrics: Collection[str],
+    *,
+    timeout: float = 30.0,
+    sigv4_region: str | None = None,
+    headers: dict[str, str] | None = None,
+    max_answer_bytes: int | None = None,
+) -> RecordingSource | ArchiveSource | PrometheusSource:
     """The source ``--input FILE`` (an archive by its magic bytes, else a recording) or
     ``--prometheus URL`` names (with its access options)."""
     if input:
         return ArchiveSource(input, metrics) if is_parquet(input) else RecordingSource(input, metrics)
     if prometheus:
-        return PrometheusSource(prometheus, metrics, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
-                                max_answer_bytes=max_answer_bytes)  # fmt: skip
+        return PrometheusSource(
+            prometheus,
+            metrics,
+            timeout=timeout,
+            sigv4_region=sigv4_region,
+            headers=headers,
+            max_answer_bytes=max_answer_bytes,
+        )
     raise FleetscopeError("give --input FILE or --prometheus URL")
 
 

@@ -24,8 +24,14 @@ def young(tmp_path_factory):
     """A Prometheus whose only data are the last 20 minutes (ending a minute ago), with a lost GPU."""
     tmp = tmp_path_factory.mktemp("young")
     start = float(int(time.time()) - DURATION_S - 60)
-    spec = ScenarioSpec(name="young", nodes=2, duration_s=DURATION_S, seed=7, start=start,
-                        faults=[FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=3)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="young",
+        nodes=2,
+        duration_s=DURATION_S,
+        seed=7,
+        start=start,
+        faults=[FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=3)],
+    )
     out, _ = write_scenario(spec, tmp / "young.om")
     backfill_openmetrics(out, tmp / "data")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
@@ -55,8 +61,20 @@ def test_a_window_that_starts_hours_before_the_data(young, capsys) -> None:
         "findings"
     ]
     # the same findings as the window analyzed in one piece (which never needed to skip)
-    rc, whole, err = _run(["analyze", "--prometheus", prom.url, "--start=-6h", "--end=now", "--chunk", "off",
-                           "--format", "json"], capsys)  # fmt: skip
+    rc, whole, err = _run(
+        [
+            "analyze",
+            "--prometheus",
+            prom.url,
+            "--start=-6h",
+            "--end=now",
+            "--chunk",
+            "off",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
     assert rc == 0 and not _skipped(err), err
     assert_same_findings(json.loads(whole), doc)
 
@@ -78,10 +96,21 @@ def test_a_window_that_starts_hours_before_the_data(young, capsys) -> None:
 def test_a_window_without_any_data_is_one_error_line(young, capsys) -> None:
     prom, tmp = young
     said = {
-        f"Prometheus at {prom.url} has no data between ": ["analyze", "--prometheus", prom.url, "--format", "json"],
-        f"Prometheus at {prom.url} has no fleetscope series between ": ["record", "--prometheus", prom.url, "-o",
-                                                                        str(tmp / "empty.parquet")],
-    }  # fmt: skip
+        f"Prometheus at {prom.url} has no data between ": [
+            "analyze",
+            "--prometheus",
+            prom.url,
+            "--format",
+            "json",
+        ],
+        f"Prometheus at {prom.url} has no fleetscope series between ": [
+            "record",
+            "--prometheus",
+            prom.url,
+            "-o",
+            str(tmp / "empty.parquet"),
+        ],
+    }
     for message, cmd in said.items():
         rc, out, err = _run([*cmd, "--start=-6h", "--end=-3h"], capsys)
         assert rc == 1 and out == "" and err.startswith(f"fleetscope: error: {message}"), err

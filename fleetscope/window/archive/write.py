@@ -1,4 +1,4 @@
-"""``fleetscope record``: an incident's series in one Apache Parquet file, analyzable later.
+"""The archive writer (``fleetscope record``): an incident's series in one Parquet file, for later.
 
 A post-mortem needs the window that held the incident long after Prometheus' retention dropped it,
 and reading it back must be fast: an OpenMetrics recording is text that takes seconds per node-hour
@@ -32,7 +32,8 @@ way the reader gives back the same labels.
 It is written to a temporary name beside the target and renamed when complete, so a crash leaves no
 half-written archive. ``fleetscope analyze --input X.parquet`` reads it
 (:mod:`fleetscope.window.archive.read`) and gives the same findings as the recording or the
-Prometheus window it came from. pyarrow is imported only here and in that loader (extra
+Prometheus window it came from. pyarrow is imported only through
+:func:`~fleetscope.window.archive.format.pyarrow_modules`, by this writer and that reader (extra
 ``archive``), never by the node agent.
 """
 
@@ -340,8 +341,9 @@ def export_prometheus(
     (None: one piece), holding one piece's answers at a time, so memory follows the piece, not
     the window. The pieces tile the window's grid (``start + k * step``); a piece without series
     (a gap in the store, or before the store's first sample) writes nothing, and the pieces
-    skipped are said once on stderr; only a window without any series is an error (:class:`NoData`). The label columns are the contract's keys (other labels
-    go to ``__labels__``, module docstring): the labels of later pieces are not known ahead.
+    skipped are said once on stderr; only a window without any series is an error
+    (:class:`NoData`). The label columns are the contract's keys (other labels go to
+    ``__labels__``, module docstring): the labels of later pieces are not known ahead.
     ``access``: :func:`raw_from_prometheus`' keywords (timeout, SigV4, headers, answer limit)."""
     check_window(start, end, step)
     check_grid(start, end, step)
