@@ -80,7 +80,8 @@ def pandas_baseline(path: str) -> tuple[int, int]:
 def one(mode: str, path: str) -> None:
     """Run one in-process measurement (in the child process)."""
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.analyzers.load_file import load_file, read_openmetrics
+    from fleetscope.window.openmetrics import read_openmetrics
+    from fleetscope.window.sources import load_file
 
     t0 = time.monotonic()
     if mode == "pandas":

@@ -263,8 +263,11 @@ def recorded_prometheus(nodes: int, minutes: float):
 def bench_cycle(prom, spec, info: dict, repeats: int, sliding: float = 0.0, window: float = 0.0) -> dict:
     """``repeats`` cycles over the recording's window; with ``sliding`` (seconds), the service's
     path: a first cycle over ``window`` seconds, then each cycle ``sliding`` seconds later."""
-    from fleetscope.analyzers.core import analyze_prometheus
+    from fleetscope.analyzers.analyze_source import SourceAnalysis
+    from fleetscope.analyzers.core import LOADED, analyze_prometheus
+    from fleetscope.window.sources import PrometheusSource
 
+    service = SourceAnalysis(PrometheusSource(prom.url, LOADED, sliding=True), None, spec.step_s)
     start, end = spec.start, spec.start + spec.duration_s
     times = []
     first = None
@@ -273,7 +276,7 @@ def bench_cycle(prom, spec, info: dict, repeats: int, sliding: float = 0.0, wind
         try:
             if sliding:
                 e = start + window + i * sliding
-                analysis = analyze_prometheus(prom.url, e - window, e, step=spec.step_s, sliding=True)
+                analysis = service(e - window, e)
             else:
                 analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
         except Exception:

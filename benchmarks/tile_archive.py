@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fleetscope import contract  # noqa: E402
-from fleetscope.archive import META_KEY, SERIES_COL, TIME_COL, VALUE_COL  # noqa: E402
+from fleetscope.window.archive.format import META_KEY, SERIES_COL, TIME_COL, VALUE_COL  # noqa: E402
 
 
 def tile(source: Path, out: Path, copies: int) -> dict:

@@ -1,1 +1,1 @@
-"""Analyzers: load series (Prometheus API or a recorded file) and turn them into findings."""
+"""Analyzers: turn a window of series (its frames, from :mod:`fleetscope.window`) into findings."""

@@ -13,11 +13,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from fleetscope.argtypes import positive_float, positive_int
+from fleetscope.argtypes import positive_float
+from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
 from fleetscope.errors import FleetscopeError
-
-#: The default of --max-answer-bytes (the loader's, repeated so --help imports no numpy).
-DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
@@ -61,49 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "windows of more than 4 chunks)")  # fmt: skip
 
 
-def add_prometheus_access(p: argparse.ArgumentParser) -> None:
-    """How to reach a Prometheus-compatible API: answer size, SigV4 and headers.
-
-    Shared by ``analyze``, ``record``, ``serve`` and ``plan`` (read back by :func:`prometheus_access`).
-    """
-    p.add_argument(
-        "--max-answer-bytes",
-        type=positive_int,
-        default=DEFAULT_MAX_ANSWER_BYTES,
-        metavar="N",
-        help=f"largest Prometheus answer read, in bytes (default {DEFAULT_MAX_ANSWER_BYTES >> 20} MiB)",
-    )
-    p.add_argument(
-        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
-    )
-    p.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
-    p.add_argument(
-        "--header", action="append", default=[], metavar="K=V", help="extra HTTP header (repeatable)"
-    )
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, label: str, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled
-        self.last = -1
-
-    def __call__(self, frac: float) -> None:
-        if not self.enabled:
-            return
-        pct = int(frac * 100)
-        if pct == self.last:
-            return
-        self.last = pct
-        bar = "#" * (pct // 4)
-        sys.stderr.write(f"\r{self.label} [{bar:<25}] {pct:3d}%")
-        if pct >= 100:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def load_config(path: str | None) -> DetectorConfig:
     """The detector thresholds: the defaults, with a YAML/JSON file's overrides."""
     from fleetscope.analyzers.config import DEFAULT
@@ -124,58 +79,22 @@ def load_config(path: str | None) -> DetectorConfig:
     return DEFAULT.with_overrides(data)
 
 
-def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
-    """The SigV4 region (None: unsigned) and extra headers from ``--sigv4/--region/--header``.
-
-    Shared by ``analyze``, ``serve`` and ``plan``.
-    """
-    headers: dict[str, str] = {}
-    for h in args.header:
-        k, sep, v = h.partition("=")
-        if not sep or not k.strip():
-            raise FleetscopeError(f"--header {h!r}: expected K=V")
-        headers[k.strip()] = v.strip()
-    region = args.region
-    if args.sigv4 and not region:
-        import botocore.session
-
-        region = botocore.session.Session().get_config_variable("region")
-        if not region:
-            raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
-    return region, headers
-
-
 def run(args: argparse.Namespace) -> int:
-    from fleetscope.analyzers.core import LOADED, analyze
+    from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.times import parse_time
+    from fleetscope.window.sources import open_source
 
     config = load_config(args.config)
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    show = show_progress(args)
     t0 = time.monotonic()
-    from fleetscope.analyzers.streamed_sources import streamed_report
-
     region, headers = prometheus_access(args) if args.prometheus else (None, {})
-    report = streamed_report(args, config, lambda label: ProgressBar(label, show), region, headers)
-    if report is not None:
-        return _write(args, report, show, t0)
-    if args.input:
-        from fleetscope.analyzers.load_file import load_file
-        from fleetscope.times import parse_time
-
-        start = parse_time(args.start) if args.start else None
-        end = parse_time(args.end) if args.end else None
-        frames = load_file(args.input, LOADED, step=args.step, start=start, end=end,
-                           progress=ProgressBar("loading", show))  # fmt: skip
-    elif args.prometheus:
-        from fleetscope.analyzers.load_prometheus import load_prometheus
-
-        region, headers = prometheus_access(args)
-        frames = load_prometheus(args.prometheus, args.start or "-1h", args.end or "now", args.step or 15.0,
-                                 LOADED, timeout=args.timeout, sigv4_region=region, headers=headers,
-                                 progress=ProgressBar("querying", show),
-                                 max_answer_bytes=args.max_answer_bytes)  # fmt: skip
-    else:
-        raise FleetscopeError("give --input FILE or --prometheus URL")
-    report = analyze(frames, config)
+    source = open_source(args.input, args.prometheus, LOADED, timeout=args.timeout, sigv4_region=region,
+                         headers=headers, max_answer_bytes=args.max_answer_bytes)  # fmt: skip
+    report = analyze_source(source, config, lambda label: ProgressBar(label, show),
+                            start=parse_time(args.start) if args.start else None,
+                            end=parse_time(args.end) if args.end else None, step=args.step,
+                            chunk=args.chunk, prefetch=args.prefetch)  # fmt: skip
     return _write(args, report, show, t0)
 
 

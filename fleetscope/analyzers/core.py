@@ -5,7 +5,7 @@ the live service's cycles, ``fleetscope plan`` and ``fleetscope evaluate``. :fun
 :func:`analyze_prometheus` are the two loaders followed by :func:`analyze`.
 
 Flow: the loaders put every series of :data:`~fleetscope.analyzers.features.METRICS_USED` on one time
-grid (:class:`~fleetscope.analyzers.frames.Frames`); :func:`~fleetscope.analyzers.features.build_features`
+grid (:class:`~fleetscope.window.frames.Frames`); :func:`~fleetscope.analyzers.features.build_features`
 derives the per-GPU, per-rank and per-job signals once; each detector of
 :data:`~fleetscope.analyzers.detectors.DETECTORS` turns them into findings, seeing the findings of
 the detectors before it; then node verdicts, straggler scores and job summaries are read off the
@@ -28,10 +28,10 @@ from fleetscope.analyzers.detectors.mfu_drop import job_mfu
 from fleetscope.analyzers.detectors.straggler import rank_scores
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import Frames
 from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.times import rfc3339
+from fleetscope.window.frames import Frames
 
 Progress = Callable[[float], None]
 #: What the loaders fetch: the detectors' series and the goodput account's.
@@ -109,7 +109,7 @@ def analyze_file(
 ) -> Report:
     """Load a recorded OpenMetrics file (gzip allowed) or a Parquet archive (``fleetscope record``,
     routed by ``load_file`` on its magic bytes) and :func:`analyze` it."""
-    from fleetscope.analyzers.load_file import load_file
+    from fleetscope.window.sources import load_file
 
     return analyze(load_file(path, LOADED, step=step, start=start, end=end, progress=progress), config)
 
@@ -126,29 +126,18 @@ def analyze_prometheus(
     headers: dict[str, str] | None = None,
     progress: Progress | None = None,
     max_answer_bytes: int | None = None,
-    sliding: bool = False,
-    refetch_s: float | None = None,
 ) -> Report:
     """Load the window from a Prometheus-compatible API and :func:`analyze` it.
 
     Raises :class:`fleetscope.errors.FleetscopeError` when Prometheus is down, answers 5xx, or the
-    window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus.
-    ``sliding``: the live service's cycles: the window's grid is aligned to whole steps and this
-    process keeps it between calls, fetching only what it does not hold yet
-    (:mod:`fleetscope.analyzers.sliding_window`), fetching again the last ``refetch_s`` seconds it
-    holds (default 2 minutes) for samples that arrive late.
+    window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus. The live
+    service's cycles keep their window between calls instead
+    (:class:`~fleetscope.analyzers.analyze_source.SourceAnalysis` of a sliding
+    :class:`~fleetscope.window.sources.PrometheusSource`).
     """
+    from fleetscope.window.prometheus import load_prometheus
+
     limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
-    if sliding:
-        from fleetscope.analyzers.sliding_window import sliding_window
-        from fleetscope.times import parse_time
-
-        margin = {} if refetch_s is None else {"refetch_s": refetch_s}
-        window = sliding_window(url, step, LOADED, timeout=timeout, sigv4_region=sigv4_region,
-                                headers=headers, **limits, **margin)  # fmt: skip
-        return analyze(window.load(parse_time(start), parse_time(end), progress), config)
-    from fleetscope.analyzers.load_prometheus import load_prometheus
-
     frames = load_prometheus(
         url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
         progress=progress, **limits,

@@ -1,6 +1,6 @@
 """Derived per-GPU, per-rank, per-node and per-job signals that the detectors share.
 
-Everything here is computed once per analysis from :class:`~fleetscope.analyzers.frames.Frames`;
+Everything here is computed once per analysis from :class:`~fleetscope.window.frames.Frames`;
 the detectors only compare and decide.
 """
 
@@ -18,9 +18,9 @@ from fleetscope import contract as c
 from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
-from fleetscope.analyzers.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 from fleetscope.analyzers.nanstats import nanmedian
 from fleetscope.analyzers.serving import SERVING_METRICS
+from fleetscope.window.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (

@@ -43,8 +43,8 @@ from fleetscope.analyzers.features import (
     row_positions,
 )
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import increase_steps, iter_runs
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
+from fleetscope.window.frames import increase_steps, iter_runs
 
 #: The series the account reads besides the detectors' (the loaders fetch them too).
 GOODPUT_METRICS: tuple[str, ...] = (

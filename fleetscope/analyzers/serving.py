@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.frames import Frames, increase_steps, rolling_sum
+from fleetscope.window.frames import Frames, increase_steps, rolling_sum
 
 #: Inter-token latency under either name (V1 from v0.11; V0 and early V1): ``new or old``.
 ITL_NAMES = (c.VLLM_INTER_TOKEN_LATENCY, c.VLLM_TIME_PER_OUTPUT_TOKEN)

@@ -42,10 +42,10 @@ from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one
 from fleetscope.analyzers.detectors.failing_node import CAUSE_PRIORITY, base_cause
 from fleetscope.analyzers.features import Features, job_nodes
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import Frames
 from fleetscope.analyzers.report import GoodputAccount, Report
-from fleetscope.errors import FleetscopeError
-from fleetscope.times import parse_duration
+from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.times import parse_duration, rfc3339
+from fleetscope.window.frames import Frames, say_skipped
 
 #: (first grid time, last grid time) -> the frames of that window on the one-shot grid.
 ChunkLoader = Callable[[float, float], Frames]
@@ -146,6 +146,10 @@ def analyze_chunked(
     the peak instead of one. None: only over more than :data:`PREFETCH_OVER_CHUNKS` chunks, where
     the time saved is minutes (a 512-node day: 198 s -> 141 s); a window of a few hours keeps the
     memory of one chunk.
+
+    A chunk that holds no data at all (:class:`~fleetscope.errors.NoData`: a window that starts
+    before a young Prometheus' first sample) is skipped, and the chunks skipped are said once on
+    stderr; only a window of which every chunk is empty is an error.
     """
     cfg = config or DEFAULT
     plan = plan_chunks(start, end, step, chunk_s, lead_s)
@@ -155,15 +159,22 @@ def analyze_chunked(
     merged: list[Finding] = []
     goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
+    empty: list[tuple[int, float, float]] = []
+    attempt = _SkipEmpty(load)
     with ThreadPoolExecutor(1, thread_name_prefix="fleetscope-prefetch") as ahead:
-        nxt: Future[Frames] | None = None
+        nxt: Future[Frames | None] | None = None
         for k, (load_start, own_start, own_end) in enumerate(plan):
             if last is not None:
                 last.features = None  # the chunk before lets go of its grid
-            frames = nxt.result() if nxt is not None else load(load_start, own_end)
+            frames = nxt.result() if nxt is not None else attempt(load_start, own_end)
             nxt = None
             if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
-                nxt = ahead.submit(load, plan[k + 1][0], plan[k + 1][2])
+                nxt = ahead.submit(attempt, plan[k + 1][0], plan[k + 1][2])
+            if frames is None:
+                empty.append((k, own_start, own_end))
+                if progress:
+                    progress((k + 1) / len(plan))
+                continue
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start)
             goodput = add_accounts(goodput, report.goodput)
@@ -173,7 +184,24 @@ def analyze_chunked(
             del frames
             if progress:
                 progress((k + 1) / len(plan))
-    assert last is not None
+    if last is None:
+        raise NoData(
+            f"no data between {rfc3339(start)} and {rfc3339(end)} (each of its {len(plan)} chunks is empty)"
+        )
+    if empty:
+        say_skipped("chunks", empty, len(plan))
+    return _whole(last, start, merged, goodput, carry, cfg)
+
+
+def _whole(
+    last: Report,
+    start: float,
+    merged: list[Finding],
+    goodput: dict[str, GoodputAccount],
+    carry: Carry,
+    cfg: DetectorConfig,
+) -> Report:
+    """The window's report: the last chunk's state, with the merged findings and summed goodput."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     feat = last.features
@@ -183,7 +211,38 @@ def analyze_chunked(
         out.jobs = job_summaries(feat, merged)
     out.goodput = goodput
     out.carry = carry
+    if last.start == start:  # one chunk (no lead-in): its signals cover the window, for the plots
+        out.features = feat
     return out
+
+
+class _SkipEmpty:
+    """A chunk loader that answers None for a chunk without any data."""
+
+    def __init__(self, load: ChunkLoader) -> None:
+        self.load = load
+
+    def __call__(self, a: float, b: float) -> Frames | None:
+        try:
+            return self.load(a, b)
+        except NoData:
+            return None
+
+
+def analyze_one_chunk(frames: Frames, config: DetectorConfig | None = None) -> Report:
+    """A window analyzed in one piece: the streamed path with a single chunk, whose own region is
+    the whole window and which has no lead-in (the findings are those of :func:`analyze`)."""
+    chunk_s = frames.end - frames.start + frames.step
+    return analyze_chunked(
+        lambda a, b: frames,
+        frames.start,
+        frames.end,
+        frames.step,
+        config,
+        chunk_s=chunk_s,
+        lead_s=0.0,
+        prefetch=False,
+    )
 
 
 def merge_findings(

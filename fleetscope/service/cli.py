@@ -15,8 +15,8 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
-from fleetscope.analyzers.cli import add_prometheus_access
 from fleetscope.argtypes import fraction, non_negative_float, positive_float
+from fleetscope.cli_options import add_prometheus_access
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
 
@@ -99,7 +99,8 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
 
 def analyzer_options(args: argparse.Namespace) -> dict:
     """``config``, ``sigv4_region``, ``headers`` and ``max_answer_bytes`` for ``analyze_prometheus``."""
-    from fleetscope.analyzers.cli import load_config, prometheus_access
+    from fleetscope.analyzers.cli import load_config
+    from fleetscope.cli_options import prometheus_access
 
     region, headers = prometheus_access(args)
     return {
@@ -130,13 +131,15 @@ def run(args: argparse.Namespace) -> int:
     # Heavy imports only once the arguments are known to be good.
     import uvicorn
 
-    from fleetscope.analyzers.core import analyze_prometheus
+    from fleetscope.analyzers.analyze_source import SourceAnalysis
+    from fleetscope.analyzers.core import LOADED
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
     from fleetscope.service.server import server_options
     from fleetscope.service.summaries import analyze_for_page
+    from fleetscope.window.sources import PrometheusSource
 
     token = load_token(args.token_file)
     if token is None and host not in ("127.0.0.1", "::1", "localhost"):
@@ -151,13 +154,15 @@ def run(args: argparse.Namespace) -> int:
         max_fraction=DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction,
     )
 
-    # A partial of a module-level function: picklable, so it can run in the child process. The
-    # child keeps the window between cycles and fetches only what is new (sliding=True).
+    # Picklable, so it can run in the child process, which holds it (and its source's window)
+    # between cycles: a sliding source fetches only what is new.
+    options = analyzer_options(args)
+    config = options.pop("config")
+    source = PrometheusSource(
+        url, LOADED, timeout=args.timeout, sliding=True, refetch_s=args.refetch, **options
+    )
     # analyze_for_page adds the jobs' states and the served models, from the features in the child.
-    analyze = functools.partial(analyze_for_page, functools.partial(
-        analyze_prometheus, url, step=args.step, timeout=args.timeout, sliding=True, refetch_s=args.refetch,
-        **analyzer_options(args),
-    ))  # fmt: skip
+    analyze = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())

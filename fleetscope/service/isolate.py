@@ -38,7 +38,11 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _child_main(conn: Connection, parent_pid: int) -> None:
+    """Run the analysis for every (fn, start, end) the parent sends. ``fn`` comes only when it is
+    new (else None): the child holds it between calls, so what it keeps (a sliding source's
+    window) stays between cycles."""
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    fn: AnalyzeFn | None = None
     while True:
         try:
             job = conn.recv()
@@ -46,7 +50,9 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
             return
         if job is None:
             return
-        fn, start, end = job
+        new, start, end = job
+        fn = new if new is not None else fn
+        assert fn is not None, "the first job brings the function"
         try:
             answer: tuple = ("ok", fn(start, end))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back as one cycle's error
@@ -64,7 +70,10 @@ def _child_main(conn: Connection, parent_pid: int) -> None:
 class ProcessAnalyze:
     """``ProcessAnalyze(fn)(start, end)`` runs ``fn(start, end)`` in one long-lived child process.
 
-    ``fn`` must be picklable (a module-level function or a :func:`functools.partial` of one).
+    ``fn`` must be picklable (a module-level function, a :func:`functools.partial` of one, or an
+    object such as :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`); it is sent to
+    the child with its first call (and again only when :attr:`fn` is replaced), and the child
+    keeps it, with its state, between calls.
     """
 
     def __init__(self, fn: AnalyzeFn) -> None:
@@ -72,6 +81,7 @@ class ProcessAnalyze:
         self._ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._sent: AnalyzeFn | None = None  # the function the child holds
         self._call_lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -84,11 +94,15 @@ class ProcessAnalyze:
             self._discard()
             parent_end, child_end = self._ctx.Pipe(duplex=True)
             proc = self._ctx.Process(
-                target=_child_main, args=(child_end, os.getpid()), name="fleetscope-analysis", daemon=True
+                target=_child_main,
+                args=(child_end, os.getpid()),
+                name="fleetscope-analysis",
+                daemon=True,
             )
             proc.start()
             child_end.close()
             self._proc, self._conn = proc, parent_end
+            self._sent = None  # a new child holds no function yet
         assert self._proc is not None and self._conn is not None
         return self._proc, self._conn
 
@@ -111,7 +125,9 @@ class ProcessAnalyze:
                 raise FleetscopeError("the service is stopping")
             proc, conn = self._child()
             try:
-                conn.send((self.fn, start, end))
+                fn = self.fn
+                conn.send((fn if fn is not self._sent else None, start, end))
+                self._sent = fn
                 while not conn.poll(_POLL_S):
                     if self._closed.is_set():
                         raise FleetscopeError("the service is stopping")

@@ -24,10 +24,10 @@ from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.analyzers.detectors.mfu_drop import job_mfu
 from fleetscope.analyzers.features import Features, job_columns, stepping
-from fleetscope.analyzers.frames import increase_steps
 from fleetscope.analyzers.report import Report
 from fleetscope.analyzers.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica, serving_signals
 from fleetscope.times import rfc3339
+from fleetscope.window.frames import increase_steps
 
 #: Burn rates of the SLO alerts: paging fast (2% of a 30-day budget in an hour), and slow.
 FAST_BURN = THRESHOLDS.slo_page_fast_burn

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
-from fleetscope.simulate.model import ClusterModel
+from fleetscope.simulate.families import cluster_model
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.textformat import escape_label_value, format_number
 
@@ -38,7 +38,7 @@ class LiveCluster:
         self.speed = speed
         self.tick_s = tick_s
         self.targets_file = Path(targets_file) if targets_file else None
-        self.model = ClusterModel(spec, scrape_labels=False)
+        self.model = cluster_model(spec, scrape_labels=False)
         self._lock = threading.Lock()
         self._t0 = time.time()
         # The model's clock starts now (real time), so Prometheus sees fresh samples.

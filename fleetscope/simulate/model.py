@@ -68,26 +68,20 @@ CLASSIC_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "
 class ClusterModel:
     """The state of every GPU, EFA device, Lustre mount and rank of one job.
 
-    ``ClusterModel(spec)`` of a realistic spec (any family but ``classic``) builds the realistic
-    model, :class:`fleetscope.simulate.jobs.RealisticModel`, which shares this class's hardware state
-    and series but runs its own jobs; a classic spec runs this class unchanged, seed for seed.
+    :func:`fleetscope.simulate.families.cluster_model` builds the model of a spec's family: for a
+    realistic spec (any family but ``classic``) a subclass, such as
+    :class:`fleetscope.simulate.jobs.RealisticModel`, which shares this class's hardware state and
+    series but runs its own jobs; a classic spec runs this class unchanged, seed for seed. This
+    module imports no family (the families import it).
     """
 
     PHASES: tuple[str, ...] = CLASSIC_PHASES
 
     def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
-        if cls is ClusterModel and spec.family == "neuron":
-            from fleetscope.simulate.neuron import NeuronModel
-
-            return super().__new__(NeuronModel)
-        if cls is ClusterModel and spec.family == "inference":
-            from fleetscope.simulate.inference import InferenceModel
-
-            return super().__new__(InferenceModel)
-        if cls is ClusterModel and spec.realistic:
-            from fleetscope.simulate.jobs import RealisticModel
-
-            return super().__new__(RealisticModel)
+        if cls is ClusterModel and (spec.realistic or spec.family in ("neuron", "inference")):
+            raise TypeError(
+                f"a {spec.family} spec's model is built by fleetscope.simulate.families.cluster_model"
+            )
         return super().__new__(cls)
 
     def __init__(self, spec: ScenarioSpec, scrape_labels: bool = True) -> None:

@@ -33,13 +33,11 @@ from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.jobs import Job, RealisticModel
 from fleetscope.simulate.model import Series
-from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.simulate.spec import (
+    CORES_PER_DEVICE,
+    FaultSpec,
+)
 
-#: Fault kinds only the neuron family injects.
-NEURON_FAULT_KINDS: tuple[str, ...] = ("neuron_ecc", "neuron_device_lost", "neuron_slow")
-#: Realistic kinds that make sense on a Trainium node too.
-NEURON_SHARED_KINDS: frozenset[str] = frozenset({"efa_degraded", "data_slow", "node_drain", "scrape_gap"})
-CORES_PER_DEVICE = 4
 DEVICE_TYPE = "trainium2"
 #: HBM of one Trainium2 device (neuron_hardware_info.neuron_device_memory_size).
 DEVICE_MEMORY_BYTES = 96 << 30
@@ -62,15 +60,6 @@ NEURON_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
     "node_drain": [("membership_change", "node_drain", "node", False)],
     "scrape_gap": [("monitoring_gap", "scrape_gap", "node", False)],
 }
-
-
-def check_spec(spec: ScenarioSpec) -> None:
-    """The neuron family's own rules (called by ScenarioSpec for ``family == "neuron"``)."""
-    if spec.gpus_per_node % CORES_PER_DEVICE:
-        raise FleetscopeError(f"neuron: gpus_per_node (NeuronCores) must be a multiple of {CORES_PER_DEVICE}")
-    bad = sorted({f.kind for f in spec.faults} - set(NEURON_FAULT_KINDS) - NEURON_SHARED_KINDS)
-    if bad:
-        raise FleetscopeError(f"{', '.join(bad)}: not for the neuron family")
 
 
 class NeuronModel(RealisticModel):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.simulate.model import ClusterModel
+from fleetscope.simulate.families import cluster_model
 from fleetscope.simulate.spec import FAIL_STOP, ScenarioSpec, node_name
 from fleetscope.textformat import escape_label_value, format_number
 from fleetscope.times import rfc3339
@@ -71,7 +71,7 @@ def simulate(
     spec: ScenarioSpec, progress: Callable[[float], None] | None = None, scrape_labels: bool = False
 ) -> Recording:
     """Run the scenario from its start for its duration, one sample per ``step_s``."""
-    model = ClusterModel(spec, scrape_labels=scrape_labels)
+    model = cluster_model(spec, scrape_labels=scrape_labels)
     rec = Recording()
     n = int(spec.duration_s // spec.step_s)
     rec.add(model.t, model.series())

@@ -44,6 +44,10 @@ INFERENCE_FAULT_KINDS: tuple[str, ...] = (
 )
 #: Fault kinds only the neuron family (Trainium2 nodes, ``fleetscope/simulate/neuron.py``) injects.
 NEURON_FAULT_KINDS: tuple[str, ...] = ("neuron_ecc", "neuron_device_lost", "neuron_slow")
+#: Realistic kinds that make sense on a Trainium node too.
+NEURON_SHARED_KINDS: frozenset[str] = frozenset({"efa_degraded", "data_slow", "node_drain", "scrape_gap"})
+#: NeuronCores per Trainium2 device.
+CORES_PER_DEVICE = 4
 #: Root causes of a ``hang``.
 HANG_CAUSES: tuple[str, ...] = ("efa", "xid79", "gpu_vanish", "host")
 #: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``).
@@ -221,9 +225,7 @@ class ScenarioSpec:
 
     def _check_neuron(self) -> None:
         if self.family == "neuron":
-            from fleetscope.simulate.neuron import check_spec
-
-            check_spec(self)
+            check_neuron_spec(self)
 
     def _check_inference(self) -> None:
         inference_kinds = {"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS}
@@ -291,3 +293,12 @@ def family_of(name: str) -> str:
 def node_name(index: int) -> str:
     """The Hostname of virtual node ``index`` (EC2-style private DNS names)."""
     return f"ip-10-1-{index // 200}-{index % 200 + 10}"
+
+
+def check_neuron_spec(spec: ScenarioSpec) -> None:
+    """The neuron family's own rules (here, not in ``neuron.py``, so the spec imports no family)."""
+    if spec.gpus_per_node % CORES_PER_DEVICE:
+        raise FleetscopeError(f"neuron: gpus_per_node (NeuronCores) must be a multiple of {CORES_PER_DEVICE}")
+    bad = sorted({f.kind for f in spec.faults} - set(NEURON_FAULT_KINDS) - NEURON_SHARED_KINDS)
+    if bad:
+        raise FleetscopeError(f"{', '.join(bad)}: not for the neuron family")

@@ -17,13 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleetscope import archive
 from fleetscope.analyzers.core import analyze_file, analyze_prometheus
-from fleetscope.analyzers.load_parquet import is_parquet
 from fleetscope.cli import main
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.archive import write as archive
+from fleetscope.window.archive.format import BLOCK_S, META_KEY, contract_label_keys, is_parquet
+from fleetscope.window.prometheus import raw_from_prometheus
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 
@@ -68,9 +69,9 @@ def test_archive_layout(recording, tmp_path, capsys):
     assert pf.metadata.schema.column(schema.get_field_index("timestamp")).physical_type == "INT64"
     assert schema.field("value").type == pa.float64()
     assert schema.field("__series__").type == pa.int32()
-    meta = json.loads(pf.metadata.metadata[archive.META_KEY])
+    meta = json.loads(pf.metadata.metadata[META_KEY])
     assert meta["version"] == 2 and len(meta["row_groups"]) == pf.num_row_groups
-    block_ms = int(archive.BLOCK_S * 1000)
+    block_ms = int(BLOCK_S * 1000)
     names = []
     for i in range(pf.num_row_groups):
         g = pf.read_row_group(i)
@@ -106,7 +107,7 @@ def test_archive_of_a_prometheus_window(recording, tmp_path, capsys):
     out = tmp_path / "p.parquet"
     pieces = tmp_path / "pieces.parquet"
     asked: list[tuple[float, float]] = []
-    real = archive.raw_from_prometheus
+    real = raw_from_prometheus
 
     def spy(url, a, b, *args, **kw):
         asked.append((a, b))
@@ -152,7 +153,7 @@ def test_bad_archives(recording, tmp_path, capsys):
 
 def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.analyzers.load_file import read_openmetrics
+    from fleetscope.window.openmetrics import read_openmetrics
 
     raw = read_openmetrics(recording, LOADED)[0]
     calls = []
@@ -168,7 +169,7 @@ def test_failed_write_leaves_nothing(recording, tmp_path, monkeypatch):
     out = tmp_path / "x.parquet"
     with (
         pytest.raises(RuntimeError),
-        archive.ArchiveWriter(out, archive.contract_label_keys(LOADED), source="t") as w,
+        archive.ArchiveWriter(out, contract_label_keys(LOADED), source="t") as w,
     ):
         for name, series in raw.items():
             w.add(name, series)
@@ -196,8 +197,8 @@ def test_without_pyarrow_one_clear_line(recording, tmp_path, capsys, monkeypatch
 def _reference(path, metrics):
     import gzip
 
-    from fleetscope.analyzers import load_file as lf
-    from fleetscope.analyzers.samples import summarize
+    from fleetscope.window import openmetrics as lf
+    from fleetscope.window.samples import summarize
 
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
@@ -245,7 +246,7 @@ def _messy() -> str:
 def test_fast_path_gives_what_the_line_parser_gives(tmp_path, monkeypatch, chunk, gz):
     import gzip
 
-    from fleetscope.analyzers import load_file as lf
+    from fleetscope.window import openmetrics as lf
 
     monkeypatch.setattr(lf, "CHUNK_BYTES", chunk)  # runs cut by chunk boundaries, lines cut in two
     body = _messy().encode()
@@ -263,7 +264,7 @@ def test_fast_path_gives_what_the_line_parser_gives(tmp_path, monkeypatch, chunk
 
 def test_fast_path_on_a_simulated_recording(recording):
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.analyzers.load_file import read_openmetrics
+    from fleetscope.window.openmetrics import read_openmetrics
 
     for metrics in (LOADED, None):
         _same(read_openmetrics(recording, metrics), _reference(recording, metrics))
@@ -281,7 +282,7 @@ def test_fast_path_on_a_simulated_recording(recording):
     ],
 )
 def test_fast_path_errors_are_the_line_parsers(tmp_path, bad, message):
-    from fleetscope.analyzers.load_file import read_openmetrics
+    from fleetscope.window.openmetrics import read_openmetrics
 
     h = 'training_steps_total{job_id="1",rank="0",Hostname="n",gpu="0"}'
     lines = ["# TYPE training_steps counter"] + [f"{h} {k} {T0 + 15 * k}" for k in range(80)]
@@ -299,7 +300,7 @@ def test_fast_path_errors_are_the_line_parsers(tmp_path, bad, message):
 
 
 def test_a_grid_over_the_limit_is_refused_before_the_whole_recording_is_read(recording, monkeypatch):
-    from fleetscope.analyzers import load_file as lf
+    from fleetscope.window import openmetrics as lf
 
     monkeypatch.setattr(lf, "CHUNK_BYTES", 1 << 20)
     chunks = []

@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetscope.analyzers import load_parquet as lp
 from fleetscope.analyzers.core import LOADED
-from fleetscope.analyzers.frames import RawSeries
-from fleetscope.archive import ArchiveWriter, convert_recording
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.archive import read as lp
+from fleetscope.window.archive.write import ArchiveWriter, convert_recording
+from fleetscope.window.frames import RawSeries
 from tests.analyzers.test_archive_stream import _same_frames
 
 T0 = 1_796_000_000.0

@@ -15,14 +15,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleetscope import archive
 from fleetscope.analyzers.core import LOADED, analyze_file
-from fleetscope.analyzers.frames import slice_frames
-from fleetscope.analyzers.load_file import _Reader, _to_raw, iter_openmetrics, read_openmetrics
-from fleetscope.analyzers.load_parquet import ReadStats, archive_span, load_parquet
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.archive import write as archive
+from fleetscope.window.archive.format import LOOKBACK_MARGIN_S, META_KEY
+from fleetscope.window.archive.read import ReadStats, archive_span, load_parquet
+from fleetscope.window.frames import slice_frames
+from fleetscope.window.openmetrics import _Reader, _to_raw, iter_openmetrics, read_openmetrics
 from tests.analyzers.test_archive import _messy
 
 
@@ -74,7 +75,7 @@ def test_sliced_read_is_the_slice_of_a_whole_read(small_blocks):
 
 
 def test_v2_round_trip_gives_the_recordings_frames_and_findings(recording, small_blocks, tmp_path):
-    from fleetscope.analyzers.load_file import load_file
+    from fleetscope.window.sources import load_file
 
     _same_frames(load_parquet(small_blocks, LOADED), load_file(recording, LOADED))
     out = tmp_path / "a.parquet"
@@ -133,7 +134,7 @@ def _write_v1(raw, path):
     meta = {"version": 1, "source": "t", "labels": {k: k for k in keys},
             "row_groups": [{"metric": name, "series": k} for name, k, _ in tables],
             "spacing": 15.0}  # fmt: skip
-    schema = tables[0][2].schema.with_metadata({archive.META_KEY: json.dumps(meta).encode()})
+    schema = tables[0][2].schema.with_metadata({META_KEY: json.dumps(meta).encode()})
     with pq.ParquetWriter(path, schema) as w:
         for _, _, t in tables:
             w.write_table(t.cast(schema))
@@ -143,7 +144,7 @@ def test_format_1_archives_still_read(recording, tmp_path):
     raw = read_openmetrics(recording, LOADED)[0]
     v1 = tmp_path / "v1.parquet"
     _write_v1(raw, v1)
-    assert json.loads(pq.ParquetFile(v1).metadata.metadata[archive.META_KEY])["version"] == 1
+    assert json.loads(pq.ParquetFile(v1).metadata.metadata[META_KEY])["version"] == 1
     assert analyze_file(v1).document() == analyze_file(recording).document()
     span = archive_span(v1)  # from the statistics
     assert span[:2] == read_openmetrics(recording, LOADED)[1:3] and span.step == 15.0
@@ -161,13 +162,13 @@ def test_record_holds_one_family_at_a_time(recording, tmp_path, monkeypatch):
     assert stats["largest_batch"] <= largest < total / 5  # the writer was handed one family at a time
     # And the parser held no more: at each hand-off, the samples its series entries still hold
     # (the family being parsed, a chunk's worth) are at most about one family.
-    from fleetscope.analyzers import load_file
+    from fleetscope.window import openmetrics as load_file
 
     held = []
     take = load_file._Reader.take_ready
 
     def counted(self):
-        held.append(sum(sum(a.size for a in e[5]) + len(e[2]) for e in self.series.values()))
+        held.append(sum(sum(a.size for a in e.values) + len(e.vtext) for e in self.series.values()))
         return take(self)
 
     monkeypatch.setattr(load_file, "CHUNK_BYTES", 1 << 18)
@@ -180,7 +181,7 @@ def test_a_large_family_is_handed_over_in_batches(recording, tmp_path, monkeypat
     """A family that grows with the window (a day of a large job) is written in batches of about
     BATCH_SAMPLES, series cut by a hand-off coming again in the next batch, and the archive still
     gives the recording's frames and findings."""
-    from fleetscope.analyzers import load_file
+    from fleetscope.window import openmetrics as load_file
 
     raw = read_openmetrics(recording, LOADED)[0]
     largest = max(sum(s.times.size for s in ss) for ss in raw.values())
@@ -194,7 +195,7 @@ def test_a_large_family_is_handed_over_in_batches(recording, tmp_path, monkeypat
     out = tmp_path / "batched.parquet"
     stats = archive.convert_recording(recording, out, LOADED)
     assert stats["largest_batch"] < largest / 3, (stats["largest_batch"], largest)
-    _same_frames(load_parquet(out, LOADED), load_file.load_file(recording, LOADED))
+    _same_frames(load_parquet(out, LOADED), load_file.load_recording(recording, LOADED))
     assert analyze_file(out).document() == analyze_file(recording).document()
 
 
@@ -227,7 +228,7 @@ def test_record_window_and_errors(recording, tmp_path, capsys):
                "--end", f"{end:.3f}", "--no-progress"])  # fmt: skip
     assert rc == 0 and capsys.readouterr().err.startswith("wrote ")
     first, last, _ = archive_span(out)
-    assert start - archive.LOOKBACK_MARGIN_S <= first < start and end - 30 <= last <= end
+    assert start - LOOKBACK_MARGIN_S <= first < start and end - 30 <= last <= end
     rc = main(["record", "--input", str(recording), "-o", str(tmp_path / "e.parquet"), "--start",
                f"{t_max + 3600:.0f}", "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err.strip()

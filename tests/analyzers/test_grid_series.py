@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetscope.analyzers import frames as fr
+from fleetscope.window import frames as fr
 
 
 def _reference(series: list[fr.RawSeries], grid: np.ndarray, lookback: float):

@@ -11,16 +11,16 @@ import warnings
 import numpy as np
 import pytest
 
-from fleetscope.analyzers import frames as fr
-from fleetscope.analyzers.cli import DEFAULT_MAX_ANSWER_BYTES
 from fleetscope.analyzers.features import METRICS_USED
-from fleetscope.analyzers.load_file import load_file
-from fleetscope.analyzers.load_prometheus import DEFAULT_MAX_ANSWER_BYTES as LOADER_DEFAULT
-from fleetscope.analyzers.load_prometheus import PrometheusClient, load_prometheus
 from fleetscope.cli import main
+from fleetscope.cli_options import DEFAULT_MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
+from fleetscope.window import frames as fr
+from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES as LOADER_DEFAULT
+from fleetscope.window.prometheus import PrometheusClient, load_prometheus
+from fleetscope.window.sources import load_file
 from tests.analyzers.slow_peers import oversize_server, trickling_server
 
 T0 = 1_796_000_000.0

@@ -6,8 +6,8 @@ import gzip
 
 import numpy as np
 
-from fleetscope.analyzers.frames import increase_steps, rate
-from fleetscope.analyzers.load_file import load_file
+from fleetscope.window.frames import increase_steps, rate
+from fleetscope.window.sources import load_file
 
 T0 = 1796032800
 

@@ -11,7 +11,7 @@ from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.detectors import DETECTORS
 from fleetscope.analyzers.detectors.failing_node import FailingNodeDetector
 from fleetscope.analyzers.detectors.neuron import NeuronDetector
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames
+from fleetscope.window.frames import Frames, RawSeries, build_frames
 
 STEP = 15.0
 START = 1_767_225_600.0
@@ -115,12 +115,12 @@ def test_a_slow_node_that_then_fails_is_one_incident() -> None:
 
 
 def test_the_simulated_trainium2_node_serves_neuron_series_not_gpu_series() -> None:
-    from fleetscope.simulate.model import ClusterModel
+    from fleetscope.simulate.families import cluster_model
     from fleetscope.simulate.spec import ScenarioSpec
 
     spec = ScenarioSpec(name="neuron_t", nodes=2, gpus_per_node=8, tensor_parallel=8, duration_s=300,
                         faults=[{"kind": "neuron_device_lost", "at_s": 30, "node": 1, "gpu": 5}])  # fmt: skip
-    model = ClusterModel(spec, scrape_labels=False)
+    model = cluster_model(spec, scrape_labels=False)
     for _ in range(6):
         model.tick(15.0)
     series = model.series()

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from fleetscope import contract as c
-from fleetscope.analyzers import load_prometheus as lp
 from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.features import METRICS_USED
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames, make_grid
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window import prometheus as lp
+from fleetscope.window.frames import Frames, RawSeries, build_frames, make_grid
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 pytestmark = [pytest.mark.server]

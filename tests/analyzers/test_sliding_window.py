@@ -4,16 +4,20 @@ GPU is lost, its node replaced (new series mid-window) and another GPU throttles
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
-from fleetscope.analyzers import load_prometheus as lp
-from fleetscope.analyzers import sliding_window as sw
-from fleetscope.analyzers.core import LOADED, analyze, analyze_prometheus
-from fleetscope.analyzers.frames import Frames, MetricFrame
+from fleetscope.analyzers.analyze_source import SourceAnalysis
+from fleetscope.analyzers.core import LOADED, analyze
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window import prometheus as lp
+from fleetscope.window import sliding as sw
+from fleetscope.window.frames import Frames, MetricFrame
+from fleetscope.window.sources import PrometheusSource
 from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 
@@ -119,9 +123,12 @@ def test_a_jump_backwards_or_past_what_is_held_and_a_failed_cycle_load_the_whole
 
 def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     p, start, _ = prom
-    sw._WINDOWS.clear()
+    source = PrometheusSource(p.url, LOADED, sliding=True)
+    service = SourceAnalysis(source, None, STEP)
+    held = []
     for e in (start + 1800 + 30 * i for i in range(4)):
-        sliding = analyze_prometheus(p.url, e - WINDOW, e, STEP, sliding=True)
+        sliding = service(e - WINDOW, e)
+        held.append(source.window)
         grid = sw.aligned_grid(e - WINDOW, e, STEP)
         whole = analyze(_whole(p.url, grid))
         assert sliding.start == whole.start and sliding.end == whole.end
@@ -129,17 +136,24 @@ def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
         assert {n: v.state for n, v in sliding.nodes.items()} == {n: v.state for n, v in whole.nodes.items()}
     kinds = {(f.kind, f.node) for f in sliding.findings}
     assert ("failing_node", "ip-10-1-0-12") in kinds
-    assert len(sw._WINDOWS) == 1, "one window per source, kept between cycles"
+    assert held[0] is not None and all(w is held[0] for w in held), (
+        "one window per source, kept between cycles"
+    )
+    assert held[0].fetched_from is not None and held[0].fetched_from > e - WINDOW, (
+        "only what is new was fetched"
+    )
+    assert pickle.loads(pickle.dumps(service)).source.url == p.url, "the service's child process can hold it"
 
 
 def test_the_refetch_margin_is_what_is_fetched_again(prom) -> None:
     p, start, _ = prom
-    sw._WINDOWS.clear()
     e = start + 1800
     for margin in (0.0, 300.0):
-        analyze_prometheus(p.url, e - WINDOW, e, STEP, sliding=True, refetch_s=margin)
-        analyze_prometheus(p.url, e - WINDOW + 30, e + 30, STEP, sliding=True, refetch_s=margin)
-        (window,) = [w for w in sw._WINDOWS.values() if w.refetch_s == margin]
+        source = PrometheusSource(p.url, LOADED, sliding=True, refetch_s=margin)
+        source.load(e - WINDOW, e, STEP)
+        source.load(e - WINDOW + 30, e + 30, STEP)
+        window = source.window
+        assert window is not None and window.refetch_s == margin
         held_end = sw.aligned_grid(e - WINDOW, e, STEP)[-1]
         # everything after the held end less the margin (at least two steps) is asked for again
         assert window.fetched_from == held_end - max(margin, 2 * STEP) + STEP

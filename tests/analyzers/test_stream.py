@@ -17,8 +17,6 @@ import pytest
 from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.core import LOADED, analyze
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import slice_frames
-from fleetscope.analyzers.load_file import load_file
 from fleetscope.analyzers.report import Report
 from fleetscope.analyzers.stream import (
     analyze_chunked,
@@ -28,6 +26,8 @@ from fleetscope.analyzers.stream import (
     subject,
 )
 from fleetscope.errors import FleetscopeError
+from fleetscope.window.frames import slice_frames
+from fleetscope.window.sources import load_file
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
 CROSSING = [

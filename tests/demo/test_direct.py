@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.analyzers.load_file import read_openmetrics
 from fleetscope.demo.direct import DirectAnalysis
+from fleetscope.window.openmetrics import read_openmetrics
 from tests.support.http import http_server
 from tests.support.prom import backfill_openmetrics
 

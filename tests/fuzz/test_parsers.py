@@ -17,8 +17,6 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetscope.analyzers.load_file import read_openmetrics
-from fleetscope.analyzers.load_prometheus import decode_matrix
 from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.efa import EfaCollector
@@ -26,6 +24,8 @@ from fleetscope.exporters.lprocfs import Stats, parse_stats
 from fleetscope.exporters.training import Rejected, parse_rank_file
 from fleetscope.exporters.webconfig import load_web_config
 from fleetscope.simulate.spec import ScenarioSpec
+from fleetscope.window.openmetrics import read_openmetrics
+from fleetscope.window.prometheus import decode_matrix
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,

@@ -192,3 +192,15 @@ def analyze_hangs(start: float, end: float) -> Report:
 
     time.sleep(3600)  # a Prometheus that never answers, without a timeout
     raise AssertionError("unreachable")
+
+
+class CountingAnalysis:
+    """A stateful analysis (as a sliding source is): each call's report ends at how many calls
+    this object has answered, so a caller sees whether the same object ran every time."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, start: float, end: float) -> Report:
+        self.calls += 1
+        return make_analysis(start=start, end=float(self.calls))

@@ -99,3 +99,14 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_child_keeps_its_analysis_and_its_state_between_calls():
+    """What the analysis keeps between cycles (a sliding source's window) stays in the child."""
+    analyze = ProcessAnalyze(support.CountingAnalysis())
+    try:
+        assert [analyze(1_796_000_000.0, 0.0).end for _ in range(3)] == [1.0, 2.0, 3.0]
+        analyze.fn = support.CountingAnalysis()  # a new function starts from its own state
+        assert analyze(1_796_000_000.0, 0.0).end == 1.0
+    finally:
+        analyze.close()

@@ -26,7 +26,7 @@ from fleetscope import hardware, labels, xids
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import increase_steps
+from fleetscope.window.frames import increase_steps
 
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]

@@ -37,7 +37,7 @@ from fleetscope.analyzers.features import (
     stepping,
 )
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import increase_steps
+from fleetscope.window.frames import increase_steps
 
 HANG_ACTION = (
     "collect where every rank waits before the watchdog kills the job: py-spy dump --pid of each "

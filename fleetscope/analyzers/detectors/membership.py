@@ -23,7 +23,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import iter_runs
+from fleetscope.window.frames import iter_runs
 
 GAP_ACTION = (
     "check the node's exporter and its scrape (up, scrape_duration_seconds, the target's error in "

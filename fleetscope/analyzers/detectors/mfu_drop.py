@@ -27,7 +27,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_nodes, job_stalls, stepping
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import iter_runs, rolling_sum
+from fleetscope.window.frames import iter_runs, rolling_sum
 
 _ACTIONS = {
     "straggler": "fix the straggler (see its finding): drain its node after the next checkpoint and restart "
@@ -408,7 +408,7 @@ def _lustre_evidence(feat: Features, a: int, b: int, ba: int, bb: int) -> dict[s
     f = feat.frames.get(c.LUSTRE_CLIENT_READ_BYTES)
     if not len(f):
         return {}
-    from fleetscope.analyzers.frames import rate
+    from fleetscope.window.frames import rate
 
     _, vals = f.group((c.NODE_LABEL,), "sum")
     total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.w)), axis=1)

@@ -28,7 +28,7 @@ from fleetscope import contract as c
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import increase_steps, iter_runs
+from fleetscope.window.frames import increase_steps, iter_runs
 
 #: The percentile compared (the median execution: robust to one slow batch).
 LATENCY_PERCENTILE = "p50"

@@ -34,9 +34,9 @@ from fleetscope import hardware
 from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, place_columns, row_positions
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
 from fleetscope.analyzers.nanstats import column_nanpercentile, nanmedian
 from fleetscope.analyzers.slowness import Slowness, slowness
+from fleetscope.window.frames import iter_runs, rate, rolling_sum
 
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
 NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]

@@ -7,7 +7,7 @@ full SM clock. A test changes the per-grid-step arrays of the ranks, GPUs and EF
 (one rank's forward time, a GPU's clock and clock-event bits, every rank's step count) and calls
 :meth:`Cluster.frames`, which turns them into the counters and gauges the exporter would serve
 (cumulative ``training_*_total`` counters, ``DCGM_FI_*`` gauges, ``efa_*_total`` counters) and
-puts them on the grid with :func:`fleetscope.analyzers.frames.build_frames`, as the loaders do.
+puts them on the grid with :func:`fleetscope.window.frames.build_frames`, as the loaders do.
 
 NaN in a per-grid-step array, or False in ``present``, means the series has no sample there.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.frames import Frames, RawSeries, build_frames
+from fleetscope.window.frames import Frames, RawSeries, build_frames
 
 STEP = 15.0
 #: 2026-01-01T00:00:00Z.

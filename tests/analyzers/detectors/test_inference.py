@@ -10,8 +10,8 @@ from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.detectors.inference import InferenceDetector
 from fleetscope.analyzers.features import build_features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.frames import RawSeries, build_frames
 from fleetscope.analyzers.serving import histogram_quantile
+from fleetscope.window.frames import RawSeries, build_frames
 
 STEP, T, START = 15.0, 120, 1_767_225_600.0
 MODEL = "llama"

@@ -28,10 +28,10 @@ from typing import Literal, NoReturn
 import numpy as np
 import pandas as pd
 
-from fleetscope.analyzers.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
-from fleetscope.analyzers.grid import round_step
-from fleetscope.analyzers.samples import frames_from_raw, summarize
 from fleetscope.errors import FleetscopeError
+from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
+from fleetscope.window.grid import round_step
+from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -140,7 +140,7 @@ def read_openmetrics(
     """Parse the file: (raw series by metric, first time, last time, typical sample spacing).
 
     Only the series of ``metrics`` are kept (all when None). Samples no exporter writes (see
-    :func:`~fleetscope.analyzers.frames.drop_bad_samples`) are left out, with one warning that
+    :func:`~fleetscope.window.frames.drop_bad_samples`) are left out, with one warning that
     says how many. ``window`` (start, end, step as asked for; None: the file's) lets a grid too
     large for the limits be refused after the first families instead of after the whole file.
     """
@@ -195,11 +195,11 @@ def _to_raw(path: Path, reader: _Reader) -> dict[str, list[RawSeries]]:
     _check_end(path, reader)
     raw: dict[str, list[RawSeries]] = {}
     for entry in reader.series.values():
-        if not entry[4]:
+        if not entry.wanted:
             continue
         one = _entry_series(path, entry)
         if one is not None:
-            raw.setdefault(entry[0], []).append(one)
+            raw.setdefault(entry.name, []).append(one)
     if not raw:
         raise FleetscopeError(f"{path} holds none of the series the analyzers read")
     return raw
@@ -214,27 +214,27 @@ def _check_end(path: Path, reader: _Reader) -> None:
         raise FleetscopeError(f"{path} holds no samples")
 
 
-def _entry_series(path: Path, entry: list) -> RawSeries | None:
+def _entry_series(path: Path, entry: _Series) -> RawSeries | None:
     """The samples a series entry holds now, as one raw series in seconds (None: none), emptied.
 
     Milliseconds (the text format's convention) are judged by the bulk, so one odd stamp decides
     nothing; an entry met again later (:func:`iter_openmetrics`) keeps the unit judged first.
     """
     _flush(path, entry)
-    labels, vchunks, tchunks = entry[1], entry[5], entry[6]
+    labels, vchunks, tchunks = entry.labels, entry.values, entry.times
     if not vchunks:
         return None
     # One run is one array already (most series): no copy, no second peak.
     values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
     times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
-    entry[5], entry[6] = [], []
-    if len(entry) > 7 and entry[7] is not None:
-        ms = entry[7]
+    entry.values, entry.times = [], []
+    if entry.ms is not None:
+        ms = entry.ms
     else:
         finite = times[np.isfinite(times)]
-        ms = bool(finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11)))
-        if len(entry) > 7:
-            entry[7] = ms
+        ms = entry.ms = bool(
+            finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11))
+        )
     if ms:
         times = times / 1000.0
     return RawSeries(labels, times, values)
@@ -258,7 +258,7 @@ def iter_openmetrics(
     :data:`BATCH_SAMPLES` before it ends is handed over as it stands (its metric then comes in
     several batches; a series cut by the hand-off comes again in the next), so memory follows the
     batch, not a family that grows with the window. Series are those
-    :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.analyzers.samples.summarize`
+    :func:`read_openmetrics` returns, in its order, before :func:`~fleetscope.window.samples.summarize`
     (the caller cleans). A sample outside its family (a file that breaks the rule) is held until
     its own family ends, or the end of the file; a series met again after it was yielded comes
     again, as a second batch of its metric (the reader merges them: ``build_frames`` merges series
@@ -281,6 +281,24 @@ def iter_openmetrics(
         progress(1.0)
 
 
+class _Series:
+    """One series of the recording as the parser holds it: its samples' text not yet parsed
+    (``vtext``/``ttext``, bytes per line) and its parsed runs (``values``/``times``, arrays)."""
+
+    __slots__ = ("fresh", "labels", "ms", "name", "times", "ttext", "values", "vtext", "wanted")
+
+    def __init__(self, name: str, labels: dict[str, str], wanted: bool) -> None:
+        self.name, self.labels, self.wanted = name, labels, wanted
+        self.vtext: list[bytes] = []
+        self.ttext: list[bytes] = []
+        self.values: list[np.ndarray] = []
+        self.times: list[np.ndarray] = []
+        #: whether its times are in milliseconds, once judged (kept: a series met again keeps it)
+        self.ms: bool | None = None
+        #: streaming: whether it took samples since it was last handed out (it is in ``fresh``)
+        self.fresh = False
+
+
 class _Reader:
     """The parser's state over the chunks: series by their head bytes, the current family, EOF.
 
@@ -297,25 +315,23 @@ class _Reader:
 
     def __init__(self, path: Path, metrics: Collection[str] | None, streaming: bool = False) -> None:
         self.path = path
-        # Streaming (iter_openmetrics): entries that took samples since they were last handed out
-        # (an entry gets an 8th and 9th field: its unit once judged, whether it is in ``fresh``),
+        # Streaming (iter_openmetrics): entries that took samples since they were last handed out,
         # and the finished families' batches waiting to be taken.
         self.streaming = streaming
-        self.fresh: list[list] = []
+        self.fresh: list[_Series] = []
         self.ready: list[tuple[str, list[RawSeries]]] = []
         self.wanted = set(metrics) if metrics is not None else None
-        # series head bytes -> [name, labels, list of value bytes, list of time bytes, wanted,
-        #                       value arrays, time arrays]
-        self.series: dict[bytes, list] = {}
+        # series head bytes -> its series
+        self.series: dict[bytes, _Series] = {}
         self.family = b""
         self.family_skip = False
         self.saw_eof = False
         self.lineno = 0
         self.last_head: bytes | None = None
-        self.last_entry: list = []  # the previous line's series entry ([] before the first sample)
+        self.last_entry: _Series | None = None  # the previous line's series (None before the first sample)
         # Runs of the current buffer waiting for the bulk parse: (entry, first line index, index after
         # the last, line number before the first, prefix length).
-        self.pending: list[tuple[list, int, int, int, int]] = []
+        self.pending: list[tuple[_Series, int, int, int, int]] = []
         self.begin = 0  # where the current buffer's lines begin
         self.n_wanted = 0  # series kept so far
         self.shapes: list[tuple[float, float, float]] = []  # (span, spacing, first time) of the first runs
@@ -371,14 +387,14 @@ class _Reader:
                 j = i + 1
                 while j < n_lines and buf.startswith(prefix, nls[j - 1] + 1):
                     j += 1
-            if entry[4]:
+            if entry.wanted:
                 self.pending.append((entry, i, j, self.lineno, len(prefix)))
             self.last_head, self.last_entry = head, entry
             self.lineno += j - i
             i = j
         self.flush(buf, nl)
 
-    def _entry(self, head: bytes, v: bytes, t: bytes, line: bytes, lineno: int) -> list:
+    def _entry(self, head: bytes, v: bytes, t: bytes, line: bytes, lineno: int) -> _Series:
         """The series entry of ``head``, made (with the line-by-line parser's checks) if new."""
         known = self.series.get(head)
         if known is not None:
@@ -389,16 +405,14 @@ class _Reader:
             name, labels = _parse_head(head, lineno)
         except FleetscopeError as exc:
             raise FleetscopeError(f"{self.path}: {exc}") from None
-        entry = [name, labels, [], [], self.wanted is None or name in self.wanted, [], []]
-        if self.streaming:
-            entry += [None, False]
+        entry = _Series(name, labels, self.wanted is None or name in self.wanted)
         self.series[head] = entry
-        self.n_wanted += bool(entry[4])
+        self.n_wanted += bool(entry.wanted)
         return entry
 
     # ------------------------------------------------------------------ streaming
-    def _mark(self, entry: list) -> None:
-        entry[8] = True
+    def _mark(self, entry: _Series) -> None:
+        entry.fresh = True
         self.fresh.append(entry)
 
     def family_done(self, family: bytes | None) -> None:
@@ -410,11 +424,11 @@ class _Reader:
         batch: dict[str, list[RawSeries]] = {}
         held = []
         for entry in self.fresh:
-            name = entry[0]
+            name = entry.name
             if fam is not None and not (name.startswith(fam) and name[len(fam) :] in FAMILY_SUFFIXES):
                 held.append(entry)  # a sample outside its family: kept until its own ends
                 continue
-            entry[8] = False
+            entry.fresh = False
             one = _entry_series(self.path, entry)
             if one is not None:
                 batch.setdefault(name, []).append(one)
@@ -423,7 +437,7 @@ class _Reader:
 
     def fresh_samples(self) -> int:
         """Samples the series entries hold since they were last handed out."""
-        return sum(sum(a.size for a in e[5]) + len(e[2]) for e in self.fresh)
+        return sum(sum(a.size for a in e.values) + len(e.vtext) for e in self.fresh)
 
     def take_ready(self) -> list[tuple[str, list[RawSeries]]]:
         ready, self.ready = self.ready, []
@@ -473,12 +487,12 @@ class _Reader:
             at = 0
             for (entry, *_), n in zip(pending, counts.tolist(), strict=True):
                 _flush(self.path, entry)
-                if self.streaming and not entry[8]:
+                if self.streaming and not entry.fresh:
                     self._mark(entry)
                 # Copies: a view would keep the chunk's whole table alive until the last series is
                 # assembled, doubling the peak memory.
-                entry[5].append(table[at : at + n, 0].copy())
-                entry[6].append(table[at : at + n, 1].copy())
+                entry.values.append(table[at : at + n, 0].copy())
+                entry.times.append(table[at : at + n, 1].copy())
                 if len(self.shapes) < 200 and n > 1:
                     self.shapes.append(_shape(table[at : at + n, 1]))
                 at += n
@@ -491,10 +505,10 @@ class _Reader:
             one = _parse_pairs(pairs, j - i) if pairs.count(b" ") == j - i else None
             if one is not None:
                 _flush(self.path, entry)
-                if self.streaming and not entry[8]:
+                if self.streaming and not entry.fresh:
                     self._mark(entry)
-                entry[5].append(one[:, 0].copy())
-                entry[6].append(one[:, 1].copy())
+                entry.values.append(one[:, 0].copy())
+                entry.times.append(one[:, 1].copy())
             else:
                 self.lineno = first
                 self._lines(buf, int(nl[i - 1]) + 1 if i else self.begin, int(nl[j - 1]) + 1)
@@ -538,19 +552,19 @@ class _Reader:
             if len(parts) != 3 or (b"}" not in parts[0] and b"{" in parts[0]):
                 _bad_line(path, lineno, line)
             head, v, t = parts
-            if head is self.last_head or head == self.last_head:
+            if (head is self.last_head or head == self.last_head) and self.last_entry is not None:
                 entry = self.last_entry
             else:
                 entry = self._entry(head, v, t, line, lineno)
                 last = self.last_entry
-                if last and len(last[2]) >= 64:
+                if last is not None and len(last.vtext) >= 64:
                     _flush(path, last)  # a finished run of one series -> numpy (less memory)
                 self.last_head, self.last_entry = head, entry
-            if entry[4]:
-                if streaming and not entry[8]:
+            if entry.wanted:
+                if streaming and not entry.fresh:
                     self._mark(entry)
-                entry[2].append(v)
-                entry[3].append(t)
+                entry.vtext.append(v)
+                entry.ttext.append(t)
         self.lineno = lineno
 
 
@@ -558,11 +572,12 @@ def _shape(times: np.ndarray) -> tuple[float, float, float]:
     """(span, median spacing, first time) of one run's timestamps in seconds (milliseconds judged
     by their size)."""
     t = times[np.isfinite(times)]
-    if t.size < 2:
+    spacing = series_spacing(t) if t.size > 1 else None
+    if spacing is None:
         return 0.0, 0.0, 0.0
     scale = 1000.0 if np.median(t) > 1e11 else 1.0
     lo = float(t.min())
-    return (float(t.max()) - lo) / scale, float(np.median(np.diff(np.sort(t)))) / scale, lo / scale
+    return (float(t.max()) - lo) / scale, spacing / scale, lo / scale
 
 
 def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
@@ -617,18 +632,18 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
     return table
 
 
-def _flush(path: Path, entry: list) -> None:
+def _flush(path: Path, entry: _Series) -> None:
     """Convert a series' pending value/timestamp bytes to float arrays."""
-    if not entry[2]:
+    if not entry.vtext:
         return
     try:
-        entry[5].append(np.array(entry[2], dtype=np.bytes_).astype(float))
-        entry[6].append(np.array(entry[3], dtype=np.bytes_).astype(float))
+        entry.values.append(np.array(entry.vtext, dtype=np.bytes_).astype(float))
+        entry.times.append(np.array(entry.ttext, dtype=np.bytes_).astype(float))
     except ValueError:
         raise FleetscopeError(
-            f"{path}: series {entry[0]} has a value or timestamp that is not a number"
+            f"{path}: series {entry.name} has a value or timestamp that is not a number"
         ) from None
-    entry[2], entry[3] = [], []
+    entry.vtext, entry.ttext = [], []
 
 
 def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
@@ -640,7 +655,7 @@ def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
     raise FleetscopeError(f"{path}: line {lineno} is not an OpenMetrics sample: {text[:80]!r}")
 
 
-def load_file(
+def load_recording(
     path: str | Path,
     metrics: Collection[str] | None = None,
     step: float | None = None,
@@ -648,16 +663,8 @@ def load_file(
     end: float | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> Frames:
-    """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``).
-
-    A Parquet archive (``fleetscope record``, known by its magic bytes) goes to its own loader.
-    """
-    from fleetscope.analyzers.load_parquet import is_parquet
-
-    if is_parquet(path):
-        from fleetscope.analyzers.load_parquet import load_parquet
-
-        return load_parquet(path, metrics, step=step, start=start, end=end, progress=progress)
+    """Load a recording onto a grid from its first to its last sample (or ``start``/``end``);
+    :func:`fleetscope.window.sources.load_file` routes a Parquet archive to its own loader."""
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress, (start, end, step))
     return frames_from_raw(
         raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)

@@ -9,7 +9,9 @@ samples that arrive late (a slow scrape, remote-write lag), so a cycle fetches `
 margin`` of samples for every series instead of the whole window.
 
 The grid is aligned to whole multiples of the step (``end`` rounded up, so the latest samples are in
-it), so consecutive windows share their grid times. The frames are those :func:`~fleetscope.analyzers.load_prometheus.load_prometheus`
+it), so consecutive windows share their grid times. The window is the state of one
+:class:`~fleetscope.window.sources.PrometheusSource` (``sliding=True``), which the service's
+analysis keeps between its cycles. The frames are those :func:`~fleetscope.window.prometheus.load_prometheus`
 gives for the same aligned window, as long as Prometheus does not change samples older than the
 margin after they were fetched (a backfill into the past, a remote-write delay longer than the
 margin). Anything that does not line up (another step, a window that moved backwards or jumped
@@ -25,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetscope.analyzers.frames import Frames, Skipped, check_grid, make_grid
-from fleetscope.analyzers.load_prometheus import (
+from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
+from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_ANSWER_BYTES,
     PrometheusClient,
@@ -36,7 +38,6 @@ from fleetscope.analyzers.load_prometheus import (
     grid_table,
     no_series_error,
 )
-from fleetscope.errors import FleetscopeError
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,7 @@ class SlidingWindow:
     fetched_from: float | None = None
 
     def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
-        if not self.step > 0:
-            raise FleetscopeError("--step must be positive")
-        if end < start:
-            raise FleetscopeError("the window ends before it starts")
+        check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
         reuse = self._reusable_rows(grid)
@@ -165,18 +163,3 @@ def _merge(
     if keys:
         out[reuse:, [col[k] for k in keys]] = table
     return union, out
-
-
-#: The windows of this process, one per source and options (the service's analysis child keeps its
-#: window here between cycles).
-_WINDOWS: dict[tuple, SlidingWindow] = {}
-
-
-def sliding_window(url: str, step: float, metrics: Collection[str], **options: object) -> SlidingWindow:
-    """This process's :class:`SlidingWindow` for ``url``, ``step``, ``metrics`` and the client
-    ``options`` (made on first use)."""
-    key = (url, float(step), tuple(metrics), tuple(sorted((k, repr(v)) for k, v in options.items())))
-    window = _WINDOWS.get(key)
-    if window is None:
-        window = _WINDOWS[key] = SlidingWindow(url, float(step), tuple(metrics), **options)  # type: ignore[arg-type]
-    return window

@@ -1,7 +1,7 @@
 """Where a recording's time grid goes: its step and its phase against the scrape times.
 
 Why it matters. The grid rule (``last_over_time`` with a lookback just under two steps, see
-:mod:`fleetscope.analyzers.frames`) takes, at each grid time, the last sample at or before it. When
+:mod:`fleetscope.window.frames`) takes, at each grid time, the last sample at or before it. When
 a node is scraped within a few milliseconds of the grid times, its scrape jitter puts each sample on
 one side of a grid time or the other, so its counters advance by zero steps in one grid step and
 by two in the next. Over a long rate window that averages out; over the four samples a 60 s scrape

@@ -1,21 +1,21 @@
-"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.archive`) into frames.
+"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.window.archive.write`) into frames.
 
 Only the row groups of the metrics asked for are read (each row group holds one metric), and, given
 ``start``/``end``, of a format-2 archive only those whose [t0, t1] meets [start - margin, end]
-(the margin: what the grid rule looks back, :data:`~fleetscope.archive.LOOKBACK_MARGIN_S` at
+(the margin: what the grid rule looks back, :data:`~fleetscope.window.archive.write.LOOKBACK_MARGIN_S` at
 least), and of their rows only those in that range: a chunk's read costs what the chunk holds, and
 gives the grid values a read of the whole archive gives on those grid times
-(:func:`~fleetscope.analyzers.frames.slice_frames`). Format 2 keeps each row's series number, so
+(:func:`~fleetscope.window.frames.slice_frames`). Format 2 keeps each row's series number, so
 its rows are put back together series by series (a stable sort, in time order), in the order the
 source gave them; format 1 holds a metric's series one after another, so a series ends where any
 label column changes. Either way each series becomes one
-:class:`~fleetscope.analyzers.frames.RawSeries`, in the source's order, and from there the
+:class:`~fleetscope.window.frames.RawSeries`, in the source's order, and from there the
 archive goes through exactly what a recording goes through (:func:`samples.summarize` and
 :func:`samples.frames_from_raw`): the same samples give the same grid and the same findings. An
 export from Prometheus holds grid values already; it is put back on its own grid without a second
-lookback, as :func:`~fleetscope.analyzers.load_prometheus.load_prometheus` does.
+lookback, as :func:`~fleetscope.window.prometheus.load_prometheus` does.
 
-The grid's size is checked (:func:`~fleetscope.analyzers.frames.check_grid`) from the archive's
+The grid's size is checked (:func:`~fleetscope.window.frames.check_grid`) from the archive's
 metadata before any sample is read, so a window too large for the machine is one clear error naming
 the flags that make it fit, not an exhausted machine.
 """
@@ -32,20 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetscope.analyzers.frames import (
-    PLAUSIBLE_MARGIN_S,
-    Frames,
-    MetricFrame,
-    RawSeries,
-    build_frames,
-    check_grid,
-    grid_rows,
-    lookback_seconds,
-    make_grid,
-)
-from fleetscope.analyzers.grid import round_step
-from fleetscope.analyzers.samples import PHASE_SAMPLES, PHASE_SERIES, frames_from_raw, grid_window, summarize
-from fleetscope.archive import (
+from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.window.archive.format import (
     EXTRA_COL,
     FORMAT_VERSION,
     LOOKBACK_MARGIN_S,
@@ -56,19 +44,27 @@ from fleetscope.archive import (
     VALUE_COL,
     pyarrow_modules,
 )
-from fleetscope.errors import FleetscopeError
-
-#: The first bytes (and the last) of every Parquet file.
-MAGIC = b"PAR1"
-
-
-def is_parquet(path: str | Path) -> bool:
-    """Whether ``path`` is a Parquet file (by its magic bytes; by its suffix when it cannot be read)."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == MAGIC
-    except OSError:
-        return str(path).endswith(".parquet")
+from fleetscope.window.frames import (
+    PLAUSIBLE_MARGIN_S,
+    Frames,
+    MetricFrame,
+    RawSeries,
+    build_frames,
+    check_grid,
+    check_window,
+    grid_rows,
+    lookback_seconds,
+    make_grid,
+)
+from fleetscope.window.grid import round_step
+from fleetscope.window.samples import (
+    PHASE_SAMPLES,
+    PHASE_SERIES,
+    SpacingSample,
+    frames_from_raw,
+    grid_window,
+    summarize,
+)
 
 
 @dataclass
@@ -95,7 +91,7 @@ def archive_span(path: str | Path) -> ArchiveSpan:
 
     Format 2 keeps the span in its metadata (stray stamps far from the bulk left out, at row-group
     resolution); format 1 from the row groups' statistics. The step is the export's grid step, or
-    the typical sample spacing rounded as the loader rounds it (:func:`~fleetscope.analyzers.grid.round_step`).
+    the typical sample spacing rounded as the loader rounds it (:func:`~fleetscope.window.grid.round_step`).
     """
     pf, meta = _open(Path(path))
     grid = meta.get("grid")
@@ -216,7 +212,7 @@ def _read(
             raise FleetscopeError(f"{path} is truncated or corrupt ({str(exc)[:120]})") from None
         if not any_read:
             if rows is not None:
-                raise FleetscopeError(f"{path} has no samples in the requested window")
+                raise NoData(f"{path} has no samples in the requested window")
             raise FleetscopeError(f"{path} holds none of the series the analyzers read")
 
     return meta, each()
@@ -467,7 +463,7 @@ def load_parquet(
     progress: Callable[[float], None] | None = None,
     stats: ReadStats | None = None,
 ) -> Frames:
-    """Load the archive onto a grid, as :func:`~fleetscope.analyzers.load_file.load_file` a recording.
+    """Load the archive onto a grid, as :func:`~fleetscope.window.openmetrics.load_recording` a recording.
 
     With ``start``/``end``, a format-2 archive is read only around that window (module docstring),
     and the grid step, when not given, comes from the archive's typical spacing (:func:`archive_span`),
@@ -495,8 +491,7 @@ def load_parquet(
         g_start, g_end = (g_start if start is None else start), (g_end if end is None else min(end, g_end))
         known: tuple[float, float, float, float] | None = (g_start, g_end, g_step, 0.0)
     elif start is not None and end is not None and step is not None:
-        if end < start:
-            raise FleetscopeError("the window ends before it starts")
+        check_window(start, end, step)
         known = (start, end, step, lookback_seconds(step))
     else:
         known = None
@@ -567,7 +562,7 @@ class _ColumnarGrid:
         if self.t_hi - self.t_lo > PLAUSIBLE_MARGIN_S:
             return None  # samples.summarize would drop some: its path counts and reports them
         if not self.gridded and (self.end < self.t_lo or self.start > self.t_hi):
-            raise FleetscopeError(f"{self.source} has no samples in the requested window")
+            raise NoData(f"{self.source} has no samples in the requested window")
         return self.frames
 
 
@@ -587,7 +582,14 @@ def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[s
     if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
         spacing = float(meta["spacing"])
     else:
-        spacing = _typical_spacing(rows.values())
+        sample = SpacingSample()  # the series path's rule, on the rows: the first series, in order
+        for m in rows.values():
+            ends = m.ends()
+            for k in range(m.starts.size):
+                if sample.full:
+                    break
+                sample.add(m.tms[m.starts[k] : ends[k]] / 1000.0)
+        spacing = sample.value()
     phase = [m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0 for m in rows.values()
              for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)]  # fmt: skip
     start, end, step = grid_window(
@@ -638,19 +640,3 @@ def _label_frame(m: MetricRows, keys: list[tuple[str, np.ndarray, np.ndarray]], 
             cols.append((int(np.argmax(h)), label, words[alive]))
     cols.sort(key=lambda c: (c[0], c[1]))
     return pd.DataFrame({label: w for _, label, w in cols}, index=pd.RangeIndex(int(alive.sum())))
-
-
-def _typical_spacing(rows: Iterable[MetricRows]) -> float:
-    """:func:`samples.typical_spacing` on the rows: the first 200 series, in order."""
-    spacings: list[float] = []
-    for m in rows:
-        ends = m.ends()
-        for k in range(min(m.starts.size, 200 - len(spacings))):
-            t = m.tms[m.starts[k] : ends[k]] / 1000.0
-            if t.size > 1:
-                d = np.diff(np.unique(t))
-                if d.size:
-                    spacings.append(float(np.median(d)))
-        if len(spacings) >= 200:
-            break
-    return float(np.median(spacings)) if spacings else 15.0

@@ -43,21 +43,24 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
-from fleetscope.analyzers.frames import (
+from fleetscope.defaults import MAX_ANSWER_BYTES
+from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.times import parse_time, rfc3339
+from fleetscope.window.frames import (
     Frames,
     MetricFrame,
+    RawSeries,
     Skipped,
     check_grid,
+    check_window,
     lookback_seconds,
     make_grid,
 )
-from fleetscope.errors import FleetscopeError
-from fleetscope.times import parse_time, rfc3339
 
 log = logging.getLogger(__name__)
 
 #: Largest answer (decoded bytes) read from Prometheus, by default: 256 MiB.
-DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_ANSWER_BYTES = MAX_ANSWER_BYTES
 
 #: Points per series per request; Prometheus refuses more than 11,000.
 MAX_POINTS = 10000
@@ -482,7 +485,7 @@ def grid_table(
     NaN where a series has no sample; all-NaN columns are kept (see :func:`frame_of_table`).
 
     Answers are already grid values, so each sample is placed by index on its own grid time;
-    :func:`fleetscope.analyzers.frames.grid_series` is the general rule (a lookback search) for
+    :func:`fleetscope.window.frames.grid_series` is the general rule (a lookback search) for
     samples scattered in time; at a lookback of 0 it places these the same way (this one also drops
     and counts non-finite values)."""
     keys: dict[SeriesKey, int] = {}
@@ -546,10 +549,7 @@ def load_prometheus(
     bounds each whole request and ``max_answer_bytes`` each answer (module docstring).
     """
     start_s, end_s = parse_time(start), parse_time(end)
-    if end_s < start_s:
-        raise FleetscopeError("the window ends before it starts")
-    if step <= 0:
-        raise FleetscopeError("--step must be positive")
+    check_window(start_s, end_s, step)
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
     check_grid(start_s, end_s, step)
@@ -580,10 +580,8 @@ def load_prometheus(
     return frames
 
 
-def no_series_error(url: str, start_s: float, end_s: float) -> FleetscopeError:
-    return FleetscopeError(
-        f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}"
-    )
+def no_series_error(url: str, start_s: float, end_s: float) -> NoData:
+    return NoData(f"Prometheus at {url} has no fleetscope series between {_iso(start_s)} and {_iso(end_s)}")
 
 
 def fetch_grid_series(
@@ -617,6 +615,37 @@ def fetch_grid_series(
     return {
         name: [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []] for name in names
     }
+
+
+def raw_from_prometheus(
+    url: str,
+    start: float,
+    end: float,
+    step: float,
+    metrics: Collection[str],
+    *,
+    timeout: float = 30.0,
+    sigv4_region: str | None = None,
+    headers: dict[str, str] | None = None,
+    max_answer_bytes: int | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, list[RawSeries]]:
+    """The answers :func:`load_prometheus` fetches for ``metrics`` (:func:`fetch_grid_series`: the
+    same queries, chunks and concurrency) as raw series of grid values, by metric in query order;
+    metrics without series are left out (empty when there are none). ``record --prometheus``
+    writes them into an archive (:func:`~fleetscope.window.archive.write.export_prometheus`)."""
+    check_window(start, end, step)
+    check_grid(start, end, step)
+    client = PrometheusClient(
+        url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
+    )
+    try:
+        by_name = fetch_grid_series(client, list(dict.fromkeys(metrics)), make_grid(start, end, step), step,
+                                    DEFAULT_CONCURRENCY, progress)  # fmt: skip
+    finally:
+        client.close()
+    return {name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
+            for name, series in by_name.items() if series}  # fmt: skip
 
 
 def run_concurrently(run: Callable[[int], int], n: int, concurrency: int,

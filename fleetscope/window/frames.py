@@ -18,6 +18,7 @@ from zero, as in PromQL's ``increase``) and gaps (the increment is taken from th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -153,6 +154,28 @@ MAX_GRID_CELLS = 100_000_000
 PLAUSIBLE_MARGIN_S = 86400.0
 
 
+def check_window(start: float, end: float, step: float | None = None) -> None:
+    """The one check of a window asked for: it ends at or after its start, its step is positive."""
+    if end < start:
+        raise FleetscopeError("the window ends before it starts")
+    if step is not None and not step > 0:
+        raise FleetscopeError("--step must be positive")
+
+
+def say_skipped(what: str, empty: list[tuple[int, float, float]], total: int) -> None:
+    """Say once, on stderr, which of a window's ``total`` chunks (or pieces) held no data and were
+    skipped: ``empty`` holds their (place, first grid time, last grid time), in order; neighbours
+    are said as one span."""
+    spans: list[list[float]] = []
+    for k, (place, a, b) in enumerate(empty):
+        if k and place == empty[k - 1][0] + 1:
+            spans[-1][1] = b
+        else:
+            spans.append([a, b])
+    said = ", ".join(f"{_when(a)} to {_when(b)}" for a, b in spans)
+    print(f"fleetscope: skipped {len(empty)} of {total} {what} with no data ({said})", file=sys.stderr)
+
+
 def check_grid(start: float, end: float, step: float, series: int = 1) -> int:
     """The number of grid times of ``[start, end]`` at ``step``; an error past the limits.
 
@@ -160,8 +183,7 @@ def check_grid(start: float, end: float, step: float, series: int = 1) -> int:
     """
     if not (np.isfinite(start) and np.isfinite(end) and np.isfinite(step)):
         raise FleetscopeError("the window's start, end and step must be finite numbers")
-    if step <= 0:
-        raise FleetscopeError("--step must be positive")
+    check_window(start, end, step)
     points = int(np.floor((end - start) / step + 1e-9)) + 1
     cells = points * max(series, 1)
     if points > MAX_GRID_POINTS or cells > MAX_GRID_CELLS:

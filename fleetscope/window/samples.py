@@ -9,15 +9,16 @@ import logging
 
 import numpy as np
 
-from fleetscope.analyzers.frames import (
+from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.window.frames import (
     PLAUSIBLE_MARGIN_S,
     Frames,
     RawSeries,
     build_frames,
+    check_window,
     drop_bad_samples,
 )
-from fleetscope.analyzers.grid import grid_start, round_step
-from fleetscope.errors import FleetscopeError
+from fleetscope.window.grid import grid_start, round_step
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +57,49 @@ def _all_plausible(raw: dict[str, list[RawSeries]]) -> bool:
     return hi - lo <= PLAUSIBLE_MARGIN_S
 
 
+#: The typical sample spacing is the median of the first SPACING_SERIES series' own spacings;
+#: DEFAULT_SPACING_S when no series has two sample times.
+SPACING_SERIES = 200
+DEFAULT_SPACING_S = 15.0
+
+
+def series_spacing(times: np.ndarray) -> float | None:
+    """One series' spacing: the median step between its distinct sample times (None: fewer than two)."""
+    d = np.diff(np.unique(times))
+    return float(np.median(d)) if d.size else None
+
+
+class SpacingSample:
+    """The one rule for a source's typical sample spacing, fed series by series (:meth:`add`):
+    the median of the first :data:`SPACING_SERIES` series' median spacings between distinct
+    sample times. The recording and archive loaders and the archive writer all use it."""
+
+    def __init__(self) -> None:
+        self.spacings: list[float] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.spacings) >= SPACING_SERIES
+
+    def add(self, times: np.ndarray) -> None:
+        if self.full or times.size < 2:
+            return
+        spacing = series_spacing(times)
+        if spacing is not None:
+            self.spacings.append(spacing)
+
+    def value(self) -> float:
+        return float(np.median(self.spacings)) if self.spacings else DEFAULT_SPACING_S
+
+
 def typical_spacing(raw: dict[str, list[RawSeries]]) -> float:
-    """The median of the first 200 series' median sample spacings (15 s when none has two samples)."""
-    spacings: list[float] = []
+    """The typical spacing (:class:`SpacingSample`) of the raw series, in their order."""
+    sample = SpacingSample()
     for s in (s for ss in raw.values() for s in ss):
-        if len(spacings) >= 200:
+        if sample.full:
             break
-        if s.times.size > 1:
-            d = np.diff(np.unique(s.times))
-            if d.size:
-                spacings.append(float(np.median(d)))
-    return float(np.median(spacings)) if spacings else 15.0
+        sample.add(s.times)
+    return sample.value()
 
 
 def frames_from_raw(
@@ -110,8 +143,7 @@ def grid_window(
     if start is None:
         start = grid_start(np.concatenate(phase) if phase else np.array([]), t_min, step)
     end = t_max if end is None else end
-    if end < start:
-        raise FleetscopeError("the window ends before it starts")
+    check_window(start, end)
     if end < t_min or start > t_max:
-        raise FleetscopeError(f"{source} has no samples in the requested window")
+        raise NoData(f"{source} has no samples in the requested window")
     return start, end, step

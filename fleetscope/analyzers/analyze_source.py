@@ -1,0 +1,136 @@
+"""A window of one :class:`~fleetscope.window.sources.Source` analyzed: in one piece or streamed.
+
+``fleetscope analyze`` and the live service both come here. The window is one chunk of the streamed
+path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk`` says one piece, and
+chunks of the one-shot grid otherwise:
+
+* ``--prometheus``: each chunk is its own range queries over the chunk and its lead-in.
+* ``--input`` of a Parquet archive (``fleetscope record``): each chunk reads only the archive's
+  rows of its time span.
+* ``--input`` of an OpenMetrics recording: a recording is one text whose families each span the
+  whole window, so it cannot be read a time span at a time; it is first converted to a Parquet
+  archive in the temporary directory (``$TMPDIR``; family by family), then streamed from it.
+
+The grid is the one the one-shot analysis would use: the same step and the same phase (for a
+recording, placed between the nodes' scrape phases from the first samples), so the findings are
+the same (:mod:`fleetscope.analyzers.stream`). Chunks that hold no data at all are skipped and
+said so once; only a window without any data is an error.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from fleetscope.analyzers.config import DetectorConfig
+from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.stream import (
+    DEFAULT_LEAD_S,
+    Progress,
+    analyze_chunked,
+    analyze_one_chunk,
+    chunk_seconds,
+)
+from fleetscope.errors import NoData
+from fleetscope.window.frames import Frames
+from fleetscope.window.sources import ArchiveSource, PrometheusSource, RecordingSource, Source
+
+#: A progress bar for a label ("converting", "analyzing").
+Bars = Callable[[str], Progress]
+
+
+def analyze_source(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    step: float | None = None,
+    chunk: str = "auto",
+    prefetch: bool | None = None,
+) -> Report:
+    """The report of ``[start, end]`` (None: the source's own bounds) of ``source`` at ``step``,
+    in chunks as ``chunk`` (``--chunk``: a duration, ``auto`` or ``off``) says (module docstring)."""
+    if isinstance(source, RecordingSource):
+        if chunk in ("auto", "off"):  # a recording's window is known only once it is read
+            return _one_piece(source, config, bars, start, end, step)
+        with tempfile.TemporaryDirectory(prefix="fleetscope-stream-") as tmp:
+            archive = source.to_archive(Path(tmp) / "window.parquet", bars("converting"))
+            chunk_s = chunk_seconds(chunk, None)
+            assert chunk_s is not None  # a duration: not auto or off
+            return _streamed(archive, config, bars, start, end, step, chunk_s, prefetch)
+    # The window's length from what is cheap to know (an archive's footer), before any probe.
+    if isinstance(source, ArchiveSource):
+        first, last = source.extent(start, end)
+    else:
+        span = source.span(start, end, step)
+        assert span is not None  # only a recording's is unknown
+        first, last = span.first, span.last
+    chunk_s = chunk_seconds(chunk, last - first)
+    if chunk_s is None:
+        return _one_piece(source, config, bars, start, end, step)
+    return _streamed(source, config, bars, start, end, step, chunk_s, prefetch)
+
+
+def _one_piece(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    start: float | None,
+    end: float | None,
+    step: float | None,
+) -> Report:
+    """The window as the streamed path's one chunk: loaded whole, analyzed once."""
+    label = "querying" if isinstance(source, PrometheusSource) else "loading"
+    return analyze_one_chunk(source.load(start, end, step, bars(label)), config)
+
+
+def _streamed(
+    source: Source,
+    config: DetectorConfig,
+    bars: Bars,
+    start: float | None,
+    end: float | None,
+    step: float | None,
+    chunk_s: float,
+    prefetch: bool | None,
+) -> Report:
+    span = source.span(start, end, step)
+    assert span is not None  # a recording is converted to an archive first
+
+    def load(a: float, b: float) -> Frames:
+        return source.load(a, b, span.step)
+
+    try:
+        return analyze_chunked(
+            load,
+            span.first,
+            span.last,
+            span.step,
+            config,
+            chunk_s=chunk_s,
+            lead_s=DEFAULT_LEAD_S,
+            progress=bars("analyzing"),
+            prefetch=prefetch,
+        )
+    except NoData as exc:  # every chunk empty: said of the source
+        raise NoData(f"{source.name} has {exc}") from None
+
+
+class SourceAnalysis:
+    """``SourceAnalysis(source, config, step)(start, end)``: the report of that window of ``source``.
+
+    The live service's analysis: picklable, so its child process holds it, and with it the
+    source's state between cycles (a sliding :class:`~fleetscope.window.sources.PrometheusSource`
+    keeps its window and fetches only what is new).
+    """
+
+    def __init__(
+        self, source: Source, config: DetectorConfig | None = None, step: float | None = None
+    ) -> None:
+        self.source, self.config, self.step = source, config, step
+
+    def __call__(self, start: float, end: float) -> Report:
+        return analyze_one_chunk(self.source.load(start, end, self.step), self.config)

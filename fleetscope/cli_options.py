@@ -1,0 +1,87 @@
+"""Command-line options shared by several subcommands (standard library only, like
+:mod:`fleetscope.argtypes`): how to reach a Prometheus-compatible API, and the progress bar.
+
+``analyze``, ``record``, ``serve`` and ``plan`` add the same Prometheus access flags
+(:func:`add_prometheus_access`) and read them back the same way (:func:`prometheus_access`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fleetscope.argtypes import positive_int
+from fleetscope.defaults import MAX_ANSWER_BYTES
+from fleetscope.errors import FleetscopeError
+
+#: The default of --max-answer-bytes (the loader's: :mod:`fleetscope.defaults`).
+DEFAULT_MAX_ANSWER_BYTES = MAX_ANSWER_BYTES
+
+
+def add_prometheus_access(p: argparse.ArgumentParser) -> None:
+    """How to reach a Prometheus-compatible API: answer size, SigV4 and headers.
+
+    Shared by ``analyze``, ``record``, ``serve`` and ``plan`` (read back by :func:`prometheus_access`).
+    """
+    p.add_argument(
+        "--max-answer-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_ANSWER_BYTES,
+        metavar="N",
+        help=f"largest Prometheus answer read, in bytes (default {DEFAULT_MAX_ANSWER_BYTES >> 20} MiB)",
+    )
+    p.add_argument(
+        "--sigv4", action="store_true", help="sign requests with AWS SigV4 (Amazon Managed Prometheus)"
+    )
+    p.add_argument("--region", help="AWS region for SigV4 (implies --sigv4)")
+    p.add_argument(
+        "--header", action="append", default=[], metavar="K=V", help="extra HTTP header (repeatable)"
+    )
+
+
+def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+    """The SigV4 region (None: unsigned) and extra headers from ``--sigv4/--region/--header``.
+
+    Shared by ``analyze``, ``record``, ``serve`` and ``plan``.
+    """
+    headers: dict[str, str] = {}
+    for h in args.header:
+        k, sep, v = h.partition("=")
+        if not sep or not k.strip():
+            raise FleetscopeError(f"--header {h!r}: expected K=V")
+        headers[k.strip()] = v.strip()
+    region = args.region
+    if args.sigv4 and not region:
+        import botocore.session
+
+        region = botocore.session.Session().get_config_variable("region")
+        if not region:
+            raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
+    return region, headers
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """``--progress/--no-progress``; by default, whether stderr is a terminal."""
+    return args.progress if args.progress is not None else sys.stderr.isatty()
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.last = -1
+
+    def __call__(self, frac: float) -> None:
+        if not self.enabled:
+            return
+        pct = int(frac * 100)
+        if pct == self.last:
+            return
+        self.last = pct
+        bar = "#" * (pct // 4)
+        sys.stderr.write(f"\r{self.label} [{bar:<25}] {pct:3d}%")
+        if pct >= 100:
+            sys.stderr.write("\n")
+        sys.stderr.flush()

@@ -1,0 +1,169 @@
+"""The whole package imports one way: no import cycle anywhere, and layers that only look down.
+
+Layers, lowest first (a module may import its own package and any lower layer; a higher one never):
+
+0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ``cli_options``, ...);
+1. the window layer (``window/``) and, beside it and apart from each other, the node agent
+   (``exporters/``, ``telemetry/``), the simulator (``simulate/``) and the rules (``alerts/``);
+2. the analyzers (``analyzers/``) and the dashboards (``dashboards/``, which read the rules' names);
+3. the service (``service/``);
+4. the demo (``demo/``);
+5. the command-line modules: ``fleetscope.cli``, ``__main__``, ``generate`` and every ``cli`` or
+   ``*_cli`` module, which may import each other.
+
+What counts as an edge. Every ``import``, also one inside a function: a lazy import still ties two
+modules, and a loop through one is a loop as soon as both run. Two kinds do not count, because they
+never make one module run another: imports under ``if TYPE_CHECKING:`` (annotations only), and the
+parent package that Python imports before a submodule (``from fleetscope.telemetry import writer``
+is an edge to ``fleetscope.telemetry.writer``, not to ``fleetscope.telemetry``; ``from pkg import
+name`` of a name that is not a module is an edge to ``pkg``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fleetscope
+
+ROOT = Path(fleetscope.__file__).parent
+
+#: Layer of each top-level package (module-level files are base, CLI modules the top).
+LAYERS: dict[str, int] = {
+    "window": 1, "exporters": 1, "telemetry": 1, "simulate": 1, "alerts": 1,
+    "analyzers": 2, "dashboards": 2,
+    "service": 3,
+    "demo": 4,
+}  # fmt: skip
+CLI_LAYER = 5
+CLI_MODULES = ("fleetscope.cli", "fleetscope.__main__", "fleetscope.generate")
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).rpartition(".")[2] == "TYPE_CHECKING":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def _imports(mod: str, path: Path, mods: set[str]) -> set[str]:
+    """The package modules ``mod`` imports (module docstring: what counts)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in mods else base)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {m for m in out if m in mods and m != mod}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {_module(p): p for p in ROOT.rglob("*.py")}
+    return {mod: _imports(mod, path, set(mods)) for mod, path in mods.items()}
+
+
+def _layer(mod: str) -> tuple[int, str]:
+    """(layer, package) of a module."""
+    parts = mod.split(".")
+    if mod in CLI_MODULES or parts[-1] == "cli" or parts[-1].endswith("_cli"):
+        return CLI_LAYER, "cli"
+    if len(parts) == 1 or (ROOT / f"{parts[1]}.py").exists():
+        return 0, "base"
+    return LAYERS[parts[1]], parts[1]
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return [*stack[stack.index(n) :], n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that look up, or sideways into another package of the same layer (not between CLIs)."""
+    bad = []
+    for mod, deps in graph.items():
+        layer, package = _layer(mod)
+        for dep in deps:
+            dep_layer, dep_package = _layer(dep)
+            sideways = dep_layer == layer and dep_package != package and layer not in (0, CLI_LAYER)
+            if dep_layer > layer or sideways:
+                bad.append(f"{mod} (layer {layer}) -> {dep} (layer {dep_layer})")
+    return sorted(bad)
+
+
+def test_the_whole_package_has_no_import_cycle() -> None:
+    graph = _graph()
+    assert {"fleetscope.window.sources", "fleetscope.analyzers.core", "fleetscope.service.app",
+            "fleetscope.simulate.model", "fleetscope.telemetry.monitor"} <= set(graph)  # fmt: skip
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_imports_look_down_the_layers() -> None:
+    graph = _graph()
+    assert {_layer(m)[1] for m in graph} - {"base", "cli"} == set(LAYERS), "a package without a layer"
+    assert _upward(graph) == []
+
+
+def test_the_window_layer_imports_no_analyzer_service_or_cli() -> None:
+    graph = _graph()
+    window = {m: deps for m, deps in graph.items() if m.startswith("fleetscope.window")}
+    assert len(window) >= 10
+    for mod, deps in window.items():
+        assert all(_layer(d)[0] == 0 or d.startswith("fleetscope.window") for d in deps), (mod, deps)
+
+
+def test_the_edges_follow_the_documented_rules() -> None:
+    graph = _graph()
+    # a lazy import counts: the record CLI imports the archive writer inside run()
+    assert "fleetscope.window.archive.write" in graph["fleetscope.analyzers.record_cli"]
+    # ``from package import module`` is an edge to the module, not to the package
+    assert "fleetscope.telemetry.identity" in graph["fleetscope.telemetry.monitor"]
+    assert "fleetscope.telemetry" not in graph["fleetscope.telemetry.monitor"]
+    # an import under TYPE_CHECKING is not an edge (annotations only)
+    assert "fleetscope.telemetry.monitor" not in graph["fleetscope.telemetry.writer"]
+
+
+def test_the_checks_find_what_they_look_for() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    up = {"fleetscope.window.frames": {"fleetscope.analyzers.core"}, "fleetscope.analyzers.core": set()}
+    assert _upward(up) == ["fleetscope.window.frames (layer 1) -> fleetscope.analyzers.core (layer 2)"]
+    sideways = {"fleetscope.simulate.model": {"fleetscope.exporters.gpu"}, "fleetscope.exporters.gpu": set()}
+    assert len(_upward(sideways)) == 1
