@@ -16,6 +16,8 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 
+pytestmark = [pytest.mark.server]
+
 DURATION_S = 1200
 
 
