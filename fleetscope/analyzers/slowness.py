@@ -23,8 +23,9 @@ Peers. Ranks are compared within their peer group: the job, split by pipeline st
 from ``training_info``'s ``pipeline_stage`` label when the job reports its layout; otherwise they are
 inferred: ranks whose compute level differs as a block from the window's start (the last stage
 computes the loss, the first the embedding; docs/design.md#pipeline-structure) form their own
-group. A block must hold at least :data:`MIN_GROUP` ranks, so one GPU that is slow from the start is
-still an outlier of the group it joins.
+group. A block must hold at least :data:`MIN_GROUP` ranks on more than one node (structure repeats on
+every data-parallel replica, a fault does not) or the job's last rank (the last stage's loss), so one
+GPU, or one node's ranks, slow from the start is still an outlier of the group it joins.
 """
 
 from __future__ import annotations
@@ -118,13 +119,33 @@ def layout_stage(feat: Features) -> dict[tuple[str, str], str]:
     return out
 
 
-def infer_blocks(level: np.ndarray) -> np.ndarray:
-    """Structural blocks of ranks by their early compute level (one id per rank, -1 = no level)."""
+def infer_blocks(
+    level: np.ndarray, nodes: np.ndarray | None = None, ranks: np.ndarray | None = None
+) -> np.ndarray:
+    """Structural blocks of ranks by their early compute level (one id per rank, -1 = no level).
+
+    ``nodes`` and ``ranks``: each rank's node and rank number. Structure repeats on every
+    data-parallel replica, and a job's replicas sit on different nodes, so a block spanning nodes
+    can be a pipeline stage. A block all on one node is a node's ranks slow from the start (a fault)
+    and stays in the group it joins, unless it holds the job's last rank: in Megatron's rank order
+    the last stage holds the highest ranks, and it alone does much more work (the output layer and
+    the loss over the vocabulary; the first stage's embedding lookup is cheap). In a job on one
+    node a block of 2 ranks may stand (a small job's last stage).
+    """
     ids = np.full(level.shape, -1)
     ok = np.nonzero(np.isfinite(level) & (level > 0))[0]
-    if ok.size < 2 * MIN_GROUP:
+    one_node = nodes is not None and len(set(nodes[ok].tolist())) == 1
+    smallest = 2 if one_node else MIN_GROUP
+    if ok.size < 2 * smallest:
         ids[ok] = 0
         return ids
+    last = int(ok[np.argmax(ranks[ok])]) if ranks is not None else -1
+
+    def stands(b: list[int]) -> bool:
+        if nodes is None:
+            return len(b) >= MIN_GROUP
+        return len(b) >= smallest and (len(set(nodes[b].tolist())) > 1 or last in b)
+
     order = ok[np.argsort(level[ok])]
     vals = level[order]
     cuts = [0]
@@ -132,13 +153,13 @@ def infer_blocks(level: np.ndarray) -> np.ndarray:
         if vals[i] / vals[i - 1] - 1 >= STRUCTURE_GAP:
             cuts.append(i)
     cuts.append(len(vals))
-    # Merge blocks that are too small into their nearest neighbour.
+    # Merge blocks that cannot be structure into their nearest neighbour.
     blocks = [list(order[cuts[i] : cuts[i + 1]]) for i in range(len(cuts) - 1)]
     merged = True
     while merged and len(blocks) > 1:
         merged = False
         for i, b in enumerate(blocks):
-            if len(b) < MIN_GROUP:
+            if not stands(b):
                 j = i - 1 if i == len(blocks) - 1 else i + 1
                 if 0 < i < len(blocks) - 1:
                     left = level[blocks[i - 1][-1]]
@@ -173,6 +194,8 @@ def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bo
         return groups, False
     jobs = r.keys["job_id"].to_numpy().astype(str)
     ranks = r.keys["rank"].to_numpy().astype(str)
+    nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
+    rank_no = np.array([int(x) if x.lstrip("-").isdigit() else -1 for x in ranks])
     stages = layout_stage(feat)
     inferred = False
     next_id = 0
@@ -187,7 +210,7 @@ def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bo
             continue
         blocks = np.zeros(len(cols), dtype=int)
         for x in views:
-            b = infer_blocks(_early_level(x, cols))
+            b = infer_blocks(_early_level(x, cols), nodes[cols], rank_no[cols])
             if len(set(b.tolist()) - {-1}) > 1:
                 blocks, inferred = np.where(b < 0, 0, b), True
                 break

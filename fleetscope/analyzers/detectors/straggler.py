@@ -36,6 +36,7 @@ from fleetscope.analyzers.features import Features, fmt_time, place_columns, row
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.frames import iter_runs, rate, rolling_sum
 from fleetscope.analyzers.nanstats import column_nanpercentile, nanmedian
+from fleetscope.analyzers.signals.roles import RolePeers, role_peers
 from fleetscope.analyzers.slowness import Slowness, slowness
 
 #: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
@@ -294,17 +295,27 @@ def _best_levels(feat: Features, sl: Slowness, name: str) -> np.ndarray:
 
 def _rank_flags(
     feat: Features, sl: Slowness, hw: np.ndarray, has_gpu: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(slow without hardware evidence, slow with it) per grid time and rank column (T x ranks).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slow without hardware evidence, slow with it, slow against every role peer) per grid time
+    and rank column (T x ranks).
 
     ``hw``: the ranks' hardware evidence; ``has_gpu``: which ranks' GPUs are on the grid (the
-    others can have no hardware evidence).
+    others can have no hardware evidence). Without hardware evidence a view of the GPU's work
+    (compute, forward, tensor activity) counts when the rank is slower than its own best level
+    (``self_change``) *or* than every one of its role peers (:mod:`~fleetscope.analyzers.signals.roles`):
+    a fault present from the first step has not changed, but it does not repeat on the other
+    replicas. The host-side views (data, host, less wait) keep ``self_change`` alone: rank 0's host
+    work is a role no layout label names.
     """
     cfg = feat.config
     zc = cfg.straggler_z
     if not sl.z:  # no ranks on the grid
         none = np.zeros(sl.compute.shape, dtype=bool)
-        return none, none
+        return none, none, none
+    roles = role_peers(feat, sl.groups)
+
+    def role(x: np.ndarray) -> np.ndarray:
+        return roles.slower_than_all(x, cfg.role_margin)
 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
         return (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
@@ -333,8 +344,14 @@ def _rank_flags(
     busy = sl.busy
     agrees = ~np.isfinite(busy) | (np.nan_to_num(busy) >= 1 + (cfg.straggler_ratio - 1) / 2)
     host_side = view("data", sl.data, share) | view("host", sl.host, share)
+    by_role = (
+        (view("compute", sl.compute, cfg.straggler_ratio) & role(sl.compute) & agrees)
+        | (view("forward", sl.forward, cfg.straggler_ratio) & role(sl.forward) & agrees)
+        | (view("busy", sl.busy, cfg.straggler_ratio) & role(sl.busy))
+    )
     soft = (
-        (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
+        by_role
+        | (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
         | (view("forward", sl.forward, cfg.straggler_ratio) & changed("forward", sl.forward) & agrees)
         | (view("data", sl.data, share) & changed("data", sl.data))
         | (view("host", sl.host, share) & changed("host", sl.host))
@@ -352,7 +369,7 @@ def _rank_flags(
             | (np.nan_to_num(sl.less_wait) >= mild_share)
         )
     )
-    return soft, hard
+    return soft, hard, by_role
 
 
 def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[int, int, float]]:
@@ -377,6 +394,33 @@ def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[
             merged.append((a, b))
     # Sustained or repeated: one short blip, even a confirmed one, is not a straggler.
     return [(a, b, float(flagged[a : b + 1].mean())) for a, b in merged if flagged[a : b + 1].sum() >= p]
+
+
+def _role_evidence(
+    feat: Features, sl: Slowness, roles: RolePeers, n: int, k: int, a: int, b: int
+) -> tuple[int, str]:
+    """(the episode's first grid time, the ``role_peers`` evidence) of rank ``k`` slower than all its
+    role peers over a..b.
+
+    A rank slow from the first grid time its slowness could be measured (the rate window needs
+    steps behind it) was slow before: the finding starts at the window's start, or at the rank's
+    first grid time when its job started inside the window.
+    """
+    valid = np.nonzero(
+        np.isfinite(sl.forward[:, k]) | np.isfinite(sl.compute[:, k]) | np.isfinite(sl.busy[:, k])
+    )[0]
+    since = ""
+    if valid.size and a <= valid[0] + feat.w:
+        present = np.nonzero(feat.ranks.present[:, k])[0]
+        first = int(present[0]) if present.size else 0
+        a, since = (0, " since before the window opened") if first == 0 else (first, " since the job started")
+    sizes = {name: roles.ratio(getattr(sl, name), k, a, b) for name in ("forward", "compute", "busy")}
+    sizes = {name: v for name, v in sizes.items() if np.isfinite(v)}
+    size = ", ".join(f"{name} {v:.2f}x theirs" for name, v in sizes.items())
+    how = (
+        "inferred from the ranks' repetition, no layout reported" if roles.inferred[k] else "from the layout"
+    )
+    return a, f"slower than its {n} role peers{since} ({size}; role peers {how})"
 
 
 def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:
@@ -412,7 +456,9 @@ def detect(feat: Features) -> list[Finding]:
     ids = rank_ids(feat)
     gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
     has_gpu = np.array([g is not None for g in gcols], dtype=bool)
-    softs, hards = _rank_flags(feat, sl, rank_hw, has_gpu)
+    softs, hards, by_role = _rank_flags(feat, sl, rank_hw, has_gpu)
+    roles = role_peers(feat, sl.groups)
+    n_peers = roles.count()
     for k in range(score.shape[1]):
         job_id, rank_s, node, gpu = ids[k]
         gcol = gcols[k]
@@ -429,6 +475,8 @@ def detect(feat: Features) -> list[Finding]:
                 ev.update(pev)
             ev = {"slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
                   **ev}  # fmt: skip
+            if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
+                a, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
             if duty < 0.9:
                 ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
             findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev))
