@@ -37,6 +37,10 @@ class DetectorConfig:
     #: fault does not, so a GPU slow from the first step is still found. 0.02 is half the healthy
     #: spread of one model's GPUs (Sinha et al., SC'22), well under the 7% a straggler must show.
     role_margin: float = 0.02
+    #: Without hardware evidence a timer view's excess must also be this many standard errors of
+    #: its window median (from the spread of the rank's own grid steps): where the work per step
+    #: varies (sequence lengths, ByteDance's trace SE) a run of long batches is not a straggler.
+    straggler_noise: float = 3.0
     #: With the GPU's own hardware evidence at the same time (a throttle reason bit, violation time),
     #: a rank this much slower than its peers is a straggler: the hardware explains it, so jitter
     #: cannot (a 5% throttle costs a synchronous job its full 5%; Minder, NSDI'25).

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,6 +61,10 @@ class Slowness:
     busy: np.ndarray  # ratio
     z: dict[str, np.ndarray]
     structure_inferred: bool
+    #: Per timer view (compute, forward, less_wait): the standard error of its window median, from
+    #: the spread of the rank's own grid steps (steps whose work varies, variable sequence lengths,
+    #: make a median of a few of them noisy; docs/design.md#persistence).
+    noise: dict[str, np.ndarray] = field(default_factory=dict)
 
     def score(self) -> np.ndarray:
         """One number per rank and time: 1 + the largest view of slowness (1.0 = like its peers)."""
@@ -90,6 +94,25 @@ def _per_step(x: np.ndarray, steps: np.ndarray, w: int) -> np.ndarray:
     pad = np.vstack([np.full((w - 1, per.shape[1]), np.nan), per])
     win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)  # T x R x w
     return np.where(_window_count(win) >= max(2, min(w // 2, 4)), rolling_nanmedian(win), np.nan)[:T]
+
+
+def _grid_per_step(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Each grid step's own seconds per step (NaN where no step completed)."""
+    with np.errstate(all="ignore"):
+        return np.where(np.nan_to_num(steps) >= 1, x / steps, np.nan)
+
+
+def _median_error(x: np.ndarray, w: int) -> np.ndarray:
+    """The standard error of the median of the last ``w`` grid steps of ``x``: 1.2533 x 1.4826 x
+    their MAD / sqrt(n) (a median's error is sqrt(pi/2) times a mean's; the MAD estimates sigma)."""
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        return np.full(x.shape, np.nan)
+    pad = np.vstack([np.full((w - 1, x.shape[1]), np.nan), x])
+    win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)
+    med = rolling_nanmedian(win)
+    mad = nanmedian(np.abs(win - med[..., None]), axis=2)
+    with np.errstate(all="ignore"):
+        return 1.2533 * 1.4826 * mad / np.sqrt(_window_count(win))
 
 
 def _window_count(win: np.ndarray) -> np.ndarray:
@@ -285,6 +308,11 @@ def _slowness(feat: Features) -> Slowness:
     groups, inferred = _groups(feat, (compute, fwd, tensor))
     out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait", "busy")}
     z = {k: np.full((T, n), np.nan) for k in out}
+    noise = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "less_wait")}
+    grid = {
+        p: _grid_per_step(r.phases[p], r.steps) for p in ("forward", "backward", "optimizer") if p in r.phases
+    }
+    grid_step = _grid_per_step(r.step_seconds, r.steps)
     floor_ratio = feat.config.mad_floor
     for g in np.unique(groups):
         cols = groups == g
@@ -308,5 +336,17 @@ def _slowness(feat: Features) -> Slowness:
             lw = np.fmax(-db, -do) / step_med
             out["less_wait"][:, cols] = lw
             z["less_wait"][:, cols] = np.fmax(-zb, -zo)
+            if "forward" in grid and "backward" in grid:
+                gf, gb = grid["forward"][:, cols], grid["backward"][:, cols]
+                go = grid["optimizer"][:, cols] if "optimizer" in grid else np.zeros_like(gf)
+                for key, gx in (("compute", gf + gb), ("forward", gf)):
+                    noise[key][:, cols] = _median_error(gx / nanmedian(gx, 1, keepdims=True), w)
+                gs = grid_step[:, cols]
+                gstep = nanmedian(np.where(np.isnan(gs), gf + gb, gs), 1, keepdims=True)
+                glw = (
+                    np.fmax(nanmedian(gb, 1, keepdims=True) - gb, nanmedian(go, 1, keepdims=True) - go)
+                    / gstep
+                )
+                noise["less_wait"][:, cols] = _median_error(glw, w)
     return Slowness(groups, step_s, out["compute"], out["forward"], out["data"], out["host"], out["less_wait"],
-                    out["busy"], z, inferred)  # fmt: skip
+                    out["busy"], z, inferred, noise)  # fmt: skip

@@ -318,7 +318,11 @@ def _rank_flags(
         return roles.slower_than_all(x, cfg.role_margin)
 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
-        return (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
+        out = (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
+        if name in sl.noise:  # the excess must stand out of the rank's own step-to-step noise
+            excess = x - 1 if name in ("compute", "forward") else x
+            out &= ~(np.nan_to_num(excess) < cfg.straggler_noise * np.nan_to_num(sl.noise[name]))
+        return out
 
     ids = rank_ids(feat)
     before = feat.carry.rank_best if feat.carry is not None else {}

@@ -13,7 +13,8 @@ multi-node job is a node, not a stage), and ``inferred`` says so for the finding
 
 Only ranks on *other* nodes are counted as a rank's role peers: a node's ranks share its faults
 (power, cooling, host, the tensor-parallel all-reduce inside the node), so a node's ranks are judged
-together against the other nodes'. Computed once per analysis and kept in ``Features.memo``.
+together against the other nodes' (in a job on one node, every other rank of its role counts).
+Computed once per analysis and kept in ``Features.memo``.
 """
 
 from __future__ import annotations
@@ -121,12 +122,15 @@ def role_peers(feat: Features, groups: np.ndarray) -> RolePeers:
     jobs = r.keys["job_id"].to_numpy().astype(str)
     ranks = r.keys["rank"].to_numpy().astype(str)
     node, _ = row_codes([r.keys[c.NODE_LABEL].to_numpy(dtype=object)])
+    node = np.asarray(node).copy()
     pos = layout_positions(feat)
     role = np.full(n, -1)
     inferred = np.zeros(n, dtype=bool)
     next_id = int(groups.max()) + 1 if n else 0
     for job in feat.jobs:
         cols = np.nonzero(jobs == job)[0]
+        if len(set(node[cols].tolist())) == 1:  # a job on one node: its ranks share no node fault apart
+            node[cols] = int(node.max()) + 1 + np.arange(len(cols))
         places = [pos.get((job, ranks[k])) for k in cols]
         if pos and None not in places:
             ids: dict[tuple[str, ...], int] = {}
@@ -137,6 +141,6 @@ def role_peers(feat: Features, groups: np.ndarray) -> RolePeers:
         else:
             role[cols] = groups[cols]
             inferred[cols] = True
-    out = RolePeers(role, np.asarray(node), inferred)
+    out = RolePeers(role, node, inferred)
     feat.memo["role_peers"] = out
     return out
