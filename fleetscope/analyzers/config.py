@@ -37,6 +37,10 @@ class DetectorConfig:
     #: fault does not, so a GPU slow from the first step is still found. 0.02 is half the healthy
     #: spread of one model's GPUs (Sinha et al., SC'22), well under the 7% a straggler must show.
     role_margin: float = 0.02
+    #: ... for at least this share of the grid times its slowness is measured in the window: a
+    #: fault that has not changed holds throughout, while a healthy GPU at the slow end of the
+    #: spread crosses the line for a few minutes now and then.
+    role_persistence: float = 0.5
     #: Without hardware evidence a timer view's excess must also be this many standard errors of
     #: its window median (from the spread of the rank's own grid steps): where the work per step
     #: varies (sequence lengths, ByteDance's trace SE) a run of long batches is not a straggler.

@@ -9,6 +9,12 @@ which one unusually fast rank distorts; a median is robust), and the modified z-
 noisiest one. Only a deviation of at least 10% (What-if's S > 1.1, Greyhound's 10% verification)
 that lasts ``persistence_s`` is reported; GC pauses and slow batches are shorter.
 
+Without hardware evidence a rank must also have changed (``self_change``: slower than its own best
+level) or, for the views of the GPU's work, be slower than every one of its role peers (the ranks of
+the other data-parallel replicas at its place, on other nodes; ``signals/roles.py``,
+docs/design.md#role-peers): structure repeats on every replica, a fault does not, so a GPU slow
+from the first step is found, and its finding starts at the window's (or its job's) start.
+
 Without training telemetry a GPU is judged from hardware alone: an SM clock at least 8% below its
 busy peers' median *together with* a throttle reason bit or a violation counter that is counting
 (a short SW power cap is normal and never enough), for ``persistence_s``.
@@ -353,6 +359,12 @@ def _rank_flags(
         | (view("forward", sl.forward, cfg.straggler_ratio) & role(sl.forward) & agrees)
         | (view("busy", sl.busy, cfg.straggler_ratio) & role(sl.busy))
     )
+    # Persistently: a fault that did not change in the window holds for most of it; a healthy GPU
+    # at the slow end of the spread crosses the line for a few minutes now and then.
+    measured = (np.isfinite(sl.compute) | np.isfinite(sl.forward) | np.isfinite(sl.busy)).sum(axis=0)
+    with np.errstate(all="ignore"):
+        held = by_role.sum(axis=0) / measured
+    by_role[:, ~(np.nan_to_num(held) >= cfg.role_persistence)] = False
     soft = (
         by_role
         | (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
