@@ -20,7 +20,7 @@ from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.times import parse_time
-from tests.analyzers.detectors.frames_builder import Cluster
+from tests.analyzers.detectors.frames_builder import START, Cluster
 
 TRACES = Path(__file__).parent.parent / "fixtures" / "bytedance"
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -172,3 +172,25 @@ def test_limit_a_drop_covering_the_whole_window_has_no_baseline() -> None:
         for ph in r.phases:
             r.phases[ph] /= 2
     assert [f for f in analyze(cl.frames()).findings if f.kind == "mfu_drop"] == []
+
+
+def test_a_fault_from_the_first_step_that_ends_inside_the_window_is_found_by_its_change() -> None:
+    # Slower than its role peers for only the first third (under role_persistence), but the rank's
+    # own later level is its best: it changed, so self_change finds it.
+    cl = Cluster(seed=9)
+    for ph in ("forward", "backward"):
+        cl.rank(5).phases[ph][cl.between(0, 20)] *= 1.2
+    (f,) = stragglers(analyze(cl.frames()).findings)
+    assert (f.node, f.gpu) == ("node-0", "5") and f.start <= START + 2 * 60
+    assert f.end is not None and START + 19 * 60 <= f.end <= START + 23 * 60
+
+
+def test_limit_a_small_straggler_in_a_job_whose_work_per_step_varies() -> None:
+    def slow_rank(jitter: float) -> list[Finding]:
+        cl = Cluster(seed=10, jitter=jitter)
+        for ph in ("forward", "backward"):
+            cl.rank(5).phases[ph][cl.between(20)] *= 1.12
+        return stragglers(analyze(cl.frames()).findings)
+
+    assert slow_rank(0.15) == []  # 15% per grid step (variable sequence lengths): 12% is within it
+    assert [(f.node, f.gpu) for f in slow_rank(0.01)] == [("node-0", "5")]
