@@ -192,5 +192,5 @@ def test_limit_a_small_straggler_in_a_job_whose_work_per_step_varies() -> None:
             cl.rank(5).phases[ph][cl.between(20)] *= 1.12
         return stragglers(analyze(cl.frames()).findings)
 
-    assert slow_rank(0.15) == []  # 15% per grid step (variable sequence lengths): 12% is within it
+    assert slow_rank(0.25) == []  # 25% per grid step (variable sequence lengths): 12% is within it
     assert [(f.node, f.gpu) for f in slow_rank(0.01)] == [("node-0", "5")]
