@@ -67,17 +67,32 @@ class RolePeers:
 
     def slower_than_all(self, x: np.ndarray, margin: float) -> np.ndarray:
         """Per grid time and rank (T x ranks): ``x`` (a slowness ratio, higher is slower) above every
-        role peer's on another node by at least ``margin``, with at least :data:`MIN_ROLE_PEERS` of them."""
+        role peer's on another node by at least ``margin``, with at least :data:`MIN_ROLE_PEERS` of them.
+
+        Per role group, each node's highest value and count; a rank's peers' highest is the group's
+        highest node maximum, or the second highest where its own node holds the highest.
+        """
         out = np.zeros(x.shape, dtype=bool)
-        for here, others in self._others():
-            if len(others) < MIN_ROLE_PEERS:
-                continue
-            peers = x[:, others]
-            seen = np.isfinite(peers).sum(axis=1) >= MIN_ROLE_PEERS
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                top = np.nanmax(np.where(np.isfinite(peers), peers, -np.inf), axis=1)
-            out[:, here] = seen[:, None] & (np.nan_to_num(x[:, here], nan=-np.inf) >= top[:, None] + margin)
+        T = x.shape[0]
+        for g in np.unique(self.role[self.role >= 0]):
+            members = np.nonzero(self.role == g)[0]
+            uniq, inv = np.unique(self.node[members], return_inverse=True)
+            order = np.argsort(inv, kind="stable")
+            starts = np.searchsorted(inv[order], np.arange(len(uniq)))
+            xm = x[:, members]
+            ok = np.isfinite(xm)
+            vals = np.where(ok, xm, -np.inf)[:, order]
+            node_max = np.maximum.reduceat(vals, starts, axis=1)  # T x nodes
+            node_n = np.add.reduceat(ok[:, order].astype(np.int64), starts, axis=1)
+            top = np.argmax(node_max, axis=1)
+            top1 = node_max[np.arange(T), top]
+            rest = node_max.copy()
+            rest[np.arange(T), top] = -np.inf
+            top2 = rest.max(axis=1) if len(uniq) > 1 else np.full(T, -np.inf)
+            peer_max = np.where(top[:, None] == inv[None, :], top2[:, None], top1[:, None])
+            peer_n = node_n.sum(axis=1, keepdims=True) - node_n[:, inv]
+            enough = (len(members) - np.bincount(inv)[inv]) >= MIN_ROLE_PEERS
+            out[:, members] = enough[None, :] & (peer_n >= MIN_ROLE_PEERS) & ok & (xm >= peer_max + margin)
         return out
 
     def ratio(self, x: np.ndarray, k: int, a: int, b: int) -> float:
