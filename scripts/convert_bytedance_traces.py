@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        tr = read_trace(args.raw, name)
+        try:
+            tr = read_trace(args.raw, name)
+        except Exception as exc:  # noqa: BLE001 - any unreadable or unexpected trace is one clear line
+            print(f"convert: error: {args.raw}: trace {name} cannot be read: {exc}", file=sys.stderr)
+            return 1
         for layout in (False, True):
             path = args.out / f"trace-{name}{'-layout' if layout else ''}.om.gz"
             samples = convert(tr, minutes=args.minutes or MINUTES.get(name, 40.0), scrape=args.scrape,
