@@ -167,7 +167,7 @@ def infer_blocks(
     def stands(b: list[int]) -> bool:
         if nodes is None:
             return len(b) >= MIN_GROUP
-        return len(b) >= smallest and (len(set(nodes[b].tolist())) > 1 or last in b)
+        return len(b) >= smallest and (one_node or len(set(nodes[b].tolist())) > 1 or last in b)
 
     order = ok[np.argsort(level[ok])]
     vals = level[order]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetscope.analyzers.core import analyze, analyze_file
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.roles import role_peers
-from fleetscope.analyzers.slowness import slowness
+from fleetscope.analyzers.slowness import infer_blocks, slowness
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
@@ -194,3 +195,20 @@ def test_limit_a_small_straggler_in_a_job_whose_work_per_step_varies() -> None:
 
     assert slow_rank(0.25) == []  # 25% per grid step (variable sequence lengths): 12% is within it
     assert [(f.node, f.gpu) for f in slow_rank(0.01)] == [("node-0", "5")]
+
+
+def test_inferred_blocks_stand_when_they_span_nodes_or_hold_the_last_rank() -> None:
+    level = np.array([1.0] * 12 + [1.3] * 4)
+    ranks = np.arange(16)
+    two_nodes = np.array(["a"] * 8 + ["b"] * 8)
+    # The slow block holds ranks 12-15, on one node, with the job's last rank: a last stage.
+    assert len(set(infer_blocks(level, two_nodes, ranks).tolist())) == 2
+    # The same block at ranks 0-3 (node a only, not the last rank): a node's ranks, no stage.
+    first = np.array([1.3] * 4 + [1.0] * 12)
+    assert set(infer_blocks(first, two_nodes, ranks).tolist()) == {0}
+    # Spread over both nodes it can be a stage wherever it is.
+    spread = np.array([1.3, 1.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 2)
+    assert len(set(infer_blocks(spread, two_nodes, ranks).tolist())) == 2
+    # A job on one node: a block of 2 may stand.
+    one = np.array([1.0] * 6 + [1.6] * 2)
+    assert len(set(infer_blocks(one, np.array(["a"] * 8), np.arange(8)).tolist())) == 2
