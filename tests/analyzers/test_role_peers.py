@@ -47,6 +47,9 @@ def test_trace_ar_names_the_slow_worker_from_the_first_step(variant: str) -> Non
     role = f.evidence["role_peers"]
     assert "since before the window opened" in role and "forward 2.5" in role
     assert ("inferred" in role) == (variant == "")
+    # It starts where it was already there, and was confirmed where the rule was met: a rate window
+    # of the 47 s steps plus the persistence after the first steps.
+    assert parse_time(f.evidence["confirmed_at"]) >= f.start + 180
 
 
 @pytest.mark.parametrize("name", ["SE", "SE-layout", "ST", "ST-layout"])

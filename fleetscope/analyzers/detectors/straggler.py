@@ -184,7 +184,10 @@ def _cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
 
 
 def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: str | None,
-             a: int, b: int, score: float | None, cause: str, ev: dict[str, str]) -> Finding:  # fmt: skip
+             a: int, b: int, score: float | None, cause: str, ev: dict[str, str],
+             since: int | None = None) -> Finding:  # fmt: skip
+    """The finding of the slow period a..b (confirmed ``persistence_s`` after a); ``since``: an
+    earlier start, where the slowness was there before it could be measured."""
     times = feat.times
     last = len(times) - 1
     ongoing = b >= last - 2
@@ -192,7 +195,8 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
     ev["confirmed_at"] = fmt_time(times[confirm])
     return Finding(
         kind="straggler", severity="warning", node=node, gpu=gpu, rank=rank, job_id=job,
-        start=float(times[a]), end=None if ongoing else float(times[b]), score=score, cause=cause,
+        start=float(times[a if since is None else since]), end=None if ongoing else float(times[b]),
+        score=score, cause=cause,
         evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
     )  # fmt: skip
 
@@ -415,8 +419,8 @@ def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[
 def _role_evidence(
     feat: Features, sl: Slowness, roles: RolePeers, n: int, k: int, a: int, b: int
 ) -> tuple[int, str]:
-    """(the episode's first grid time, the ``role_peers`` evidence) of rank ``k`` slower than all its
-    role peers over a..b.
+    """(the finding's first grid time, the ``role_peers`` evidence) of rank ``k`` slower than all its
+    role peers over a..b (its size measured there).
 
     A rank slow from the first grid time its slowness could be measured (the rate window needs
     steps behind it) was slow before: the finding starts at the window's start, or at the rank's
@@ -425,18 +429,20 @@ def _role_evidence(
     valid = np.nonzero(
         np.isfinite(sl.forward[:, k]) | np.isfinite(sl.compute[:, k]) | np.isfinite(sl.busy[:, k])
     )[0]
-    since = ""
+    since, start = "", a
     if valid.size and a <= valid[0] + feat.w:
         present = np.nonzero(feat.ranks.present[:, k])[0]
         first = int(present[0]) if present.size else 0
-        a, since = (0, " since before the window opened") if first == 0 else (first, " since the job started")
+        start, since = (
+            (0, " since before the window opened") if first == 0 else (first, " since the job started")
+        )
     sizes = {name: roles.ratio(getattr(sl, name), k, a, b) for name in ("forward", "compute", "busy")}
     sizes = {name: v for name, v in sizes.items() if np.isfinite(v)}
     size = ", ".join(f"{name} {v:.2f}x theirs" for name, v in sizes.items())
     how = (
         "inferred from the ranks' repetition, no layout reported" if roles.inferred[k] else "from the layout"
     )
-    return a, f"slower than its {n} role peers{since} ({size}; role peers {how})"
+    return start, f"slower than its {n} role peers{since} ({size}; role peers {how})"
 
 
 def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:
@@ -491,11 +497,12 @@ def detect(feat: Features) -> list[Finding]:
                 ev.update(pev)
             ev = {"slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
                   **ev}  # fmt: skip
+            since = None
             if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
-                a, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
+                since, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
             if duty < 0.9:
                 ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
-            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev))
+            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since))
     findings.extend(_hardware_only(feat, list(findings), net, hw_all))
     findings = _one_per_node(feat, findings)
     # Network: node-level; it replaces the node's own rank findings that it explains.
