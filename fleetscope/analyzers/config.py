@@ -31,7 +31,8 @@ class DetectorConfig:
     #: peers from the first step to the last may be structure or role (a pipeline stage, rank 0's
     #: logging), not a fault that began; with hardware evidence no change is needed ...
     self_change: float = 0.05
-    #: ... unless it is slower than every one of its role peers (the ranks of the other
+    #: ... unless it is slower than every one of its role peers (all but a quarter of the other
+    #: nodes: a second fault must not hide the first; the ranks of the other
     #: data-parallel replicas at its place, on other nodes; docs/analyzers.md#role-peers) by this
     #: much (in units of its ratio to the peer median): structure repeats on every replica, a
     #: fault does not, so a GPU slow from the first step is still found. 0.02 is half the healthy

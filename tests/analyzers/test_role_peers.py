@@ -215,3 +215,25 @@ def test_inferred_blocks_stand_when_they_span_nodes_or_hold_the_last_rank() -> N
     # A job on one node: a block of 2 may stand.
     one = np.array([1.0] * 6 + [1.6] * 2)
     assert len(set(infer_blocks(one, np.array(["a"] * 8), np.arange(8)).tolist())) == 2
+
+
+def _slow_from_start(ranks: tuple[int, ...], nodes: int = 6) -> list[Finding]:
+    cl = Cluster(nodes=nodes, seed=11)
+    for k in ranks:
+        for ph in ("forward", "backward"):
+            cl.rank(k).phases[ph] *= 1.15
+    return stragglers(analyze(cl.frames()).findings)
+
+
+def test_two_gpus_slow_from_the_first_step_do_not_hide_each_other() -> None:
+    found = _slow_from_start((5, 21))
+    assert [(f.node, f.gpu, f.start) for f in found] == [("node-0", "5", START), ("node-2", "5", START)]
+    assert (
+        "slower than 39 of its 40 role peers since before the window opened"
+        in found[0].evidence["role_peers"]
+    )
+
+
+def test_limit_a_quarter_of_the_nodes_with_a_gpu_slow_from_the_first_step() -> None:
+    # GPU 5 of 3 of the 6 nodes slower from the first step: as many as a pattern that repeats.
+    assert _slow_from_start((5, 21, 37)) == []

@@ -442,7 +442,10 @@ def _role_evidence(
     how = (
         "inferred from the ranks' repetition, no layout reported" if roles.inferred[k] else "from the layout"
     )
-    return start, f"slower than its {n} role peers{since} ({size}; role peers {how})"
+    top = max(sizes, key=lambda name: sizes[name]) if sizes else "forward"
+    slower = roles.slower_than(getattr(sl, top), k, a, b, feat.config.role_margin)
+    than = f"its {n} role peers" if slower >= n else f"{slower} of its {n} role peers"
+    return start, f"slower than {than}{since} ({size}; role peers {how})"
 
 
 def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:

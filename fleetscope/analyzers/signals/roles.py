@@ -67,13 +67,17 @@ class RolePeers:
 
     def slower_than_all(self, x: np.ndarray, margin: float) -> np.ndarray:
         """Per grid time and rank (T x ranks): ``x`` (a slowness ratio, higher is slower) above every
-        role peer's on another node by at least ``margin``, with at least :data:`MIN_ROLE_PEERS` of them.
+        role peer's on another node by at least ``margin``, with at least :data:`MIN_ROLE_PEERS` of
+        them, save the nodes of a second fault: up to a quarter of the other nodes may be as slow
+        (structure repeats on every replica; two bad GPUs of one role must not hide each other).
 
-        Per role group, each node's highest value and count; a rank's peers' highest is the group's
-        highest node maximum, or the second highest where its own node holds the highest.
+        Per role group and grid time, each node's highest value; the rank must beat the (k+1)-th
+        highest of the other nodes' (k = a quarter of them), i.e. the (k+2)-th of all where its own
+        node is among the k+1 highest.
         """
         out = np.zeros(x.shape, dtype=bool)
         T = x.shape[0]
+        rows = np.arange(T)[:, None]
         for g in np.unique(self.role[self.role >= 0]):
             members = np.nonzero(self.role == g)[0]
             uniq, inv = np.unique(self.node[members], return_inverse=True)
@@ -81,19 +85,31 @@ class RolePeers:
             starts = np.searchsorted(inv[order], np.arange(len(uniq)))
             xm = x[:, members]
             ok = np.isfinite(xm)
-            vals = np.where(ok, xm, -np.inf)[:, order]
-            node_max = np.maximum.reduceat(vals, starts, axis=1)  # T x nodes
+            node_max = np.maximum.reduceat(np.where(ok, xm, -np.inf)[:, order], starts, axis=1)  # T x nodes
             node_n = np.add.reduceat(ok[:, order].astype(np.int64), starts, axis=1)
-            top = np.argmax(node_max, axis=1)
-            top1 = node_max[np.arange(T), top]
-            rest = node_max.copy()
-            rest[np.arange(T), top] = -np.inf
-            top2 = rest.max(axis=1) if len(uniq) > 1 else np.full(T, -np.inf)
-            peer_max = np.where(top[:, None] == inv[None, :], top2[:, None], top1[:, None])
+            seen = (node_n > 0).sum(axis=1)  # nodes with a value
+            k = np.maximum(seen - 1, 0) // 4
+            desc = -np.sort(-node_max, axis=1)
+            pad = np.hstack([desc, np.full((T, 2), -np.inf)])
+            kth = pad[rows[:, 0], k][:, None]
+            kth1 = pad[rows[:, 0], k + 1][:, None]
+            ref = np.where(node_max[:, inv] >= kth, kth1, kth)
             peer_n = node_n.sum(axis=1, keepdims=True) - node_n[:, inv]
             enough = (len(members) - np.bincount(inv)[inv]) >= MIN_ROLE_PEERS
-            out[:, members] = enough[None, :] & (peer_n >= MIN_ROLE_PEERS) & ok & (xm >= peer_max + margin)
+            out[:, members] = enough[None, :] & (peer_n >= MIN_ROLE_PEERS) & ok & (xm >= ref + margin)
         return out
+
+    def slower_than(self, x: np.ndarray, k: int, a: int, b: int, margin: float) -> int:
+        """How many of rank ``k``'s role peers on other nodes are slower than it by ``margin`` less,
+        in their median over grid times a..b (the evidence's count)."""
+        for here, others in self._others():
+            if k in here:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    own = np.nanmedian(x[a : b + 1, k])
+                    theirs = np.nanmedian(x[a : b + 1, others], axis=0)
+                return int(np.sum(np.isfinite(theirs) & (theirs + margin <= own)))
+        return 0
 
     def ratio(self, x: np.ndarray, k: int, a: int, b: int) -> float:
         """Rank ``k``'s ``x`` over grid times a..b against the median of its role peers on other nodes
