@@ -28,9 +28,24 @@ class DetectorConfig:
     straggler_ratio: float = 1.07
     #: Without hardware evidence a rank must also be this much slower than its own best level in
     #: the window (NVRx's individual score beside its relative one): a rank that differs from its
-    #: peers from the first step to the last is structure or role (a pipeline stage, rank 0's
-    #: logging), not a fault that began; with hardware evidence no change is needed.
+    #: peers from the first step to the last may be structure or role (a pipeline stage, rank 0's
+    #: logging), not a fault that began; with hardware evidence no change is needed ...
     self_change: float = 0.05
+    #: ... unless it is slower than every one of its role peers (all but a quarter of the other
+    #: nodes: a second fault must not hide the first; the ranks of the other
+    #: data-parallel replicas at its place, on other nodes; docs/analyzers.md#role-peers) by this
+    #: much (in units of its ratio to the peer median): structure repeats on every replica, a
+    #: fault does not, so a GPU slow from the first step is still found. 0.02 is half the healthy
+    #: spread of one model's GPUs (Sinha et al., SC'22), well under the 7% a straggler must show.
+    role_margin: float = 0.02
+    #: ... for at least this share of the grid times its slowness is measured in the window: a
+    #: fault that has not changed holds throughout, while a healthy GPU at the slow end of the
+    #: spread crosses the line for a few minutes now and then.
+    role_persistence: float = 0.5
+    #: Without hardware evidence a timer view's excess must also be this many standard errors of
+    #: its window median (from the spread of the rank's own grid steps): where the work per step
+    #: varies (sequence lengths, ByteDance's trace SE) a run of long batches is not a straggler.
+    straggler_noise: float = 3.0
     #: With the GPU's own hardware evidence at the same time (a throttle reason bit, violation time),
     #: a rank this much slower than its peers is a straggler: the hardware explains it, so jitter
     #: cannot (a 5% throttle costs a synchronous job its full 5%; Minder, NSDI'25).

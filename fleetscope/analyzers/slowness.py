@@ -23,15 +23,16 @@ Peers. Ranks are compared within their peer group: the job, split by pipeline st
 from ``training_info``'s ``pipeline_stage`` label when the job reports its layout; otherwise they are
 inferred: ranks whose compute level differs as a block from the window's start (the last stage
 computes the loss, the first the embedding; docs/design.md#pipeline-structure) form their own
-group. A block must hold at least :data:`MIN_GROUP` ranks, so one GPU that is slow from the start is
-still an outlier of the group it joins.
+group. A block must hold at least :data:`MIN_GROUP` ranks on more than one node (structure repeats on
+every data-parallel replica, a fault does not) or the job's last rank (the last stage's loss), so one
+GPU, or one node's ranks, slow from the start is still an outlier of the group it joins.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,6 +61,10 @@ class Slowness:
     busy: np.ndarray  # ratio
     z: dict[str, np.ndarray]
     structure_inferred: bool
+    #: Per timer view (compute, forward, less_wait): the standard error of its window median, from
+    #: the spread of the rank's own grid steps (steps whose work varies, variable sequence lengths,
+    #: make a median of a few of them noisy; docs/design.md#persistence).
+    noise: dict[str, np.ndarray] = field(default_factory=dict)
 
     def score(self) -> np.ndarray:
         """One number per rank and time: 1 + the largest view of slowness (1.0 = like its peers)."""
@@ -91,6 +96,25 @@ def _per_step(x: np.ndarray, steps: np.ndarray, w: int) -> np.ndarray:
     return np.where(_window_count(win) >= max(2, min(w // 2, 4)), rolling_nanmedian(win), np.nan)[:T]
 
 
+def _grid_per_step(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Each grid step's own seconds per step (NaN where no step completed)."""
+    with np.errstate(all="ignore"):
+        return np.where(np.nan_to_num(steps) >= 1, x / steps, np.nan)
+
+
+def _median_error(x: np.ndarray, w: int) -> np.ndarray:
+    """The standard error of the median of the last ``w`` grid steps of ``x``: 1.2533 x 1.4826 x
+    their MAD / sqrt(n) (a median's error is sqrt(pi/2) times a mean's; the MAD estimates sigma)."""
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        return np.full(x.shape, np.nan)
+    pad = np.vstack([np.full((w - 1, x.shape[1]), np.nan), x])
+    win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)
+    med = rolling_nanmedian(win)
+    mad = nanmedian(np.abs(win - med[..., None]), axis=2)
+    with np.errstate(all="ignore"):
+        return 1.2533 * 1.4826 * mad / np.sqrt(_window_count(win))
+
+
 def _window_count(win: np.ndarray) -> np.ndarray:
     return np.sum(~np.isnan(win), axis=2)
 
@@ -118,13 +142,33 @@ def layout_stage(feat: Features) -> dict[tuple[str, str], str]:
     return out
 
 
-def infer_blocks(level: np.ndarray) -> np.ndarray:
-    """Structural blocks of ranks by their early compute level (one id per rank, -1 = no level)."""
+def infer_blocks(
+    level: np.ndarray, nodes: np.ndarray | None = None, ranks: np.ndarray | None = None
+) -> np.ndarray:
+    """Structural blocks of ranks by their early compute level (one id per rank, -1 = no level).
+
+    ``nodes`` and ``ranks``: each rank's node and rank number. Structure repeats on every
+    data-parallel replica, and a job's replicas sit on different nodes, so a block spanning nodes
+    can be a pipeline stage. A block all on one node is a node's ranks slow from the start (a fault)
+    and stays in the group it joins, unless it holds the job's last rank: in Megatron's rank order
+    the last stage holds the highest ranks, and it alone does much more work (the output layer and
+    the loss over the vocabulary; the first stage's embedding lookup is cheap). In a job on one
+    node a block of 2 ranks may stand (a small job's last stage).
+    """
     ids = np.full(level.shape, -1)
     ok = np.nonzero(np.isfinite(level) & (level > 0))[0]
-    if ok.size < 2 * MIN_GROUP:
+    one_node = nodes is not None and len(set(nodes[ok].tolist())) == 1
+    smallest = 2 if one_node else MIN_GROUP
+    if ok.size < 2 * smallest:
         ids[ok] = 0
         return ids
+    last = int(ok[np.argmax(ranks[ok])]) if ranks is not None else -1
+
+    def stands(b: list[int]) -> bool:
+        if nodes is None:
+            return len(b) >= MIN_GROUP
+        return len(b) >= smallest and (one_node or len(set(nodes[b].tolist())) > 1 or last in b)
+
     order = ok[np.argsort(level[ok])]
     vals = level[order]
     cuts = [0]
@@ -132,13 +176,13 @@ def infer_blocks(level: np.ndarray) -> np.ndarray:
         if vals[i] / vals[i - 1] - 1 >= STRUCTURE_GAP:
             cuts.append(i)
     cuts.append(len(vals))
-    # Merge blocks that are too small into their nearest neighbour.
+    # Merge blocks that cannot be structure into their nearest neighbour.
     blocks = [list(order[cuts[i] : cuts[i + 1]]) for i in range(len(cuts) - 1)]
     merged = True
     while merged and len(blocks) > 1:
         merged = False
         for i, b in enumerate(blocks):
-            if len(b) < MIN_GROUP:
+            if not stands(b):
                 j = i - 1 if i == len(blocks) - 1 else i + 1
                 if 0 < i < len(blocks) - 1:
                     left = level[blocks[i - 1][-1]]
@@ -173,6 +217,8 @@ def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bo
         return groups, False
     jobs = r.keys["job_id"].to_numpy().astype(str)
     ranks = r.keys["rank"].to_numpy().astype(str)
+    nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
+    rank_no = np.array([int(x) if x.lstrip("-").isdigit() else -1 for x in ranks])
     stages = layout_stage(feat)
     inferred = False
     next_id = 0
@@ -187,7 +233,7 @@ def _groups(feat: Features, views: Sequence[np.ndarray]) -> tuple[np.ndarray, bo
             continue
         blocks = np.zeros(len(cols), dtype=int)
         for x in views:
-            b = infer_blocks(_early_level(x, cols))
+            b = infer_blocks(_early_level(x, cols), nodes[cols], rank_no[cols])
             if len(set(b.tolist()) - {-1}) > 1:
                 blocks, inferred = np.where(b < 0, 0, b), True
                 break
@@ -262,6 +308,11 @@ def _slowness(feat: Features) -> Slowness:
     groups, inferred = _groups(feat, (compute, fwd, tensor))
     out = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "data", "host", "less_wait", "busy")}
     z = {k: np.full((T, n), np.nan) for k in out}
+    noise = {k: np.full((T, n), np.nan) for k in ("compute", "forward", "less_wait")}
+    grid = {
+        p: _grid_per_step(r.phases[p], r.steps) for p in ("forward", "backward", "optimizer") if p in r.phases
+    }
+    grid_step = _grid_per_step(r.step_seconds, r.steps)
     floor_ratio = feat.config.mad_floor
     for g in np.unique(groups):
         cols = groups == g
@@ -285,5 +336,17 @@ def _slowness(feat: Features) -> Slowness:
             lw = np.fmax(-db, -do) / step_med
             out["less_wait"][:, cols] = lw
             z["less_wait"][:, cols] = np.fmax(-zb, -zo)
+            if "forward" in grid and "backward" in grid:
+                gf, gb = grid["forward"][:, cols], grid["backward"][:, cols]
+                go = grid["optimizer"][:, cols] if "optimizer" in grid else np.zeros_like(gf)
+                for key, gx in (("compute", gf + gb), ("forward", gf)):
+                    noise[key][:, cols] = _median_error(gx / nanmedian(gx, 1, keepdims=True), w)
+                gs = grid_step[:, cols]
+                gstep = nanmedian(np.where(np.isnan(gs), gf + gb, gs), 1, keepdims=True)
+                glw = (
+                    np.fmax(nanmedian(gb, 1, keepdims=True) - gb, nanmedian(go, 1, keepdims=True) - go)
+                    / gstep
+                )
+                noise["less_wait"][:, cols] = _median_error(glw, w)
     return Slowness(groups, step_s, out["compute"], out["forward"], out["data"], out["host"], out["less_wait"],
-                    out["busy"], z, inferred)  # fmt: skip
+                    out["busy"], z, inferred, noise)  # fmt: skip

@@ -9,6 +9,12 @@ which one unusually fast rank distorts; a median is robust), and the modified z-
 noisiest one. Only a deviation of at least 10% (What-if's S > 1.1, Greyhound's 10% verification)
 that lasts ``persistence_s`` is reported; GC pauses and slow batches are shorter.
 
+Without hardware evidence a rank must also have changed (``self_change``: slower than its own best
+level) or, for the views of the GPU's work, be slower than every one of its role peers (the ranks of
+the other data-parallel replicas at its place, on other nodes; ``signals/roles.py``,
+docs/design.md#role-peers): structure repeats on every replica, a fault does not, so a GPU slow
+from the first step is found, and its finding starts at the window's (or its job's) start.
+
 Without training telemetry a GPU is judged from hardware alone: an SM clock at least 8% below its
 busy peers' median *together with* a throttle reason bit or a violation counter that is counting
 (a short SW power cap is normal and never enough), for ``persistence_s``.
@@ -35,6 +41,7 @@ from fleetscope.analyzers.detectors.base import Detector
 from fleetscope.analyzers.features import Features, fmt_time, place_columns, row_positions
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.nanstats import column_nanpercentile, nanmedian
+from fleetscope.analyzers.signals.roles import RolePeers, role_peers
 from fleetscope.analyzers.slowness import Slowness, slowness
 from fleetscope.window.frames import iter_runs, rate, rolling_sum
 
@@ -177,7 +184,10 @@ def _cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
 
 
 def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: str | None,
-             a: int, b: int, score: float | None, cause: str, ev: dict[str, str]) -> Finding:  # fmt: skip
+             a: int, b: int, score: float | None, cause: str, ev: dict[str, str],
+             since: int | None = None) -> Finding:  # fmt: skip
+    """The finding of the slow period a..b (confirmed ``persistence_s`` after a); ``since``: an
+    earlier start, where the slowness was there before it could be measured."""
     times = feat.times
     last = len(times) - 1
     ongoing = b >= last - 2
@@ -185,7 +195,8 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
     ev["confirmed_at"] = fmt_time(times[confirm])
     return Finding(
         kind="straggler", severity="warning", node=node, gpu=gpu, rank=rank, job_id=job,
-        start=float(times[a]), end=None if ongoing else float(times[b]), score=score, cause=cause,
+        start=float(times[a if since is None else since]), end=None if ongoing else float(times[b]),
+        score=score, cause=cause,
         evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
     )  # fmt: skip
 
@@ -294,20 +305,34 @@ def _best_levels(feat: Features, sl: Slowness, name: str) -> np.ndarray:
 
 def _rank_flags(
     feat: Features, sl: Slowness, hw: np.ndarray, has_gpu: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(slow without hardware evidence, slow with it) per grid time and rank column (T x ranks).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slow without hardware evidence, slow with it, slow against every role peer) per grid time
+    and rank column (T x ranks).
 
     ``hw``: the ranks' hardware evidence; ``has_gpu``: which ranks' GPUs are on the grid (the
-    others can have no hardware evidence).
+    others can have no hardware evidence). Without hardware evidence a view of the GPU's work
+    (compute, forward, tensor activity) counts when the rank is slower than its own best level
+    (``self_change``) *or* than every one of its role peers (:mod:`~fleetscope.analyzers.signals.roles`):
+    a fault present from the first step has not changed, but it does not repeat on the other
+    replicas. The host-side views (data, host, less wait) keep ``self_change`` alone: rank 0's host
+    work is a role no layout label names.
     """
     cfg = feat.config
     zc = cfg.straggler_z
     if not sl.z:  # no ranks on the grid
         none = np.zeros(sl.compute.shape, dtype=bool)
-        return none, none
+        return none, none, none
+    roles = role_peers(feat, sl.groups)
+
+    def role(x: np.ndarray) -> np.ndarray:
+        return roles.slower_than_all(x, cfg.role_margin)
 
     def view(name: str, x: np.ndarray, bar: float) -> np.ndarray:
-        return (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
+        out = (np.nan_to_num(x) >= bar) & (np.nan_to_num(sl.z[name]) >= zc)
+        if name in sl.noise:  # the excess must stand out of the rank's own step-to-step noise
+            excess = x - 1 if name in ("compute", "forward") else x
+            out &= ~(np.nan_to_num(excess) < cfg.straggler_noise * np.nan_to_num(sl.noise[name]))
+        return out
 
     ids = rank_ids(feat)
     before = feat.carry.rank_best if feat.carry is not None else {}
@@ -333,8 +358,20 @@ def _rank_flags(
     busy = sl.busy
     agrees = ~np.isfinite(busy) | (np.nan_to_num(busy) >= 1 + (cfg.straggler_ratio - 1) / 2)
     host_side = view("data", sl.data, share) | view("host", sl.host, share)
+    by_role = (
+        (view("compute", sl.compute, cfg.straggler_ratio) & role(sl.compute) & agrees)
+        | (view("forward", sl.forward, cfg.straggler_ratio) & role(sl.forward) & agrees)
+        | (view("busy", sl.busy, cfg.straggler_ratio) & role(sl.busy))
+    )
+    # Persistently: a fault that did not change in the window holds for most of it; a healthy GPU
+    # at the slow end of the spread crosses the line for a few minutes now and then.
+    measured = (np.isfinite(sl.compute) | np.isfinite(sl.forward) | np.isfinite(sl.busy)).sum(axis=0)
+    with np.errstate(all="ignore"):
+        held = by_role.sum(axis=0) / measured
+    by_role[:, ~(np.nan_to_num(held) >= cfg.role_persistence)] = False
     soft = (
-        (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
+        by_role
+        | (view("compute", sl.compute, cfg.straggler_ratio) & changed("compute", sl.compute) & agrees)
         | (view("forward", sl.forward, cfg.straggler_ratio) & changed("forward", sl.forward) & agrees)
         | (view("data", sl.data, share) & changed("data", sl.data))
         | (view("host", sl.host, share) & changed("host", sl.host))
@@ -352,7 +389,7 @@ def _rank_flags(
             | (np.nan_to_num(sl.less_wait) >= mild_share)
         )
     )
-    return soft, hard
+    return soft, hard, by_role
 
 
 def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[int, int, float]]:
@@ -377,6 +414,38 @@ def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[
             merged.append((a, b))
     # Sustained or repeated: one short blip, even a confirmed one, is not a straggler.
     return [(a, b, float(flagged[a : b + 1].mean())) for a, b in merged if flagged[a : b + 1].sum() >= p]
+
+
+def _role_evidence(
+    feat: Features, sl: Slowness, roles: RolePeers, n: int, k: int, a: int, b: int
+) -> tuple[int, str]:
+    """(the finding's first grid time, the ``role_peers`` evidence) of rank ``k`` slower than all its
+    role peers over a..b (its size measured there).
+
+    A rank slow from the first grid time its slowness could be measured (the rate window needs
+    steps behind it) was slow before: the finding starts at the window's start, or at the rank's
+    first grid time when its job started inside the window.
+    """
+    valid = np.nonzero(
+        np.isfinite(sl.forward[:, k]) | np.isfinite(sl.compute[:, k]) | np.isfinite(sl.busy[:, k])
+    )[0]
+    since, start = "", a
+    if valid.size and a <= valid[0] + feat.w:
+        present = np.nonzero(feat.ranks.present[:, k])[0]
+        first = int(present[0]) if present.size else 0
+        start, since = (
+            (0, " since before the window opened") if first == 0 else (first, " since the job started")
+        )
+    sizes = {name: roles.ratio(getattr(sl, name), k, a, b) for name in ("forward", "compute", "busy")}
+    sizes = {name: v for name, v in sizes.items() if np.isfinite(v)}
+    size = ", ".join(f"{name} {v:.2f}x theirs" for name, v in sizes.items())
+    how = (
+        "inferred from the ranks' repetition, no layout reported" if roles.inferred[k] else "from the layout"
+    )
+    top = max(sizes, key=lambda name: sizes[name]) if sizes else "forward"
+    slower = roles.slower_than(getattr(sl, top), k, a, b, feat.config.role_margin)
+    than = f"its {n} role peers" if slower >= n else f"{slower} of its {n} role peers"
+    return start, f"slower than {than}{since} ({size}; role peers {how})"
 
 
 def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:
@@ -412,7 +481,9 @@ def detect(feat: Features) -> list[Finding]:
     ids = rank_ids(feat)
     gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
     has_gpu = np.array([g is not None for g in gcols], dtype=bool)
-    softs, hards = _rank_flags(feat, sl, rank_hw, has_gpu)
+    softs, hards, by_role = _rank_flags(feat, sl, rank_hw, has_gpu)
+    roles = role_peers(feat, sl.groups)
+    n_peers = roles.count()
     for k in range(score.shape[1]):
         job_id, rank_s, node, gpu = ids[k]
         gcol = gcols[k]
@@ -429,9 +500,12 @@ def detect(feat: Features) -> list[Finding]:
                 ev.update(pev)
             ev = {"slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
                   **ev}  # fmt: skip
+            since = None
+            if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
+                since, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
             if duty < 0.9:
                 ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
-            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev))
+            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since))
     findings.extend(_hardware_only(feat, list(findings), net, hw_all))
     findings = _one_per_node(feat, findings)
     # Network: node-level; it replaces the node's own rank findings that it explains.

@@ -1,0 +1,1 @@
+"""Derived signals the detectors read, each computed once per analysis (``Features.memo``)."""
