@@ -26,7 +26,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.frames import row_codes
+from fleetscope.window.frames import row_codes
 
 #: Fewest role peers on other nodes a rank needs to be judged against them: with one, a pair
 #: cannot say which of the two is the odd one.
