@@ -37,7 +37,6 @@ from fleetscope.analyzers.checkpoint_advice import advise
 from fleetscope.analyzers.features import (
     RANK_KEY,
     Features,
-    gpu_busy,
     job_columns,
     place_columns,
     row_positions,
@@ -70,10 +69,12 @@ class _Gap:
     b: int  # last interval of the gap
     gpu_s: float = 0.0  # its GPU-seconds, the edges of the busy runs around it included
     restart: bool = False
-    pause: float = 0.0  # an unreported evaluation or checkpoint (GPUs idle or half busy)
     stall: float = 0.0
     recovery: float = 0.0
     rework: float = 0.0
+    #: A save or an evaluation still in progress at the window's end (booked when it ends).
+    pause: float = 0.0
+    pause_kind: str = ""
 
 
 def _aligned(feat: Features, name: str, cols: np.ndarray, how: str = "max") -> np.ndarray | None:
@@ -186,10 +187,7 @@ class _Job:
         g = _bridge(present, BRIDGE_STEPS).sum(axis=1).astype(float)
         seen = np.nonzero(g > 0)[0]
         self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
-        for i in range(self.first + 1, self.last + 1):
-            if g[i] == 0:
-                g[i] = g[i - 1]  # down: the job holds (waits for) its allocation
-        self.g = g
+        self.g = _hold(g, self.first, self.last)
         if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
             own = int(np.searchsorted(self.t, own_start - 1e-6))
             self.first = max(self.first, own - 1)
@@ -229,7 +227,7 @@ class _Job:
         self.whole = np.where(iv, self.g * self.step, 0.0)
         for name in ("train", "save", "load", "ev", "steps", "job_steps"):
             setattr(self, name, np.where(iv, getattr(self, name), 0.0))
-        self.rem = self.whole - self.train - self.save - self.load - self.ev
+        self.rem = _backfill(self.whole - self.train - self.save - self.load - self.ev, self.first)
 
     def step_time(self) -> float:
         """The median wall time of one step over the intervals that complete steps."""
@@ -253,6 +251,43 @@ class _Job:
             for i in born[born > self.first]:
                 out[i] = True
         return out
+
+
+def _hold(g: np.ndarray, first: int, last: int) -> np.ndarray:
+    """The job's GPUs per grid time, held while it is down (it waits for its allocation).
+
+    The held count is the most GPUs seen in the :data:`BRIDGE_STEPS` + 1 grid times before the
+    job vanished, and it also fills the grid times in which its nodes, scraped at different
+    offsets, vanished one after the other (a partial count there is not the allocation).
+    """
+    g = g.copy()
+    for a, b in iter_runs(g[: last + 1] == 0):
+        if a <= first:
+            continue
+        lo = max(first, a - BRIDGE_STEPS - 1)
+        held = float(g[lo:a].max())
+        g[a : b + 1] = held
+        i = a - 1
+        while i > lo and g[i] < held:
+            g[i] = held
+            i -= 1
+    return g
+
+
+def _backfill(rem: np.ndarray, first: int) -> np.ndarray:
+    """The time no counter explains, per interval, with each interval's excess moved back.
+
+    The library books a pause (a save, a load, an evaluation) when it ends: a pause longer than
+    the grid step shows as intervals without any counter, then one interval whose counters hold
+    more time than it has. That excess is the earlier intervals' time; it is taken from them, the
+    most recent first, so the pause is booked once, where it happened.
+    """
+    out = rem.copy()
+    for i in range(len(out) - 1, first + 1, -1):
+        if out[i] < 0:
+            out[i - 1] += out[i]
+            out[i] = 0.0
+    return out
 
 
 def _ffill_prev(x: np.ndarray) -> np.ndarray:
@@ -306,15 +341,16 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     if leading and not tail:
         g.recovery = total  # the job's start: startup until its first step
         return
+    if not g.restart and g.b >= j.last:
+        for kind, counter in (("checkpoint", j.save), ("eval", j.ev)):
+            if _due(j, counter, float(j.t[g.a - 1])):
+                g.pause, g.pause_kind = total, kind
+                return
     if not g.restart:
-        # Every rank stopped at once, no restart, and the GPUs neither spinning (a hang) nor lost:
-        # the signature of an evaluation or a blocking checkpoint the job did not report as a
-        # phase (docs/design.md#pauses-that-are-not-faults). It is a planned pause, not a stall.
-        util = gpu_busy(j.feat, j.nodes, g.a, g.b)
-        if util is not None and util < j.feat.config.hang_util:
-            g.pause = total
-        else:
-            g.stall = total
+        # No step and no counter, no restart: a stall, whether the job hung for a while, or paused
+        # (an evaluation, a blocking checkpoint) without reporting it; a reported pause's time is
+        # already taken out of the gap (_backfill).
+        g.stall = total
         return
     gprev = j.g[g.a - 1] if g.a > 0 else j.g[g.a]
     last_step = j.t[g.a - 1] - (tail / gprev if gprev else 0.0)
@@ -324,24 +360,40 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     g.recovery = total - g.stall
 
 
-def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
-    """Steps recomputed after the restart gap ``g``; their GPU-seconds go into ``g.rework`` and,
-    per interval, into ``per``."""
+def _due(j: _Job, counter: np.ndarray, start: float) -> bool:
+    """Whether a pause of the job's regular kind (saves, evaluations: ``counter``) was due to
+    begin at ``start``: the window's last gap is then that pause in progress, which the library
+    books only when it ends."""
+    idx = np.nonzero(counter > 0)[0]
+    if len(idx) < 2:
+        return False
+    starts = j.t[idx] - counter[idx] / np.maximum(j.g[idx], 1.0)
+    period = float(np.median(np.diff(starts)))
+    return abs(start - (starts[-1] + period)) <= 2 * j.step + 0.1 * period
+
+
+def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float:
+    """Steps recomputed after the restart gap ``g`` (up to grid time ``stop``, the next restart);
+    their GPU-seconds go into ``g.rework`` and, per interval, into ``per``.
+
+    The resume point is the new run's (``training_resumed_from_step`` once the run steps, else its
+    global step less the steps of its first interval): the gauge holds for a process's life, so
+    values from before the restart are the failed run's own resume point, not this one.
+    """
     nxt = g.b + 1
     if nxt >= len(j.t) or not j.iv[nxt]:
         return 0.0
+    stop = len(j.t) if stop is None else stop
     lost = 0.0
     if j.gstep is not None and np.isfinite(j.gstep[: g.a]).any():
         s1 = float(np.nanmax(j.gstep[: g.b + 1][np.isfinite(j.gstep[: g.b + 1])]))
-        after = j.gstep[g.a : min(nxt + 4, len(j.t))]
-        resumed = j.resumed[g.a : min(nxt + 4, len(j.t))] if j.resumed is not None else None
+        end = min(nxt + 4, stop, len(j.t))
+        resumed = j.resumed[nxt:end] if j.resumed is not None else None
+        steps = [i for i in range(nxt, end) if j.job_steps[i] > 0 and np.isfinite(j.gstep[i])]
         if resumed is not None and np.isfinite(resumed).any():
-            s0 = float(np.nanmin(resumed))
-        elif np.isfinite(after).any():
-            # the first value after the restart, less the steps done by then in its interval
-            vals = np.where(np.isfinite(after), after, np.inf)
-            k = int(np.argmin(vals))
-            s0 = float(vals[k]) - float(j.job_steps[g.a + k])
+            s0 = float(resumed[np.isfinite(resumed)][0])
+        elif steps:
+            s0 = float(j.gstep[steps[0]]) - float(j.job_steps[steps[0]])
         else:
             s0 = s1
         lost = max(s1 - s0, 0.0)
@@ -354,7 +406,7 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
             lost = float(j.job_steps[u + 1 : g.a].sum())
     need = lost
     i = nxt
-    while need > 1e-9 and i < len(j.t) and j.iv[i]:
+    while need > 1e-9 and i < stop and j.iv[i]:
         n = j.job_steps[i]
         if n > 0:
             frac = min(1.0, need / n)
@@ -419,13 +471,16 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     rework = np.zeros(len(j.t))
     gaps, edges = _gaps(j)
     restarts = [g for g in gaps if g.restart]
-    for g in restarts:
-        _rework(j, g, rework)
+    for n, g in enumerate(restarts):
+        _rework(j, g, rework, restarts[n + 1].a if n + 1 < len(restarts) else None)
     carried = feat.carry.step_base.get(job) if feat.carry is not None else None
     base, slow = _slowdown(j, findings, job, rework, carried)
     parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
     parts["checkpoint"] = float(j.save.sum() + j.load.sum())
-    parts["eval"] = float(j.ev.sum()) + sum(g.pause for g in gaps)
+    parts["eval"] = float(j.ev.sum())
+    for g in gaps:
+        if g.pause_kind:
+            parts[g.pause_kind] += g.pause
     parts["stall"] = sum(g.stall for g in gaps)
     parts["recovery"] = sum(g.recovery for g in gaps)
     parts["rework"] = float(rework.sum())
@@ -465,6 +520,10 @@ def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], j
             v = getattr(g, cat)
             if v > 0:
                 items.append(BadputItem(cat, v, a, b, label, f"{who} cost {v / 3600:.2f} GPU-hours of {cat}"))
+        if g.pause > 0:
+            what = "a checkpoint save" if g.pause_kind == "checkpoint" else "an evaluation"
+            text = f"{what} in progress at the window's end cost {g.pause / 3600:.2f} GPU-hours"
+            items.append(BadputItem(g.pause_kind, g.pause, a, b, None, text))
     for f, lost, a, b in slow:
         label = finding_label(f)
         items.append(
