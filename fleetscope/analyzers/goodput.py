@@ -187,7 +187,7 @@ class _Job:
         g = _bridge(present, BRIDGE_STEPS).sum(axis=1).astype(float)
         seen = np.nonzero(g > 0)[0]
         self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
-        self.g = _hold(g, self.first, self.last)
+        self.g = _hold(g, self.raw_g, self.first, self.last)
         if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
             own = int(np.searchsorted(self.t, own_start - 1e-6))
             self.first = max(self.first, own - 1)
@@ -253,24 +253,27 @@ class _Job:
         return out
 
 
-def _hold(g: np.ndarray, first: int, last: int) -> np.ndarray:
-    """The job's GPUs per grid time, held while it is down (it waits for its allocation).
+def _hold(g: np.ndarray, raw: np.ndarray, first: int, last: int) -> np.ndarray:
+    """The job's GPUs per grid time (``g``: with missed scrapes bridged), held while it is down
+    (``raw``, the ranks on the grid, is 0: the job waits for its allocation).
 
-    The held count is the most GPUs seen in the :data:`BRIDGE_STEPS` + 1 grid times before the
-    job vanished, and it also fills the grid times in which its nodes, scraped at different
-    offsets, vanished one after the other (a partial count there is not the allocation).
+    The held count is the most GPUs the job had since it was last down. It also fills the grid
+    times before it went down in which it had fewer: a crashed node's ranks vanish at the crash
+    while the others hang until the abort, and nodes scraped at different offsets vanish one
+    after the other; the allocation is whole until the job is down.
     """
     g = g.copy()
-    for a, b in iter_runs(g[: last + 1] == 0):
+    since = first
+    for a, b in iter_runs(raw[: last + 1] == 0):
         if a <= first:
             continue
-        lo = max(first, a - BRIDGE_STEPS - 1)
-        held = float(g[lo:a].max())
+        held = float(g[since:a].max())
         g[a : b + 1] = held
         i = a - 1
-        while i > lo and g[i] < held:
+        while i > since and g[i] < held:
             g[i] = held
             i -= 1
+        since = b + 1
     return g
 
 
@@ -407,7 +410,7 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float
     need = lost
     i = nxt
     while need > 1e-9 and i < stop and j.iv[i]:
-        n = j.job_steps[i]
+        n = j.steps[i] / j.g[i] if j.g[i] else 0.0  # the mean rank's steps, as ``train`` sums them
         if n > 0:
             frac = min(1.0, need / n)
             per[i] += frac * j.train[i]
