@@ -149,7 +149,8 @@ def goodput_accounts(
             continue
         save_s, saves, current = _checkpoints(j)
         if save_s is not None:
-            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current)
+            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current,
+                                 feat.config.failure_prior_node_days)  # fmt: skip
         out[job] = acct
     return out
 
