@@ -185,10 +185,18 @@ class _Job:
         self.step = feat.step
         present = r.present[:, cols]
         self.raw_g = present.sum(axis=1)
-        g = _bridge(present, BRIDGE_STEPS).sum(axis=1).astype(float)
+        #: Grid steps between samples (1 unless the grid is finer than the scrape interval).
+        self.spacing = _sample_spacing(_sum(r.steps[:, cols]) * np.ones(len(self.t)) > 0)
+        g = _bridge(present, BRIDGE_STEPS * self.spacing).sum(axis=1).astype(float)
         seen = np.nonzero(g > 0)[0]
         self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
-        self.g = _hold(g, self.raw_g, self.first, self.last)
+        #: The job is down: no rank on the grid for at least a sample's spacing (on a grid finer
+        #: than the scrape interval every rank is absent between its samples: not down then).
+        self.down = np.zeros(len(self.t), dtype=bool)
+        for a, b in iter_runs(self.raw_g == 0):
+            if b - a + 1 >= self.spacing:
+                self.down[a : b + 1] = True
+        self.g = _hold(g, self.down, self.first, self.last)
         if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
             own = int(np.searchsorted(self.t, own_start - 1e-6))
             self.first = max(self.first, own - 1)
@@ -228,7 +236,10 @@ class _Job:
         self.whole = np.where(iv, self.g * self.step, 0.0)
         for name in ("train", "save", "load", "ev", "steps", "job_steps"):
             setattr(self, name, np.where(iv, getattr(self, name), 0.0))
-        self.rem = _backfill(self.whole - self.train - self.save - self.load - self.ev, self.first)
+        paused = self.save + self.load + self.ev
+        busy = (self.steps > 0) | (paused > 0)
+        rem = self.whole - self.train - paused
+        self.rem = _backfill(rem, busy, paused, self.first)
 
     def step_time(self) -> float:
         """The median wall time of one step over the intervals that complete steps."""
@@ -248,15 +259,19 @@ class _Job:
             with np.errstate(invalid="ignore"):
                 out |= np.any(sign * (x2 - prev) > 0.5, axis=1)
         if self.steps_raw.size:
+            # A rank series that begins after the job has stepped (before: its nodes' first
+            # scrapes, at their own offsets, as the job starts).
+            stepped = np.nonzero(self.steps > 0)[0]
+            since = int(stepped[0]) if stepped.size else len(self.t)
             born = np.argmax(~np.isnan(self.steps_raw), axis=0)
-            for i in born[born > self.first]:
+            for i in born[(born > self.first) & (born > since)]:
                 out[i] = True
         return out
 
 
-def _hold(g: np.ndarray, raw: np.ndarray, first: int, last: int) -> np.ndarray:
-    """The job's GPUs per grid time (``g``: with missed scrapes bridged), held while it is down
-    (``raw``, the ranks on the grid, is 0: the job waits for its allocation).
+def _hold(g: np.ndarray, down: np.ndarray, first: int, last: int) -> np.ndarray:
+    """The job's GPUs per grid time (``g``: with missed scrapes bridged), held while it is
+    ``down`` (it waits for its allocation).
 
     The held count is the most GPUs the job had since it was last down. It also fills the grid
     times before it went down in which it had fewer: a crashed node's ranks vanish at the crash
@@ -265,7 +280,7 @@ def _hold(g: np.ndarray, raw: np.ndarray, first: int, last: int) -> np.ndarray:
     """
     g = g.copy()
     since = first
-    for a, b in iter_runs(raw[: last + 1] == 0):
+    for a, b in iter_runs(down[: last + 1]):
         if a <= first:
             continue
         held = float(g[since:a].max())
@@ -278,19 +293,37 @@ def _hold(g: np.ndarray, raw: np.ndarray, first: int, last: int) -> np.ndarray:
     return g
 
 
-def _backfill(rem: np.ndarray, first: int) -> np.ndarray:
-    """The time no counter explains, per interval, with each interval's excess moved back.
+def _backfill(rem: np.ndarray, busy: np.ndarray, paused: np.ndarray, first: int) -> np.ndarray:
+    """The time no counter explains, per interval (``rem``), with counted time moved back to
+    the intervals it was spent in.
 
-    The library books a pause (a save, a load, an evaluation) when it ends: a pause longer than
-    the grid step shows as intervals without any counter, then one interval whose counters hold
-    more time than it has. That excess is the earlier intervals' time; it is taken from them, the
-    most recent first, so the pause is booked once, where it happened.
+    The library books a pause (a save, a load, an evaluation: ``paused``) when it ends: a pause
+    longer than the grid step shows as intervals without any counter, then one interval whose
+    counters hold more time than it has. That excess goes back, interval by interval, until what
+    the earlier intervals left unexplained has taken it: the pause is booked once, where it
+    happened. The step time of a scrape (on a grid finer than the scrape interval, or counters a
+    little ahead of the grid) goes back only over the idle intervals just before it.
     """
     out = rem.copy()
-    for i in range(len(out) - 1, first + 1, -1):
-        if out[i] < 0:
-            out[i - 1] += out[i]
-            out[i] = 0.0
+    for p in range(first + 2, len(out)):  # step time: over the idle run just before, no further
+        if out[p] >= 0 or not busy[p]:
+            continue
+        need = min(-out[p], max(-(out[p] + paused[p]), 0.0))
+        i = p - 1
+        while need > 0 and i > first and not busy[i]:
+            take = min(max(out[i], 0.0), need)
+            out[i] -= take
+            out[p] += take
+            need -= take
+            i -= 1
+    carry = 0.0
+    for i in range(len(out) - 1, first, -1):  # pause time: as far back as it takes
+        v = out[i] - carry
+        if v >= 0 or i == first + 1:
+            out[i], carry = v, 0.0
+            continue
+        movable = min(-v, paused[i] + carry)
+        out[i], carry = v + movable, movable
     return out
 
 
@@ -307,7 +340,11 @@ def _gaps(j: _Job) -> tuple[list[_Gap], float]:
     still running at its end: productive)."""
     busy = (j.steps > 0) | (j.save + j.load + j.ev > 0)
     idle = j.iv & ~busy
-    gaps = [_Gap(a, b) for a, b in iter_runs(idle)]
+    spacing = j.spacing
+    gaps = [_Gap(a, b) for a, b in iter_runs(idle) if b - a + 1 >= spacing or a == j.first + 1 or b >= j.last]
+    for a, b in iter_runs(idle):
+        if b - a + 1 < spacing and a != j.first + 1 and b < j.last:
+            busy[a : b + 1] = True  # between two samples on a grid finer than the scrapes
     edges = 0.0
     tstep = j.step_time()
     resets = j.resets()
@@ -333,12 +370,22 @@ def _gaps(j: _Job) -> tuple[list[_Gap], float]:
     return gaps, edges
 
 
+def _sample_spacing(busy: np.ndarray) -> int:
+    """Grid steps between the job's counter updates while it runs: 1 on a grid no finer than
+    the scrape interval; on a finer one (``serve --step 5`` of 15 s scrapes) the idle grid times
+    between two samples are no gap."""
+    idx = np.nonzero(busy)[0]
+    if idx.size < 3:
+        return 1
+    return max(1, int(np.median(np.diff(idx))))
+
+
 def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     """Split a gap into stall (last step to the abort) and recovery (abort to the first step)."""
     tail = g.stall
     g.stall = 0.0
     leading = g.a == j.first + 1
-    absent = [i for i in range(g.a, g.b + 1) if j.raw_g[i] == 0]
+    absent = [i for i in range(g.a, g.b + 1) if j.down[i]]
     reset = [i for i in range(g.a, min(g.b + 2, len(j.t))) if resets[i]]
     g.restart = bool(absent or reset)
     total = max(g.gpu_s, 0.0)

@@ -12,6 +12,7 @@ import pytest
 
 from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES
+from fleetscope.analyzers.report_text import render_text
 from tests.analyzers.goodput_histories import History
 
 
@@ -61,3 +62,35 @@ def test_account_within_bounds_on_library_histories(name, tmp_path):
     assert all(abs(e) <= 0.02 for e in errors.values()), errors
     assert abs(errors["productive"]) <= 0.01, errors
     assert a.restarts == restarts
+
+
+def test_a_grid_finer_than_the_scrapes_gives_the_same_account(tmp_path):
+    """``serve --step 5`` over 15 s scrapes: the grid times between samples are no restart and no
+    stall (the demo page once showed a restart before any fault); the account is analyze's."""
+    h = History(nodes=4, seed=15, scrape=(15.0, 15.0), jitter_s=0.5, miss=0.0)
+    h.run_for(600).save(30).run_for(500).fail(150).run_for(700)
+    path = tmp_path / "fine.om"
+    h.write(path)
+    coarse = analyze_file(path).goodput["4711"]
+    fine = analyze_file(path, step=5.0).goodput["4711"]
+    assert coarse.restarts == fine.restarts == 1
+    for k in GOODPUT_CATEGORIES:
+        share = (
+            fine.gpu_seconds[k] / fine.whole_gpu_seconds - coarse.gpu_seconds[k] / coarse.whole_gpu_seconds
+        )
+        assert abs(share) <= 0.01, (k, share)
+    truth = h.truth(fine.start, fine.end)
+    for k in GOODPUT_CATEGORIES:
+        assert abs(fine.gpu_seconds[k] - truth[k]) <= 0.02 * fine.whole_gpu_seconds, k
+
+
+def test_report_says_when_the_advice_rests_on_the_prior(tmp_path):
+    h = History(nodes=4, seed=16)
+    h.run_for(600).save(30).run_for(600).save(30).run_for(600).save(30).run_for(300)
+    path = tmp_path / "quiet.om"
+    h.write(path)
+    report = analyze_file(path)
+    adv = report.goodput["4711"].advice
+    assert adv is not None and adv.prior and adv.failures == 0
+    assert adv.mtbf_s == pytest.approx(250 * 24 * 3600 / 4, rel=1e-6)
+    assert "no failure in the window: the prior, 1 per 250 node-days" in render_text(report)
