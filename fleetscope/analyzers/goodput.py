@@ -441,10 +441,13 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float
         end = min(nxt + 4, stop, len(j.t))
         resumed = j.resumed[nxt:end] if j.resumed is not None else None
         steps = [i for i in range(nxt, end) if j.job_steps[i] > 0 and np.isfinite(j.gstep[i])]
+        fresh = j.gstep[nxt:end][np.isfinite(j.gstep[nxt:end])]
         if resumed is not None and np.isfinite(resumed).any():
             s0 = float(resumed[np.isfinite(resumed)][0])
         elif steps:
             s0 = float(j.gstep[steps[0]]) - float(j.job_steps[steps[0]])
+        elif fresh.size:  # the new run's global step before its first step (0: a fresh start)
+            s0 = float(fresh[0])
         else:
             s0 = s1
         lost = max(s1 - s0, 0.0)

@@ -39,7 +39,13 @@ def _node_crash_then_hang(h: History) -> History:
     return h.run_for(300).fail(400).run_for(600)
 
 
+def _fresh_restart(h: History) -> History:
+    """A failure before the first save: the new run starts from step 0, everything is rework."""
+    return h.run_for(500).fail(100).run_for(900).save(30).run_for(300)
+
+
 HISTORIES = {
+    "fresh_restart": (dict(nodes=4, seed=17), _fresh_restart, 1),
     "resumed_before_and_inside": (dict(nodes=4, seed=11, window_start=1600.0), _resumed_before_and_inside, 2),
     "async_slow_load_pauses": (dict(nodes=6, seed=12), _async_slow_load_pauses, 1),
     "node_crash_then_hang": (dict(nodes=8, seed=13, miss=0.03), _node_crash_then_hang, 2),
