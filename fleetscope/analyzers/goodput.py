@@ -230,6 +230,10 @@ class _Job:
         self.steps_raw = (
             steps_raw[:, cols] if steps_raw.shape[1] == len(cols) else np.full((len(self.t), 0), np.nan)
         )
+        #: The job's first start is in the window: no rank before its first grid time, or its
+        #: ranks' step counters still at 0 there (the processes had just started).
+        first_steps = self.steps_raw[self.first] if self.steps_raw.size else np.zeros(0)
+        self.started_in_window = self.first > 0 or not np.nan_to_num(first_steps).any()
         iv = np.zeros(len(self.t), dtype=bool)
         iv[self.first + 1 : self.last + 1] = True
         self.iv = iv
@@ -393,10 +397,12 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
         g.recovery = total  # the job's start: startup until its first step
         return
     if not g.restart and g.b >= j.last:
-        for kind, counter in (("checkpoint", j.save), ("eval", j.ev)):
-            if _due(j, counter, float(j.t[g.a - 1])):
-                g.pause, g.pause_kind = total, kind
-                return
+        start = float(j.t[g.a - 1])
+        due = [(off, kind) for kind, counter in (("checkpoint", j.save), ("eval", j.ev))
+               if (off := _due(j, counter, start)) is not None]  # fmt: skip
+        if due:
+            g.pause, g.pause_kind = total, min(due)[1]
+            return
     if not g.restart:
         # No step and no counter, no restart: a stall, whether the job hung for a while, or paused
         # (an evaluation, a blocking checkpoint) without reporting it; a reported pause's time is
@@ -411,16 +417,23 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     g.recovery = total - g.stall
 
 
-def _due(j: _Job, counter: np.ndarray, start: float) -> bool:
-    """Whether a pause of the job's regular kind (saves, evaluations: ``counter``) was due to
-    begin at ``start``: the window's last gap is then that pause in progress, which the library
-    books only when it ends."""
+def _due(j: _Job, counter: np.ndarray, start: float) -> float | None:
+    """How far from ``start`` a pause of the job's regular kind (saves, evaluations: ``counter``)
+    was due to begin (None: not due then). The window's last gap is then that pause in progress,
+    which the library books only when it ends. The period is the median spacing of the pauses
+    seen, or, after one pause of a job that started in the window, its time since the start."""
     idx = np.nonzero(counter > 0)[0]
-    if len(idx) < 2:
-        return False
+    if not len(idx):
+        return None
     starts = j.t[idx] - counter[idx] / np.maximum(j.g[idx], 1.0)
-    period = float(np.median(np.diff(starts)))
-    return abs(start - (starts[-1] + period)) <= 2 * j.step + 0.1 * period
+    if len(idx) > 1:
+        period = float(np.median(np.diff(starts)))
+    elif j.started_in_window:
+        period = float(starts[0] - j.t[j.first])
+    else:
+        return None
+    off = abs(start - (starts[-1] + period))
+    return off if off <= 2 * j.step + 0.1 * period else None
 
 
 def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float:
