@@ -11,6 +11,7 @@ parsing it back (about 0.9 ms a rank a scrape) is skipped: it changes no value.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 
@@ -45,7 +46,26 @@ def spawn(
     layouts: Sequence[dict[str, int]] | None,
     convention: str = "palm",
 ) -> list[TrainingMonitor]:
-    """One monitor per rank of a starting run (its processes start at ``clock.now``)."""
+    """One monitor per rank of a starting run (its processes start at ``clock.now``); their
+    start-up lines (one per rank, at info level) are not logged."""
+    log = logging.getLogger("fleetscope.telemetry")
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        return _spawn(clock, job_id, ranks, gpus, attempt, layouts, convention)
+    finally:
+        log.setLevel(level)
+
+
+def _spawn(
+    clock: VirtualClock,
+    job_id: str,
+    ranks: Sequence[int],
+    gpus: Sequence[int],
+    attempt: int,
+    layouts: Sequence[dict[str, int]] | None,
+    convention: str,
+) -> list[TrainingMonitor]:
     return [
         TrainingMonitor(
             job_id,
