@@ -96,24 +96,30 @@ def samples(
     """Every rank's samples now, by metric: (extra label names, series keys, values).
 
     ``keys[i]``: the label values of monitor ``i``'s series (its rank labels, node and scrape
-    labels); each sample's own labels (``phase``, ``result``, the layout) are appended.
+    labels); each sample's own labels (``phase``, ``result``, the layout) are appended. Ranks
+    whose files hold the same series (nearly always all of a job's) are gathered in one array.
     """
+    groups: list[tuple[list, list[tuple[str, ...]], list[list[float]]]] = []
+    for m, key in zip(monitors, keys, strict=True):
+        smp = rank_samples(m.snapshot(), convention)
+        shape = [(metric, extra) for metric, extra, _ in smp]
+        if not groups or groups[-1][0] != shape:
+            groups.append((shape, [], []))
+        groups[-1][1].append(key)
+        groups[-1][2].append([float(v) for _, _, v in smp])
     names: dict[c.Metric, tuple[str, ...]] = {}
     rows: dict[c.Metric, list[tuple[str, ...]]] = {}
-    vals: dict[c.Metric, list[float]] = {}
-    for m, key in zip(monitors, keys, strict=True):
-        for metric, extra, value in rank_samples(m.snapshot(), convention):
-            row = rows.get(metric)
-            if row is None:
+    vals: dict[c.Metric, list[np.ndarray]] = {}
+    for shape, group_keys, values in groups:
+        arr = np.asarray(values, dtype=float)
+        for pos, (metric, extra) in enumerate(shape):
+            if metric not in names:
                 names[metric] = tuple(k for k, _ in extra)
-                row = rows[metric] = []
-                vals[metric] = []
-            row.append(key + tuple(v for _, v in extra) if extra else key)
-            vals[metric].append(value)
-    return {
-        metric.name: (names[metric], rows[metric], np.round(np.asarray(vals[metric], dtype=float), 6))
-        for metric in names
-    }
+                rows[metric], vals[metric] = [], []
+            tail = tuple(v for _, v in extra)
+            rows[metric].extend([k + tail for k in group_keys] if tail else group_keys)
+            vals[metric].append(arr[:, pos])
+    return {m.name: (names[m], rows[m], np.round(np.concatenate(vals[m]), 6)) for m in names}
 
 
 StepPhases = dict[str, np.ndarray]
