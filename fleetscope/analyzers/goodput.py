@@ -5,16 +5,19 @@ the allocation it held before). It is split into :data:`~fleetscope.analyzers.re
 
 * ``checkpoint``: save time (``training_checkpoint_save_seconds_total``, else the ``checkpoint``
   phase) and load time on restart (``training_checkpoint_load_seconds_total``);
-* ``eval``: the ``eval`` phase, and pauses of every rank at once that the job did not report (no
-  restart, the GPUs neither spinning nor lost: an evaluation or a blocking checkpoint);
+* ``eval``: the ``eval`` phase (evaluation the job reported);
 * ``stall`` and ``recovery``: the time no step completes and no phase counts (a *gap*). A gap in
   which the job stops (every rank's series gone, a counter reset, the global step going back, the
   restart attempt going up) is a failure: the time from the last step to the abort is ``stall``
   (the hang), from the abort to the first step after the restart ``recovery`` (requeue, startup,
-  communicator setup). A gap without a restart is a ``stall``; the job's first start is recovery;
-* ``rework``: steps recomputed after resuming from an older checkpoint (the global step went back
-  from S1 to S0: the step time until S1 is reached again; without the global step, the steps since
-  the last checkpoint began before the failure);
+  communicator setup). A gap without a restart is a ``stall`` (a pause the job did not report
+  too); the job's first start is recovery;
+* ``rework``: steps recomputed after resuming from an older checkpoint (from the new run's resume
+  point S0 up to the highest step S1 reached before: the step time until S1 is reached again;
+  without the global step, the steps since the last checkpoint began before the failure);
+
+The library books a pause's seconds when it ends; that time is moved back onto the grid
+intervals it was spent in (:func:`_backfill`), so a pause longer than a scrape is booked once.
 * ``slowdown``: while a straggler or MFU-drop finding of the job is open, the step time above the
   job's baseline step (the median step of the rest of the window);
 * ``productive``: the rest of the step time; ``idle``: what no counter explains.
