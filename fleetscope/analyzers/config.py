@@ -93,6 +93,12 @@ class DetectorConfig:
     #: Communication (optimizer phase) share growth that points at the network.
     comm_share_increase: float = 0.04
 
+    # --- goodput --------------------------------------------------------------------------
+    #: Node-days per failure the checkpoint advice assumes when the window saw none: published
+    #: fleet rates are one per 264 (Llama 3) and one per 238 (StepFun's fault trace) node-days
+    #: (docs/design.md#failure-rates).
+    failure_prior_node_days: float = 250.0
+
     # --- failing node ---------------------------------------------------------------------
     #: The job counts as stalled when no rank steps for this long.
     stall_s: float = 60.0

@@ -5,16 +5,19 @@ the allocation it held before). It is split into :data:`~fleetscope.analyzers.re
 
 * ``checkpoint``: save time (``training_checkpoint_save_seconds_total``, else the ``checkpoint``
   phase) and load time on restart (``training_checkpoint_load_seconds_total``);
-* ``eval``: the ``eval`` phase, and pauses of every rank at once that the job did not report (no
-  restart, the GPUs neither spinning nor lost: an evaluation or a blocking checkpoint);
+* ``eval``: the ``eval`` phase (evaluation the job reported);
 * ``stall`` and ``recovery``: the time no step completes and no phase counts (a *gap*). A gap in
   which the job stops (every rank's series gone, a counter reset, the global step going back, the
   restart attempt going up) is a failure: the time from the last step to the abort is ``stall``
   (the hang), from the abort to the first step after the restart ``recovery`` (requeue, startup,
-  communicator setup). A gap without a restart is a ``stall``; the job's first start is recovery;
-* ``rework``: steps recomputed after resuming from an older checkpoint (the global step went back
-  from S1 to S0: the step time until S1 is reached again; without the global step, the steps since
-  the last checkpoint began before the failure);
+  communicator setup). A gap without a restart is a ``stall`` (a pause the job did not report
+  too); the job's first start is recovery;
+* ``rework``: steps recomputed after resuming from an older checkpoint (from the new run's resume
+  point S0 up to the highest step S1 reached before: the step time until S1 is reached again;
+  without the global step, the steps since the last checkpoint began before the failure);
+
+The library books a pause's seconds when it ends; that time is moved back onto the grid
+intervals it was spent in (:func:`_backfill`), so a pause longer than a scrape is booked once.
 * ``slowdown``: while a straggler or MFU-drop finding of the job is open, the step time above the
   job's baseline step (the median step of the rest of the window);
 * ``productive``: the rest of the step time; ``idle``: what no counter explains.
@@ -37,7 +40,6 @@ from fleetscope.analyzers.checkpoint_advice import advise
 from fleetscope.analyzers.features import (
     RANK_KEY,
     Features,
-    gpu_busy,
     job_columns,
     place_columns,
     row_positions,
@@ -70,10 +72,12 @@ class _Gap:
     b: int  # last interval of the gap
     gpu_s: float = 0.0  # its GPU-seconds, the edges of the busy runs around it included
     restart: bool = False
-    pause: float = 0.0  # an unreported evaluation or checkpoint (GPUs idle or half busy)
     stall: float = 0.0
     recovery: float = 0.0
     rework: float = 0.0
+    #: A save or an evaluation still in progress at the window's end (booked when it ends).
+    pause: float = 0.0
+    pause_kind: str = ""
 
 
 def _aligned(feat: Features, name: str, cols: np.ndarray, how: str = "max") -> np.ndarray | None:
@@ -148,7 +152,8 @@ def goodput_accounts(
             continue
         save_s, saves, current = _checkpoints(j)
         if save_s is not None:
-            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current)
+            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current,
+                                 feat.config.failure_prior_node_days)  # fmt: skip
         out[job] = acct
     return out
 
@@ -183,13 +188,18 @@ class _Job:
         self.step = feat.step
         present = r.present[:, cols]
         self.raw_g = present.sum(axis=1)
-        g = _bridge(present, BRIDGE_STEPS).sum(axis=1).astype(float)
+        #: Grid steps between samples (1 unless the grid is finer than the scrape interval).
+        self.spacing = _sample_spacing(_sum(r.steps[:, cols]) * np.ones(len(self.t)) > 0)
+        g = _bridge(present, BRIDGE_STEPS * self.spacing).sum(axis=1).astype(float)
         seen = np.nonzero(g > 0)[0]
         self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
-        for i in range(self.first + 1, self.last + 1):
-            if g[i] == 0:
-                g[i] = g[i - 1]  # down: the job holds (waits for) its allocation
-        self.g = g
+        #: The job is down: no rank on the grid for at least a sample's spacing (on a grid finer
+        #: than the scrape interval every rank is absent between its samples: not down then).
+        self.down = np.zeros(len(self.t), dtype=bool)
+        for a, b in iter_runs(self.raw_g == 0):
+            if b - a + 1 >= self.spacing:
+                self.down[a : b + 1] = True
+        self.g = _hold(g, self.down, self.first, self.last)
         if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
             own = int(np.searchsorted(self.t, own_start - 1e-6))
             self.first = max(self.first, own - 1)
@@ -223,13 +233,20 @@ class _Job:
         self.steps_raw = (
             steps_raw[:, cols] if steps_raw.shape[1] == len(cols) else np.full((len(self.t), 0), np.nan)
         )
+        #: The job's first start is in the window: no rank before its first grid time, or its
+        #: ranks' step counters still at 0 there (the processes had just started).
+        first_steps = self.steps_raw[self.first] if self.steps_raw.size else np.zeros(0)
+        self.started_in_window = self.first > 0 or not np.nan_to_num(first_steps).any()
         iv = np.zeros(len(self.t), dtype=bool)
         iv[self.first + 1 : self.last + 1] = True
         self.iv = iv
         self.whole = np.where(iv, self.g * self.step, 0.0)
         for name in ("train", "save", "load", "ev", "steps", "job_steps"):
             setattr(self, name, np.where(iv, getattr(self, name), 0.0))
-        self.rem = self.whole - self.train - self.save - self.load - self.ev
+        paused = self.save + self.load + self.ev
+        busy = (self.steps > 0) | (paused > 0)
+        rem = self.whole - self.train - paused
+        self.rem = _backfill(rem, busy, paused, self.first)
 
     def step_time(self) -> float:
         """The median wall time of one step over the intervals that complete steps."""
@@ -249,10 +266,72 @@ class _Job:
             with np.errstate(invalid="ignore"):
                 out |= np.any(sign * (x2 - prev) > 0.5, axis=1)
         if self.steps_raw.size:
+            # A rank series that begins after the job has stepped (before: its nodes' first
+            # scrapes, at their own offsets, as the job starts).
+            stepped = np.nonzero(self.steps > 0)[0]
+            since = int(stepped[0]) if stepped.size else len(self.t)
             born = np.argmax(~np.isnan(self.steps_raw), axis=0)
-            for i in born[born > self.first]:
+            for i in born[(born > self.first) & (born > since)]:
                 out[i] = True
         return out
+
+
+def _hold(g: np.ndarray, down: np.ndarray, first: int, last: int) -> np.ndarray:
+    """The job's GPUs per grid time (``g``: with missed scrapes bridged), held while it is
+    ``down`` (it waits for its allocation).
+
+    The held count is the most GPUs the job had since it was last down. It also fills the grid
+    times before it went down in which it had fewer: a crashed node's ranks vanish at the crash
+    while the others hang until the abort, and nodes scraped at different offsets vanish one
+    after the other; the allocation is whole until the job is down.
+    """
+    g = g.copy()
+    since = first
+    for a, b in iter_runs(down[: last + 1]):
+        if a <= first:
+            continue
+        held = float(g[since:a].max())
+        g[a : b + 1] = held
+        i = a - 1
+        while i > since and g[i] < held:
+            g[i] = held
+            i -= 1
+        since = b + 1
+    return g
+
+
+def _backfill(rem: np.ndarray, busy: np.ndarray, paused: np.ndarray, first: int) -> np.ndarray:
+    """The time no counter explains, per interval (``rem``), with counted time moved back to
+    the intervals it was spent in.
+
+    The library books a pause (a save, a load, an evaluation: ``paused``) when it ends: a pause
+    longer than the grid step shows as intervals without any counter, then one interval whose
+    counters hold more time than it has. That excess goes back, interval by interval, until what
+    the earlier intervals left unexplained has taken it: the pause is booked once, where it
+    happened. The step time of a scrape (on a grid finer than the scrape interval, or counters a
+    little ahead of the grid) goes back only over the idle intervals just before it.
+    """
+    out = rem.copy()
+    for p in range(first + 2, len(out)):  # step time: over the idle run just before, no further
+        if out[p] >= 0 or not busy[p]:
+            continue
+        need = min(-out[p], max(-(out[p] + paused[p]), 0.0))
+        i = p - 1
+        while need > 0 and i > first and not busy[i]:
+            take = min(max(out[i], 0.0), need)
+            out[i] -= take
+            out[p] += take
+            need -= take
+            i -= 1
+    carry = 0.0
+    for i in range(len(out) - 1, first, -1):  # pause time: as far back as it takes
+        v = out[i] - carry
+        if v >= 0 or i == first + 1:
+            out[i], carry = v, 0.0
+            continue
+        movable = min(-v, paused[i] + carry)
+        out[i], carry = v + movable, movable
+    return out
 
 
 def _ffill_prev(x: np.ndarray) -> np.ndarray:
@@ -268,7 +347,11 @@ def _gaps(j: _Job) -> tuple[list[_Gap], float]:
     still running at its end: productive)."""
     busy = (j.steps > 0) | (j.save + j.load + j.ev > 0)
     idle = j.iv & ~busy
-    gaps = [_Gap(a, b) for a, b in iter_runs(idle)]
+    spacing = j.spacing
+    gaps = [_Gap(a, b) for a, b in iter_runs(idle) if b - a + 1 >= spacing or a == j.first + 1 or b >= j.last]
+    for a, b in iter_runs(idle):
+        if b - a + 1 < spacing and a != j.first + 1 and b < j.last:
+            busy[a : b + 1] = True  # between two samples on a grid finer than the scrapes
     edges = 0.0
     tstep = j.step_time()
     resets = j.resets()
@@ -294,27 +377,40 @@ def _gaps(j: _Job) -> tuple[list[_Gap], float]:
     return gaps, edges
 
 
+def _sample_spacing(busy: np.ndarray) -> int:
+    """Grid steps between the job's counter updates while it runs: 1 on a grid no finer than
+    the scrape interval; on a finer one (``serve --step 5`` of 15 s scrapes) the idle grid times
+    between two samples are no gap."""
+    idx = np.nonzero(busy)[0]
+    if idx.size < 3:
+        return 1
+    return max(1, int(np.median(np.diff(idx))))
+
+
 def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     """Split a gap into stall (last step to the abort) and recovery (abort to the first step)."""
     tail = g.stall
     g.stall = 0.0
     leading = g.a == j.first + 1
-    absent = [i for i in range(g.a, g.b + 1) if j.raw_g[i] == 0]
+    absent = [i for i in range(g.a, g.b + 1) if j.down[i]]
     reset = [i for i in range(g.a, min(g.b + 2, len(j.t))) if resets[i]]
     g.restart = bool(absent or reset)
     total = max(g.gpu_s, 0.0)
     if leading and not tail:
         g.recovery = total  # the job's start: startup until its first step
         return
+    if not g.restart and g.b >= j.last:
+        start = float(j.t[g.a - 1])
+        due = [(off, kind) for kind, counter in (("checkpoint", j.save), ("eval", j.ev))
+               if (off := _due(j, counter, start)) is not None]  # fmt: skip
+        if due:
+            g.pause, g.pause_kind = total, min(due)[1]
+            return
     if not g.restart:
-        # Every rank stopped at once, no restart, and the GPUs neither spinning (a hang) nor lost:
-        # the signature of an evaluation or a blocking checkpoint the job did not report as a
-        # phase (docs/design.md#pauses-that-are-not-faults). It is a planned pause, not a stall.
-        util = gpu_busy(j.feat, j.nodes, g.a, g.b)
-        if util is not None and util < j.feat.config.hang_util:
-            g.pause = total
-        else:
-            g.stall = total
+        # No step and no counter, no restart: a stall, whether the job hung for a while, or paused
+        # (an evaluation, a blocking checkpoint) without reporting it; a reported pause's time is
+        # already taken out of the gap (_backfill).
+        g.stall = total
         return
     gprev = j.g[g.a - 1] if g.a > 0 else j.g[g.a]
     last_step = j.t[g.a - 1] - (tail / gprev if gprev else 0.0)
@@ -324,24 +420,50 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
     g.recovery = total - g.stall
 
 
-def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
-    """Steps recomputed after the restart gap ``g``; their GPU-seconds go into ``g.rework`` and,
-    per interval, into ``per``."""
+def _due(j: _Job, counter: np.ndarray, start: float) -> float | None:
+    """How far from ``start`` a pause of the job's regular kind (saves, evaluations: ``counter``)
+    was due to begin (None: not due then). The window's last gap is then that pause in progress,
+    which the library books only when it ends. The period is the median spacing of the pauses
+    seen, or, after one pause of a job that started in the window, its time since the start."""
+    idx = np.nonzero(counter > 0)[0]
+    if not len(idx):
+        return None
+    starts = j.t[idx] - counter[idx] / np.maximum(j.g[idx], 1.0)
+    if len(idx) > 1:
+        period = float(np.median(np.diff(starts)))
+    elif j.started_in_window:
+        period = float(starts[0] - j.t[j.first])
+    else:
+        return None
+    off = abs(start - (starts[-1] + period))
+    return off if off <= 2 * j.step + 0.1 * period else None
+
+
+def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float:
+    """Steps recomputed after the restart gap ``g`` (up to grid time ``stop``, the next restart);
+    their GPU-seconds go into ``g.rework`` and, per interval, into ``per``.
+
+    The resume point is the new run's (``training_resumed_from_step`` once the run steps, else its
+    global step less the steps of its first interval): the gauge holds for a process's life, so
+    values from before the restart are the failed run's own resume point, not this one.
+    """
     nxt = g.b + 1
     if nxt >= len(j.t) or not j.iv[nxt]:
         return 0.0
+    stop = len(j.t) if stop is None else stop
     lost = 0.0
     if j.gstep is not None and np.isfinite(j.gstep[: g.a]).any():
         s1 = float(np.nanmax(j.gstep[: g.b + 1][np.isfinite(j.gstep[: g.b + 1])]))
-        after = j.gstep[g.a : min(nxt + 4, len(j.t))]
-        resumed = j.resumed[g.a : min(nxt + 4, len(j.t))] if j.resumed is not None else None
+        end = min(nxt + 4, stop, len(j.t))
+        resumed = j.resumed[nxt:end] if j.resumed is not None else None
+        steps = [i for i in range(nxt, end) if j.job_steps[i] > 0 and np.isfinite(j.gstep[i])]
+        fresh = j.gstep[nxt:end][np.isfinite(j.gstep[nxt:end])]
         if resumed is not None and np.isfinite(resumed).any():
-            s0 = float(np.nanmin(resumed))
-        elif np.isfinite(after).any():
-            # the first value after the restart, less the steps done by then in its interval
-            vals = np.where(np.isfinite(after), after, np.inf)
-            k = int(np.argmin(vals))
-            s0 = float(vals[k]) - float(j.job_steps[g.a + k])
+            s0 = float(resumed[np.isfinite(resumed)][0])
+        elif steps:
+            s0 = float(j.gstep[steps[0]]) - float(j.job_steps[steps[0]])
+        elif fresh.size:  # the new run's global step before its first step (0: a fresh start)
+            s0 = float(fresh[0])
         else:
             s0 = s1
         lost = max(s1 - s0, 0.0)
@@ -354,8 +476,8 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray) -> float:
             lost = float(j.job_steps[u + 1 : g.a].sum())
     need = lost
     i = nxt
-    while need > 1e-9 and i < len(j.t) and j.iv[i]:
-        n = j.job_steps[i]
+    while need > 1e-9 and i < stop and j.iv[i]:
+        n = j.steps[i] / j.g[i] if j.g[i] else 0.0  # the mean rank's steps, as ``train`` sums them
         if n > 0:
             frac = min(1.0, need / n)
             per[i] += frac * j.train[i]
@@ -419,13 +541,16 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     rework = np.zeros(len(j.t))
     gaps, edges = _gaps(j)
     restarts = [g for g in gaps if g.restart]
-    for g in restarts:
-        _rework(j, g, rework)
+    for n, g in enumerate(restarts):
+        _rework(j, g, rework, restarts[n + 1].a if n + 1 < len(restarts) else None)
     carried = feat.carry.step_base.get(job) if feat.carry is not None else None
     base, slow = _slowdown(j, findings, job, rework, carried)
     parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
     parts["checkpoint"] = float(j.save.sum() + j.load.sum())
-    parts["eval"] = float(j.ev.sum()) + sum(g.pause for g in gaps)
+    parts["eval"] = float(j.ev.sum())
+    for g in gaps:
+        if g.pause_kind:
+            parts[g.pause_kind] += g.pause
     parts["stall"] = sum(g.stall for g in gaps)
     parts["recovery"] = sum(g.recovery for g in gaps)
     parts["rework"] = float(rework.sum())
@@ -465,6 +590,10 @@ def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], j
             v = getattr(g, cat)
             if v > 0:
                 items.append(BadputItem(cat, v, a, b, label, f"{who} cost {v / 3600:.2f} GPU-hours of {cat}"))
+        if g.pause > 0:
+            what = "a checkpoint save" if g.pause_kind == "checkpoint" else "an evaluation"
+            text = f"{what} in progress at the window's end cost {g.pause / 3600:.2f} GPU-hours"
+            items.append(BadputItem(g.pause_kind, g.pause, a, b, None, text))
     for f, lost, a, b in slow:
         label = finding_label(f)
         items.append(

@@ -156,7 +156,9 @@ class CheckpointAdviceModel(BaseModel):
     failures: int
     node_hours: float
     failures_per_node_hour: float
-    prior: bool = Field(description="true: no failure in the window, the prior of one per 1,000 node-days")
+    prior: bool = Field(
+        description="true: no failure in the window, the advice rests on the prior (analyzer config failure_prior_node_days, default one per 250 node-days)"
+    )
     mtbf_s: float
     young_s: float
     daly_s: float

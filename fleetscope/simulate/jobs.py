@@ -36,6 +36,7 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
+from fleetscope.simulate import ranks as _ranks
 from fleetscope.simulate.model import (
     COMM_S,
     COMPUTE_S,
@@ -47,6 +48,7 @@ from fleetscope.simulate.model import (
     Series,
 )
 from fleetscope.simulate.spec import FaultSpec, JobSpec
+from fleetscope.telemetry.monitor import TrainingMonitor
 
 EVAL = "eval"
 #: Phases the realistic model reports (``eval`` whether or not the contract lists it yet).
@@ -116,10 +118,13 @@ class Job:
     high_step: float = 0.0  # the highest global step reached (steps below it after a resume: rework)
     saved: bool = False  # a save has succeeded (a restart loads it; else it starts afresh)
     attempt: int = 0  # training_restart_attempt of the current run
-    resumed: float = math.nan  # training_resumed_from_step of the current run (NaN: a fresh start)
     started: float = 0.0  # scenario time the current run's processes started
-    startup: float = math.nan  # its first step's end less ``started`` (NaN until that step)
     load: tuple[float, float] | None = None  # (start, end) of the current run's checkpoint load
+    #: The current run's ranks (one TrainingMonitor each, by rank; started lazily at ``started``).
+    mons: list[TrainingMonitor] = field(default_factory=list)
+    spawned: bool = False
+    #: The pause every live rank is inside (``with monitor.checkpoint()`` / ``evaluation()``).
+    open: list = field(default_factory=list)
 
     @property
     def world(self) -> int:
@@ -143,9 +148,8 @@ class RealisticModel(ClusterModel):
         self.stuck = np.zeros(G, dtype=bool)  # the rank stuck in host code during a host hang
         self.acc: dict[str, np.ndarray] = {}
         self.missing_nodes: set[int] = set()
-        # Per-rank checkpoint counters and gauges (reset with the rank's process); NaN: absent.
-        self.ck = {k: np.zeros(G) for k in ("ok", "failed", "bytes", "loads", "load_s")}
-        self.ck_last = {k: np.full(G, np.nan) for k in ("ts", "step")}
+        #: The monitors' clock: the Unix time of the call the simulator makes into them.
+        self.clock = _ranks.VirtualClock(self.t)
         self._mask_cache: dict[tuple, np.ndarray] = {}
         jspecs = spec.jobs or [JobSpec(job_id=spec.job_id, pipeline_stages=spec.pipeline_stages,
                                        tensor_parallel=spec.tensor_parallel, mfu=spec.mfu)]  # fmt: skip
@@ -160,6 +164,7 @@ class RealisticModel(ClusterModel):
             self._layout(job)
             job.t0 = self._nominal_step(job)
             self.jobs.append(job)
+            self._spawn(job)
         for f in spec.faults:
             if f.kind in ("hang", "node_drain"):
                 target = self._job_at(f.node)
@@ -199,17 +204,33 @@ class RealisticModel(ClusterModel):
         self._reset_job_counters(job)
 
     def _reset_job_counters(self, job: Job) -> None:
-        s = job.slots
-        for arr in (self.r_steps, self.r_step_s, self.r_tokens, self.r_flops):
-            arr[s] = 0.0
-        for p in self.r_phase.values():
-            p[s] = 0.0
-        self.r_last_ts[s] = self.t
-        for arr in self.ck.values():
-            arr[s] = 0.0
-        for arr in self.ck_last.values():
-            arr[s] = np.nan
+        """The job's ranks are laid out anew: its processes (monitors) start at its next run."""
+        _ranks.close(job.mons)
+        job.mons = []
+        job.open = []
+        job.spawned = False
         job.epoch += 1
+
+    def _at(self, jt: float) -> None:
+        """Set the monitors' clock to scenario time ``jt`` (a Unix time on the model's clock)."""
+        self.clock.now = self.t - (self.elapsed - jt)
+
+    def _live(self, job: Job) -> np.ndarray:
+        """Positions (ranks) of the job's ranks whose processes live."""
+        return np.nonzero(self.r_alive[job.slots])[0]
+
+    def _spawn(self, job: Job) -> None:
+        """The run's processes start (at ``job.started``): one TrainingMonitor per rank, whose rank
+        file the exporter serves from then on."""
+        self._at(job.started)
+        sl = job.slots
+        layouts = None
+        if self.spec.emit_layout:
+            layouts = [dict(zip(LAYOUT, (int(job.stage[r]), int(job.dp_rank[r]), int(job.tp_rank[r])),
+                                strict=True)) for r in range(len(sl))]  # fmt: skip
+        job.mons = _ranks.spawn(self.clock, job.spec.job_id, list(range(len(sl))),
+                                [int(self.slot_gpu[s]) for s in sl], job.attempt, layouts)  # fmt: skip
+        job.spawned = True
 
     def _job_at(self, node: int) -> Job | None:
         for job in self.jobs:
@@ -360,6 +381,7 @@ class RealisticModel(ClusterModel):
         job.pending_gs = 0.0
         job.pending = None
         job.pause = None
+        job.open = []  # a pause in progress never ends
         job.abort_at = job.jt + f.stall_s
         if f.cause == "xid79":
             self._xid(s, 79)
@@ -378,6 +400,9 @@ class RealisticModel(ClusterModel):
         job.pending = None
         job.pause = None
         self.r_alive[job.slots] = False
+        _ranks.close(job.mons)
+        job.mons = []
+        job.open = []
 
     def _restart(self, job: Job, f: FaultSpec, mode: str) -> None:
         nodes = list(job.nodes)
@@ -403,10 +428,9 @@ class RealisticModel(ClusterModel):
         job.pause = ("warmup", job.jt + WARMUP_S)
         job.attempt += 1
         job.started = job.jt
-        job.startup = math.nan
-        job.resumed = job.ckpt_step if job.saved else math.nan
         load_s = min(LOAD_SHARE * self.spec.checkpoint_s, WARMUP_S / 2)
         job.load = (job.jt + WARMUP_S - load_s, job.jt + WARMUP_S) if job.saved else None
+        self._spawn(job)
 
     # ------------------------------------------------------------------ one tick
     def tick(self, dt: float, scenario_dt: float | None = None) -> None:
@@ -475,30 +499,31 @@ class RealisticModel(ClusterModel):
         loading = 0.0
         if kind == "warmup" and job.load is not None:  # the restart's checkpoint load
             loading = max(0.0, min(job.jt + piece, job.load[1]) - max(job.jt, job.load[0]))
-            self.ck["load_s"][sl[self.r_alive[sl]]] += loading
             job.goodput["checkpoint"] += loading * job.world
-        job.goodput["recovery" if kind == "warmup" else kind] += (piece - loading) * job.world
+        # An evaluation the job does not report is, to the account, time no counter explains.
+        unreported = kind == EVAL and not self.spec.eval_phase
+        job.goodput["recovery" if kind == "warmup" else "stall" if unreported else kind] += (
+            piece - loading
+        ) * job.world
         if kind == "checkpoint":
-            self.r_phase["checkpoint"][sl] += piece
             self.acc_ck_bytes[job.nodes] += piece * CKPT_BYTES_PER_S * self.spec.checkpoint_s / job.ck_len
-        elif kind == EVAL and self.spec.eval_phase:
-            self.r_phase[EVAL][sl] += piece
         job.jt += piece
         if job.jt >= end - 1e-9:
             job.pause = None
+            self._at(job.jt)
+            for ctx in job.open:  # the library books the pause when it ends
+                ctx.__exit__(None, None, None)
+            job.open = []
             if kind == "checkpoint":
                 self._saved(job)
             elif kind == "warmup" and job.load is not None:
-                self.ck["loads"][sl[self.r_alive[sl]]] += 1
+                load_s = job.load[1] - job.load[0]
+                resumed = int(job.ckpt_step)
+                _ranks.each(job.mons, self._live(job), lambda m: m.checkpoint_loaded(resumed, load_s))
                 job.load = None
 
     def _saved(self, job: Job) -> None:
-        """A save completed: every live rank counts it, its bytes, its time and the step it holds."""
-        live = job.slots[self.r_alive[job.slots]]
-        self.ck["ok"][live] += 1
-        self.ck["bytes"][live] += CKPT_BYTES_PER_S * self.spec.checkpoint_s * len(job.nodes) / job.world
-        self.ck_last["ts"][live] = self.t - (self.elapsed - job.jt)
-        self.ck_last["step"][live] = job.global_step
+        """A save completed (its ranks counted it when their ``checkpoint()`` blocks ended)."""
         job.ckpt_step = job.global_step  # what a restart resumes from
         job.saved = True
 
@@ -511,10 +536,15 @@ class RealisticModel(ClusterModel):
                 job.ck_len = self.spec.checkpoint_s * eff["fsx"] * (0.9 + 0.2 * self.rng.random())
                 job.pause = ("checkpoint", job.jt + job.ck_len)
                 job.next_ckpt += self.spec.checkpoint_every_s
+                nbytes = CKPT_BYTES_PER_S * self.spec.checkpoint_s * len(job.nodes) / job.world
+                saved = int(job.global_step)
+                self._enter(job, lambda m: m.checkpoint(step=saved, nbytes=nbytes))
                 return
             if job.jt >= job.next_eval:
                 job.pause = (EVAL, job.jt + self.spec.eval_s * (0.85 + 0.3 * self.rng.random()))
                 job.next_eval += self.spec.eval_every_s
+                if self.spec.eval_phase:
+                    self._enter(job, lambda m: m.evaluation())
                 return
             step = self._step(job, eff, self.rng)
             step["start"], step["end"] = job.jt, job.jt + step["T"]
@@ -532,20 +562,19 @@ class RealisticModel(ClusterModel):
             self._commit(job, step)
             job.pending = None
 
+    def _enter(self, job: Job, pause) -> None:
+        """Every live rank enters a pause (a ``with`` block of its monitor) now."""
+        self._at(job.jt)
+        job.open = [pause(job.mons[i]) for i in self._live(job).tolist()]
+        for ctx in job.open:
+            ctx.__enter__()
+
     def _commit(self, job: Job, step: dict) -> None:
-        sl = job.slots
-        live = sl[self.r_alive[sl]]
-        idx = self.r_alive[sl]
-        self.r_steps[live] += 1
-        self.r_step_s[live] += step["T"]
-        for p, v in step["phases"].items():
-            self.r_phase[p][live] += v[idx]
-        self.r_tokens[live] += TOKENS_PER_STEP * job.spec.step_scale
+        """Every live rank completes the step: its monitor counts its phases and the step."""
         flops = job.spec.mfu * self.peak.get("bf16", 0.9895e15) * job.t0
-        self.r_flops[live] += flops
-        self.r_last_ts[live] = self.t - (self.elapsed - step["end"])
-        if math.isnan(job.startup):
-            job.startup = step["end"] - job.started
+        self._at(step["end"])
+        _ranks.commit_step(job.mons, self._live(job), step["T"], step["phases"],
+                           TOKENS_PER_STEP * job.spec.step_scale, flops)  # fmt: skip
         self._account_step(job, step)
         job.global_step += 1
 
@@ -691,13 +720,14 @@ class RealisticModel(ClusterModel):
         return out
 
     def _training_series(self, out: dict[str, Series]) -> None:
+        """Every live rank's training series: its monitor's samples, as the exporter serves them."""
         if not self.spec.training_telemetry:
             return
-        sl = self._scrape_names()
-        tl = c.TRAINING_LABELS + sl
+        tl = c.TRAINING_LABELS + self._scrape_names()
         slots = np.nonzero((self.job_of >= 0) & self.r_alive & self.node_present[self.slot_node])[0]
-        ver = (tuple(j.epoch for j in self.jobs), tuple(slots))
         jobs = self.jobs
+        slots = np.array([s for s in slots if jobs[self.job_of[s]].spawned], dtype=int)
+        ver = (tuple(j.epoch for j in jobs), tuple(slots))
 
         def key(s: int) -> tuple[str, ...]:
             n = int(self.slot_node[s])
@@ -705,61 +735,14 @@ class RealisticModel(ClusterModel):
                     self.hostnames[n], str(int(self.slot_gpu[s]))) + self._scrape(n)  # fmt: skip
 
         keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
-        out[c.TRAINING_STEPS] = Series(tl, keys, self.r_steps[slots])
-        out[c.TRAINING_STEP_SECONDS] = Series(tl, keys, np.round(self.r_step_s[slots], 6))
-        out[c.TRAINING_TOKENS] = Series(tl, keys, self.r_tokens[slots])
-        out[c.TRAINING_MODEL_FLOPS] = Series(tl, keys, self.r_flops[slots])
+        mons = [jobs[self.job_of[s]].mons[self.rank_of[s]] for s in slots]
         gstep = np.array([jobs[j].global_step for j in self.job_of[slots]], dtype=float)
         loss = 2.1 + 6 * np.exp(-gstep / 3000) + self.rng.normal(0, 0.02, len(slots))
-        out[c.TRAINING_LOSS] = Series(tl, keys, np.round(loss, 4))
-        out[c.TRAINING_GLOBAL_STEP] = Series(tl, keys, gstep)
-        out[c.TRAINING_LAST_STEP_TIMESTAMP] = Series(tl, keys, np.round(self.r_last_ts[slots], 3))
-        phases = [
-            p for p in self.PHASES if p != EVAL or (self.spec.eval_phase and self.spec.eval_every_s > 0)
-        ]
-        phl = tl + ("phase",)
-        phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in phases for k in keys])
-        phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in phases])
-        out[c.TRAINING_PHASE_SECONDS] = Series(phl, phkeys, phv)
-        il = tl + ("flops_convention",) + (LAYOUT if self.spec.emit_layout else ())
-
-        def info(s: int, k: tuple[str, ...]) -> tuple[str, ...]:
-            if not self.spec.emit_layout:
-                return k + ("palm",)
-            job = jobs[self.job_of[s]]
-            r = int(self.rank_of[s])
-            return k + ("palm", str(int(job.stage[r])), str(int(job.dp_rank[r])), str(int(job.tp_rank[r])))
-
-        ikeys = self._cached("info", ver, lambda: [info(int(s), k) for s, k in zip(slots, keys, strict=True)])
-        out[c.TRAINING_INFO] = Series(il, ikeys, np.ones(len(slots)))
-        self._checkpoint_series(out, tl, keys, slots, ver)
-
-    def _checkpoint_series(self, out: dict[str, Series], tl: tuple[str, ...], keys: list,
-                           slots: np.ndarray, ver: tuple) -> None:  # fmt: skip
-        """Checkpoint saves and loads, the restart attempt, the resumed-from step and the startup
-        time of every live rank (after the other training series: it draws no random numbers)."""
-        ck, last = self.ck, self.ck_last
-        rl = tl + (c.CHECKPOINT_RESULT_LABEL,)
-        rkeys = self._cached("ck_result", ver, lambda: [k + (r,) for r in c.CHECKPOINT_RESULTS for k in keys])
-        out[c.TRAINING_CHECKPOINT_SAVES] = Series(
-            rl, rkeys, np.concatenate([ck["ok"][slots], ck["failed"][slots]])
-        )
-        out[c.TRAINING_CHECKPOINT_SAVE_SECONDS] = Series(
-            tl, keys, np.round(self.r_phase["checkpoint"][slots], 6)
-        )
-        out[c.TRAINING_CHECKPOINT_SAVE_BYTES] = Series(tl, keys, np.round(ck["bytes"][slots]))
-        out[c.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP] = Series(tl, keys, np.round(last["ts"][slots], 3))
-        out[c.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP] = Series(tl, keys, last["step"][slots])
-        out[c.TRAINING_CHECKPOINT_LOADS] = Series(tl, keys, ck["loads"][slots])
-        out[c.TRAINING_CHECKPOINT_LOAD_SECONDS] = Series(tl, keys, np.round(ck["load_s"][slots], 6))
-        jobs = [self.jobs[j] for j in self.job_of[slots]]
-        per_job = {
-            c.TRAINING_RESTART_ATTEMPT: [float(j.attempt) for j in jobs],
-            c.TRAINING_RESUMED_FROM_STEP: [j.resumed for j in jobs],
-            c.TRAINING_STARTUP_SECONDS: [round(j.startup, 3) for j in jobs],
-        }
-        for name, values in per_job.items():
-            out[name] = Series(tl, keys, np.array(values, dtype=float))
+        for m, value in zip(mons, np.round(loss, 4).tolist(), strict=True):
+            m.set_loss(value)
+        for name, (extra, rows, values) in _ranks.samples(mons, keys).items():
+            cached = self._cached(f"train:{name}", rows, lambda rows=rows: rows)
+            out[name] = Series(tl + extra, cached, values)
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}

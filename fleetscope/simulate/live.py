@@ -9,6 +9,7 @@ scenario's clock (fault onsets, stalls, checkpoints) faster, while counters grow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -38,13 +39,10 @@ class LiveCluster:
         self.speed = speed
         self.tick_s = tick_s
         self.targets_file = Path(targets_file) if targets_file else None
-        self.model = cluster_model(spec, scrape_labels=False)
-        self._lock = threading.Lock()
         self._t0 = time.time()
         # The model's clock starts now (real time), so Prometheus sees fresh samples.
-        shift = self._t0 - spec.start
-        self.model.t += shift
-        self.model.r_last_ts += shift
+        self.model = cluster_model(dataclasses.replace(spec, start=self._t0), scrape_labels=False)
+        self._lock = threading.Lock()
         self._real = 0.0  # real seconds the model has been advanced by
         self.servers: list[ThreadingHTTPServer] = []
         self.threads: list[threading.Thread] = []

@@ -77,15 +77,16 @@ class Layout:
         return out
 
     def known(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in fields(self))
+        return any(getattr(self, name) is not None for name in _FIELDS)
 
     def complete(self) -> bool:
-        return all(getattr(self, f.name) is not None for f in fields(self))
+        return all(getattr(self, name) is not None for name in _FIELDS)
 
     def over(self, other: Layout) -> Layout:
-        """This layout, with its unknown fields taken from ``other``."""
-        missing = {f.name: getattr(other, f.name) for f in fields(self) if getattr(self, f.name) is None}
-        return replace(self, **missing)
+        """This layout, with its unknown fields taken from ``other`` (the writer calls it at every
+        write: plain attribute reads, no copy when ``other`` adds nothing)."""
+        missing = {n: v for n in _FIELDS if getattr(self, n) is None and (v := getattr(other, n)) is not None}
+        return replace(self, **missing) if missing else self
 
 
 EMPTY = Layout()

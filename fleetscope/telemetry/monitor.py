@@ -100,7 +100,7 @@ class _Phase:
         sync = self._monitor._sync
         if sync is not None:
             sync()
-        self._t0 = perf_counter()
+        self._t0 = self._monitor._perf()
         return self
 
     def __exit__(
@@ -109,7 +109,7 @@ class _Phase:
         m = self._monitor
         if m._sync is not None:
             m._sync()
-        m.add_phase_time(self._name, perf_counter() - self._t0)
+        m.add_phase_time(self._name, m._perf() - self._t0)
 
 
 class _Pause:
@@ -137,7 +137,7 @@ class _Pause:
             )
         with m._lock:
             m._pause_depth += 1
-        self._t0 = perf_counter()
+        self._t0 = m._perf()
         return self
 
     def __exit__(
@@ -151,7 +151,7 @@ class _Pause:
             m._warn_once(
                 "pause-sync", "fleetscope telemetry: synchronize after %s failed: %s", self._name, exc
             )
-        seconds = self.seconds = perf_counter() - self._t0
+        seconds = self.seconds = m._perf() - self._t0
         with m._lock:
             m._pause_depth -= 1
         m.add_phase_time(self._name, seconds)
@@ -232,7 +232,7 @@ class _Step:
         if m._sync is not None:
             m._sync()
         self._p0 = m._pause_seconds
-        self._t0 = perf_counter()
+        self._t0 = m._perf()
         return self
 
     def __exit__(
@@ -243,7 +243,7 @@ class _Step:
         m = self._monitor
         if m._sync is not None:
             m._sync()
-        seconds = perf_counter() - self._t0 - (m._pause_seconds - self._p0)  # pauses are no step time
+        seconds = m._perf() - self._t0 - (m._pause_seconds - self._p0)  # pauses are no step time
         m.record_step(max(seconds, 0.0), self.tokens, self.flops, self.loss, self.global_step)
 
 
@@ -303,6 +303,11 @@ class TrainingMonitor:
         stalls the CPU until it is empty, which removes the CPU/GPU overlap (see docs/telemetry.md).
     ``start``
         Start the writer thread now (default). ``False`` keeps everything in memory (tests).
+    ``clock``
+        A clock in Unix seconds for every time the monitor reads (durations, the last step's and
+        the last save's timestamps; the process start is the clock's time at construction).
+        Default: ``time.perf_counter`` for durations and ``time.time`` for timestamps. A virtual
+        clock lets a simulator or a test drive the monitor through hours in milliseconds.
     """
 
     def __init__(
@@ -323,6 +328,7 @@ class TrainingMonitor:
         remove_on_close: bool = True,
         start: bool = True,
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.identity = _identity.detect(job_id, rank, local_rank, gpu, env)
@@ -346,7 +352,9 @@ class TrainingMonitor:
         self._step_seconds = 0.0
         self._tokens = 0.0
         self._flops = 0.0
-        self._phase_seconds: dict[str, float] = {}
+        #: The pause phases are there from the start (at 0): a series born at a pause's end would
+        #: lose that pause (a new series' first sample is no increase to ``rate()``).
+        self._phase_seconds: dict[str, float] = dict.fromkeys(contract.PAUSE_PHASES, 0.0)
         self._loss: Any = None
         self._global_step = 0
         self._last_step: float | None = None
@@ -369,7 +377,9 @@ class TrainingMonitor:
         self._load_seconds = 0.0
         self._resumed_from: int | None = None
         self._attempt = _process.restart_attempt(env)
-        self._process_start = _process.process_start_time()
+        self._perf: Callable[[], float] = perf_counter if clock is None else clock
+        self._now: Callable[[], float] = time if clock is None else clock
+        self._process_start = _process.process_start_time() if clock is None else clock()
         self._startup: float | None = None
         self._sync: Callable[[], None] | None = _cuda_synchronizer() if cuda_sync else None
         self._pid = os.getpid()
@@ -453,7 +463,7 @@ class TrainingMonitor:
         if nbytes is not None and size is None:
             self._reject("checkpoint nbytes", nbytes)
         saved_step = None if step is None else self._step_number("checkpoint step", step)
-        now = time()
+        now = self._now()
         with self._lock:
             result = "success" if success else "failure"
             self._saves[result] += 1
@@ -585,7 +595,7 @@ class TrainingMonitor:
             detach = getattr(loss, "detach", None)  # keep a tensor, not its autograd graph
             if detach is not None:
                 loss = detach()
-        now = time()
+        now = self._now()
         with self._lock:
             self._steps += 1
             self._step_seconds = _sum(self._step_seconds, secs, "seconds", overflowed)
@@ -604,7 +614,7 @@ class TrainingMonitor:
         if self._sync is not None:
             self._sync()
         self._step_p0 = self._pause_seconds
-        self._step_t0 = perf_counter()
+        self._step_t0 = self._perf()
 
     def end_step(
         self,
@@ -620,7 +630,7 @@ class TrainingMonitor:
         if self._sync is not None:
             self._sync()
         self._step_t0 = None
-        seconds = perf_counter() - t0 - (self._pause_seconds - self._step_p0)
+        seconds = self._perf() - t0 - (self._pause_seconds - self._step_p0)
         self.record_step(max(seconds, 0.0), tokens, flops, loss, global_step)
 
     def set_loss(self, loss: Any) -> None:

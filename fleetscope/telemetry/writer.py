@@ -60,11 +60,66 @@ def process_identity(procfs: str = "/proc") -> dict[str, str]:
     return info
 
 
-def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header: dict[str, str]) -> str:
-    """The rank file: a header comment, then the contract's training series for this rank.
+#: One sample of a rank file: (metric, its labels besides the rank's own as (key, value) pairs, value).
+Sample = tuple[contract.Metric, tuple[tuple[str, str], ...], float]
 
-    ``Hostname`` is left out: the exporter adds its own node label. ``training_info`` carries the
-    known layout labels only and comes last, so the exporter can tell a cut-off file.
+
+def rank_samples(snap: Snapshot, flops_convention: str) -> list[Sample]:
+    """The samples of a rank's file in file order, without the rank's own labels.
+
+    What a rank file holds, decided once: :func:`render` writes these, and the simulator serves
+    them as the exporter would (``fleetscope.simulate.jobs``), so both follow the same rules.
+    ``training_info`` carries the known layout labels only and comes last.
+    """
+    out: list[Sample] = [
+        (contract.TRAINING_STEPS, (), snap.steps),
+        (contract.TRAINING_STEP_SECONDS, (), snap.step_seconds),
+    ]
+    out += [
+        (contract.TRAINING_PHASE_SECONDS, (("phase", p),), v) for p, v in sorted(snap.phase_seconds.items())
+    ]
+    out.append((contract.TRAINING_TOKENS, (), snap.tokens))
+    out.append((contract.TRAINING_MODEL_FLOPS, (), snap.flops))
+    if snap.loss is not None:
+        out.append((contract.TRAINING_LOSS, (), snap.loss))
+    out.append((contract.TRAINING_GLOBAL_STEP, (), snap.global_step))
+    if snap.last_step_timestamp is not None:
+        out.append((contract.TRAINING_LAST_STEP_TIMESTAMP, (), snap.last_step_timestamp))
+    out += [
+        (
+            contract.TRAINING_CHECKPOINT_SAVES,
+            ((contract.CHECKPOINT_RESULT_LABEL, r),),
+            snap.checkpoint_saves.get(r, 0),
+        )
+        for r in contract.CHECKPOINT_RESULTS
+    ]
+    out.append((contract.TRAINING_CHECKPOINT_SAVE_SECONDS, (), snap.checkpoint_save_seconds))
+    out.append((contract.TRAINING_CHECKPOINT_SAVE_BYTES, (), snap.checkpoint_save_bytes))
+    if snap.checkpoint_last_success_timestamp is not None:
+        out.append(
+            (contract.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP, (), snap.checkpoint_last_success_timestamp)
+        )
+    if snap.checkpoint_last_success_step is not None:
+        out.append((contract.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP, (), snap.checkpoint_last_success_step))
+    out.append((contract.TRAINING_CHECKPOINT_LOADS, (), snap.checkpoint_loads))
+    out.append((contract.TRAINING_CHECKPOINT_LOAD_SECONDS, (), snap.checkpoint_load_seconds))
+    out.append((contract.TRAINING_RESTART_ATTEMPT, (), snap.restart_attempt))
+    if snap.resumed_from_step is not None:
+        out.append((contract.TRAINING_RESUMED_FROM_STEP, (), snap.resumed_from_step))
+    if snap.startup_seconds is not None:
+        out.append((contract.TRAINING_STARTUP_SECONDS, (), snap.startup_seconds))
+    info = (("flops_convention", flops_convention),) + tuple(
+        (key, snap.layout[key]) for key in contract.LAYOUT_LABELS if key in snap.layout
+    )
+    out.append((contract.TRAINING_INFO, info, 1))  # last: a file without it is incomplete
+    return out
+
+
+def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header: dict[str, str]) -> str:
+    """The rank file: a header comment, then the contract's training series for this rank
+    (:func:`rank_samples`), each family with its HELP and TYPE.
+
+    ``Hostname`` is left out: the exporter adds its own node label.
     """
     base = (
         f'job_id="{escape_label_value(identity.job_id)}",rank="{identity.rank}",'
@@ -72,56 +127,14 @@ def render(identity: RankIdentity, snap: Snapshot, flops_convention: str, header
     )
     head = " ".join(f"{k}={v}" for k, v in header.items())
     lines = [f"{HEADER_PREFIX} {head}".rstrip()]
-
-    def family(metric: contract.Metric, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {metric} {metric.help}")
-        lines.append(f"# TYPE {metric} {metric.type}")
-        for labels, value in samples:
-            lines.append(f"{metric}{{{labels}}} {floatToGoString(value)}")
-
-    family(contract.TRAINING_STEPS, [(base, snap.steps)])
-    family(contract.TRAINING_STEP_SECONDS, [(base, snap.step_seconds)])
-    family(
-        contract.TRAINING_PHASE_SECONDS,
-        [(f'{base},phase="{escape_label_value(p)}"', v) for p, v in sorted(snap.phase_seconds.items())],
-    )
-    family(contract.TRAINING_TOKENS, [(base, snap.tokens)])
-    family(contract.TRAINING_MODEL_FLOPS, [(base, snap.flops)])
-    if snap.loss is not None:
-        family(contract.TRAINING_LOSS, [(base, snap.loss)])
-    family(contract.TRAINING_GLOBAL_STEP, [(base, snap.global_step)])
-    if snap.last_step_timestamp is not None:
-        family(contract.TRAINING_LAST_STEP_TIMESTAMP, [(base, snap.last_step_timestamp)])
-    family(
-        contract.TRAINING_CHECKPOINT_SAVES,
-        [
-            (f'{base},{contract.CHECKPOINT_RESULT_LABEL}="{r}"', snap.checkpoint_saves.get(r, 0))
-            for r in contract.CHECKPOINT_RESULTS
-        ],
-    )
-    family(contract.TRAINING_CHECKPOINT_SAVE_SECONDS, [(base, snap.checkpoint_save_seconds)])
-    family(contract.TRAINING_CHECKPOINT_SAVE_BYTES, [(base, snap.checkpoint_save_bytes)])
-    if snap.checkpoint_last_success_timestamp is not None:
-        family(
-            contract.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP,
-            [(base, snap.checkpoint_last_success_timestamp)],
-        )
-    if snap.checkpoint_last_success_step is not None:
-        family(contract.TRAINING_CHECKPOINT_LAST_SUCCESS_STEP, [(base, snap.checkpoint_last_success_step)])
-    family(contract.TRAINING_CHECKPOINT_LOADS, [(base, snap.checkpoint_loads)])
-    family(contract.TRAINING_CHECKPOINT_LOAD_SECONDS, [(base, snap.checkpoint_load_seconds)])
-    family(contract.TRAINING_RESTART_ATTEMPT, [(base, snap.restart_attempt)])
-    if snap.resumed_from_step is not None:
-        family(contract.TRAINING_RESUMED_FROM_STEP, [(base, snap.resumed_from_step)])
-    if snap.startup_seconds is not None:
-        family(contract.TRAINING_STARTUP_SECONDS, [(base, snap.startup_seconds)])
-    info = f'{base},flops_convention="{escape_label_value(flops_convention)}"'
-    info += "".join(
-        f',{key}="{escape_label_value(snap.layout[key])}"'
-        for key in contract.LAYOUT_LABELS
-        if key in snap.layout
-    )
-    family(contract.TRAINING_INFO, [(info, 1)])  # last: a file without it is incomplete
+    current: contract.Metric | None = None
+    for metric, extra, value in rank_samples(snap, flops_convention):
+        if metric is not current:
+            current = metric
+            lines.append(f"# HELP {metric} {metric.help}")
+            lines.append(f"# TYPE {metric} {metric.type}")
+        labels = base + "".join(f',{k}="{escape_label_value(v)}"' for k, v in extra)
+        lines.append(f"{metric}{{{labels}}} {floatToGoString(value)}")
     return "\n".join(lines) + "\n"
 
 

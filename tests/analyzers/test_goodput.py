@@ -103,10 +103,17 @@ def test_checkpoint_advisor():
     assert young(60, 86400) == pytest.approx(math.sqrt(2 * 60 * 86400))
     assert young(60, 86400) < daly(60, 86400) + 60 < young(60, 86400) * 1.05
     assert daly(100, 40) == 40  # a save longer than 2 MTBF: checkpoint every MTBF
-    # No failure in the window: the prior of one per 1,000 node-days.
+    # No failure in the window: the prior of one per 250 node-days (the published fleet rates).
     adv = advise(60.0, 3, 16, 128, 0, 16 * 2.0, 600.0)
     assert adv.prior and adv.failures_per_node_hour == PRIOR_FAILURES_PER_NODE_HOUR
-    assert adv.mtbf_s == pytest.approx(24000 * 3600 / 16, rel=1e-6)
+    assert adv.mtbf_s == pytest.approx(250 * 24 * 3600 / 16, rel=1e-6)
+    # Configurable: a fleet that knows its own rate.
+    own = advise(60.0, 3, 16, 128, 0, 16 * 2.0, 600.0, prior_node_days=1000.0)
+    assert own.prior and own.mtbf_s == pytest.approx(4 * adv.mtbf_s, rel=1e-6)
+    # Daly's interval for the measured save cost and the window's failures.
+    two = advise(45.0, 3, 8, 64, 2, 8 * 4.0, 1500.0)
+    assert two.mtbf_s == pytest.approx(3600 / (2 / 32.0 * 8))
+    assert two.recommended_s == pytest.approx(daly(45.0, two.mtbf_s) + 45.0, abs=0.1)
     assert adv.recommended_s > adv.current_s and adv.gain_gpu_hours_per_day > 0
     assert adv.waste_recommended <= waste(600 - 60, 60, adv.mtbf_s)
     # Two failures in 10 node-hours: a much shorter interval than the prior gives.

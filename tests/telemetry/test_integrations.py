@@ -66,6 +66,7 @@ def test_lightning_callback_counts_optimizer_steps_tokens_and_phases(tmp_path: P
     assert got[("training_global_step", ())] == 6
     assert 0 < got[("training_loss", ())] < 10
     phases = {extra[0]: v for (name, extra), v in got.items() if name == "training_phase_seconds_total"}
+    assert phases.pop("eval") == phases.pop("checkpoint") == 0  # pause phases: there from the start
     assert set(phases) == {"data", "forward", "backward", "optimizer"} and min(phases.values()) > 0
     assert got[("training_step_seconds_total", ())] >= phases["forward"] + phases["backward"]
 
@@ -114,6 +115,7 @@ def test_hf_trainer_callback_counts_steps_tokens_phases_and_checkpoints(tmp_path
     assert got[("training_global_step", ())] == 4
     assert 0 < got[("training_loss", ())] < 10
     phases = {extra[0]: v for (name, extra), v in got.items() if name == "training_phase_seconds_total"}
+    assert phases.pop("eval") == 0  # a pause phase: there from the start
     assert set(phases) == {"data", "forward", "backward", "optimizer", "checkpoint"}
     assert min(phases.values()) > 0
     assert (out / "checkpoint-2").is_dir()  # the checkpoint phase timed a real save

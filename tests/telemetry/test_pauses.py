@@ -95,3 +95,36 @@ def test_a_failing_synchronize_never_raises_from_a_pause(
         pass
     assert "eval" in m.snapshot().phase_seconds
     assert caplog.text.count("synchronize") == 1  # logged once
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_virtual_clock_drives_the_monitor_and_pauses_count_when_they_end(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000.0)
+    m = TrainingMonitor(job_id="j", directory=tmp_path, start=False, env={}, clock=clock)
+    assert m.snapshot().phase_seconds == {"eval": 0.0, "checkpoint": 0.0}  # there from the start
+    clock.now += 30.0  # startup
+    with m.step(tokens=8):
+        clock.now += 4.0
+    snap = m.snapshot()
+    assert snap.step_seconds == 4.0 and snap.startup_seconds == 34.0
+    assert snap.last_step_timestamp == 1_800_000_034.0
+    with m.checkpoint(step=1, nbytes=10) as save:
+        clock.now += 100.0
+        assert m.snapshot().phase_seconds["checkpoint"] == 0.0  # not yet: booked at the end
+    snap = m.snapshot()
+    assert save.seconds == 100.0 and snap.phase_seconds["checkpoint"] == 100.0
+    assert snap.checkpoint_save_seconds == 100.0 and snap.checkpoint_last_success_timestamp == clock.now
+    with m.step():
+        clock.now += 1.0
+        with m.evaluation():
+            clock.now += 60.0
+        clock.now += 3.0
+    snap = m.snapshot()
+    assert snap.step_seconds == 8.0 and snap.phase_seconds["eval"] == 60.0 and snap.steps == 2

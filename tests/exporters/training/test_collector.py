@@ -52,7 +52,7 @@ def test_serves_rank_files_with_the_exporters_node_label(tmp_path: Path) -> None
     hosts = {dict(labels)["Hostname"] for (_, labels) in got}
     assert hosts == {"node-a"}
     phase = [dict(lbl) for (n, lbl) in got if n == contract.TRAINING_PHASE_SECONDS]
-    assert {p["phase"] for p in phase} == {"forward"}
+    assert {p["phase"] for p in phase} == {"forward", "eval", "checkpoint"}  # pause phases from the start
     keys = next(lbl for (n, lbl) in got if n == STEPS)
     assert sorted(k for k, _ in keys) == sorted(contract.TRAINING_LABELS)
     assert c.error_counts() == {}
