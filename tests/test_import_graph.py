@@ -4,11 +4,14 @@ Layers, lowest first (a module may import its own package and any lower layer; a
 
 0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ``cli_options``, ...);
 1. the window layer (``window/``) and, beside it and apart from each other, the node agent
-   (``exporters/``, ``telemetry/``), the simulator (``simulate/``) and the rules (``alerts/``);
-2. the analyzers (``analyzers/``) and the dashboards (``dashboards/``, which read the rules' names);
-3. the service (``service/``);
-4. the demo (``demo/``);
-5. the command-line modules: ``fleetscope.cli``, ``__main__``, ``generate`` and every ``cli`` or
+   (``exporters/``, ``telemetry/``) and the rules (``alerts/``);
+2. the simulator (``simulate/``), which drives the real training library and the exporter's
+   training collector (one semantics: no second copy of their counter rules);
+3. the analyzers (``analyzers/``, whose ``evaluate`` scores them on simulated scenarios) and the
+   dashboards (``dashboards/``, which read the rules' names);
+4. the service (``service/``);
+5. the demo (``demo/``);
+6. the command-line modules: ``fleetscope.cli``, ``__main__``, ``generate`` and every ``cli`` or
    ``*_cli`` module, which may import each other.
 
 What counts as an edge. Every ``import``, also one inside a function: a lazy import still ties two
@@ -30,12 +33,13 @@ ROOT = Path(fleetscope.__file__).parent
 
 #: Layer of each top-level package (module-level files are base, CLI modules the top).
 LAYERS: dict[str, int] = {
-    "window": 1, "exporters": 1, "telemetry": 1, "simulate": 1, "alerts": 1,
-    "analyzers": 2, "dashboards": 2,
-    "service": 3,
-    "demo": 4,
+    "window": 1, "exporters": 1, "telemetry": 1, "alerts": 1,
+    "simulate": 2,
+    "analyzers": 3, "dashboards": 3,
+    "service": 4,
+    "demo": 5,
 }  # fmt: skip
-CLI_LAYER = 5
+CLI_LAYER = 6
 CLI_MODULES = ("fleetscope.cli", "fleetscope.__main__", "fleetscope.generate")
 
 
@@ -164,6 +168,6 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     up = {"fleetscope.window.frames": {"fleetscope.analyzers.core"}, "fleetscope.analyzers.core": set()}
-    assert _upward(up) == ["fleetscope.window.frames (layer 1) -> fleetscope.analyzers.core (layer 2)"]
-    sideways = {"fleetscope.simulate.model": {"fleetscope.exporters.gpu"}, "fleetscope.exporters.gpu": set()}
+    assert _upward(up) == ["fleetscope.window.frames (layer 1) -> fleetscope.analyzers.core (layer 3)"]
+    sideways = {"fleetscope.window.frames": {"fleetscope.exporters.gpu"}, "fleetscope.exporters.gpu": set()}
     assert len(_upward(sideways)) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleetscope import contract as c
 from fleetscope.exporters.training import parse_rank_file
-from fleetscope.simulate.model import ClusterModel
+from fleetscope.simulate.families import cluster_model
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.telemetry.writer import render
 
@@ -14,7 +14,7 @@ def test_series_are_the_rank_files_the_exporter_reads():
                         eval_every_s=300, eval_s=40, emit_layout=True,
                         faults=[FaultSpec(kind="hang", cause="xid79", at_s=400, stall_s=60, node=1, gpu=2,
                                           restart="same")])  # fmt: skip
-    model = ClusterModel(spec, scrape_labels=False)
+    model = cluster_model(spec, scrape_labels=False)
     for _ in range(50):  # 750 s: saves, evaluations, the hang, the abort, the restart and its load
         model.tick(15.0)
     job = model.jobs[0]
