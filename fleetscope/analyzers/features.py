@@ -1,6 +1,7 @@
-"""Derived per-GPU, per-rank, per-node and per-job signals that the detectors share.
+"""The window's series aligned per GPU and per rank: what every signal and detector reads.
 
-Everything here is computed once per analysis from :class:`~fleetscope.window.frames.Frames`;
+Computed once per analysis from :class:`~fleetscope.window.frames.Frames`. The signals derived
+from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`;
 the detectors only compare and decide.
 """
 
@@ -19,7 +20,7 @@ from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.nanstats import nanmedian
-from fleetscope.analyzers.serving import SERVING_METRICS
+from fleetscope.analyzers.signals.serving import SERVING_METRICS  # imports no analyzer module
 from fleetscope.window.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
 
 #: Every metric the analyzers read (the loaders fetch only these).
@@ -103,17 +104,16 @@ class RankSignals:
 class Features:
     frames: Frames
     config: DetectorConfig
-    w: int  # rate window in grid steps
-    p: int  # persistence in grid steps
+    #: Grid steps behind every rate (``rate_window_s``, at least four samples).
+    rate_window_steps: int
+    #: Grid steps a condition must hold to be reported (``persistence_s``).
+    persistence_steps: int
     gpus: GpuSignals
     ranks: RankSignals
     jobs: list[str]
     #: What the chunks before this one learnt, in a streamed window (None: a window on its own).
+    #: The detectors read it; what they learn of this window they return (``Detection.learnt``).
     carry: Carry | None = None
-    #: What the detectors learnt of this window for the next chunk (they fill it; see ``carry``).
-    learnt: Carry = field(default_factory=Carry)
-    #: Derived signals computed once per window by whoever needs them first (``slowness.slowness``).
-    memo: dict[str, object] = field(default_factory=dict)
 
     @property
     def times(self) -> np.ndarray:
