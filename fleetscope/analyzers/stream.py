@@ -112,7 +112,12 @@ PER_JOB = ("mfu_drop", "job_hang")
 
 
 def subject(f: Finding) -> tuple:
-    """What a finding is about, whatever its cause or numbers: the key findings merge on."""
+    """What a finding is about, whatever its cause or numbers: the key chunks' findings merge on.
+
+    Coarser than the finding's :func:`~fleetscope.analyzers.findings.identity` (which the service
+    and the demo use between cycles) on purpose: a later chunk may name a sharper cause of the same
+    incident, and a node-wide finding and one of a GPU on that node are one subject.
+    """
     if f.kind == "failing_node" or (f.kind in PER_NODE and f.node is not None and f.gpu is None):
         return (f.kind, f.node)
     if f.kind in PER_JOB and f.job_id is not None:
