@@ -39,10 +39,11 @@ from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
-from fleetscope.analyzers.features import Features, job_nodes
+from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GoodputAccount, Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
+from fleetscope.analyzers.signals.jobs import job_nodes
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_duration, rfc3339
 from fleetscope.window.frames import Frames, say_skipped

@@ -22,8 +22,9 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
-from fleetscope.analyzers.features import Features, job_columns, stepping
+from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.signals.jobs import job_columns, stepping
 from fleetscope.analyzers.signals.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339

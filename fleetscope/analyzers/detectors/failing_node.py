@@ -24,9 +24,10 @@ import pandas as pd
 from fleetscope import contract as c
 from fleetscope import hardware, labels, xids
 from fleetscope.analyzers.detectors.base import Detection, Detector
-from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
+from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps
 

@@ -26,8 +26,9 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.detectors.base import Detection, Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_nodes, job_stalls
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.jobs import job_nodes, job_stalls
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import rolling_sum
 

@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.features import Features, job_columns, stepping
+from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.signals.jobs import job_columns, stepping
 from fleetscope.window.frames import iter_runs, rolling_sum
 
 
