@@ -14,6 +14,10 @@ Layers, lowest first (a module may import its own package and any lower layer; a
 6. the command-line modules: ``fleetscope.cli``, ``__main__``, ``generate`` and every ``cli`` or
    ``*_cli`` module, which may import each other.
 
+Inside the analyzers, signals compute and detectors decide: a detector module imports no other
+detector (only the registry, ``detectors/__init__.py``, imports them), and the signal layer
+(``analyzers/signals/``) imports no detector.
+
 What counts as an edge. Every ``import``, also one inside a function: a lazy import still ties two
 modules, and a loop through one is a loop as soon as both run. Two kinds do not count, because they
 never make one module run another: imports under ``if TYPE_CHECKING:`` (annotations only), and the
@@ -151,6 +155,36 @@ def test_the_window_layer_imports_no_analyzer_service_or_cli() -> None:
     assert len(window) >= 10
     for mod, deps in window.items():
         assert all(_layer(d)[0] == 0 or d.startswith("fleetscope.window") for d in deps), (mod, deps)
+
+
+DETECTORS = "fleetscope.analyzers.detectors"
+SIGNALS = "fleetscope.analyzers.signals"
+
+
+def _detector_modules(graph: dict[str, set[str]]) -> set[str]:
+    """The detectors' own modules (not the package's registry, not the shared interface)."""
+    return {m for m in graph if m.startswith(f"{DETECTORS}.") and m != f"{DETECTORS}.base"}
+
+
+def test_no_detector_imports_another_and_only_the_registry_imports_them() -> None:
+    """Signals compute, detectors decide: what two places read is a signal, never a detector's helper."""
+    graph = _graph()
+    detectors = _detector_modules(graph)
+    assert {f"{DETECTORS}.straggler", f"{DETECTORS}.mfu_drop", f"{DETECTORS}.failing_node"} <= detectors
+    for mod in detectors:
+        assert not graph[mod] & detectors, (mod, sorted(graph[mod] & detectors))
+    importers = {mod for mod, deps in graph.items() if deps & detectors}
+    assert importers == {DETECTORS}, sorted(importers)  # the registry (detectors/__init__.py) alone
+
+
+def test_detectors_import_signals_and_signals_import_no_detector() -> None:
+    graph = _graph()
+    signals = {m for m in graph if m == SIGNALS or m.startswith(f"{SIGNALS}.")}
+    assert {f"{SIGNALS}.window_signals", f"{SIGNALS}.slowness", f"{SIGNALS}.mfu"} <= signals
+    for mod in signals:
+        assert not any(d == DETECTORS or d.startswith(f"{DETECTORS}.") for d in graph[mod]), (mod, graph[mod])
+    assert f"{SIGNALS}.window_signals" in graph[f"{DETECTORS}.base"]
+    assert all(graph[m] & signals for m in _detector_modules(graph)), "a detector that reads no signal"
 
 
 def test_the_edges_follow_the_documented_rules() -> None:

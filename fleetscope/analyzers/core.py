@@ -6,10 +6,11 @@ the live service's cycles, ``fleetscope plan`` and ``fleetscope evaluate``. :fun
 
 Flow: the loaders put every series of :data:`~fleetscope.analyzers.features.METRICS_USED` on one time
 grid (:class:`~fleetscope.window.frames.Frames`); :func:`~fleetscope.analyzers.features.build_features`
-derives the per-GPU, per-rank and per-job signals once; each detector of
-:data:`~fleetscope.analyzers.detectors.DETECTORS` turns them into findings, seeing the findings of
-the detectors before it; then node verdicts, straggler scores and job summaries are read off the
-findings and the signals.
+aligns them per GPU and per rank once; :class:`~fleetscope.analyzers.signals.window_signals.Signals`
+derives the shared signals from them, each on first read; each detector of
+:data:`~fleetscope.analyzers.detectors.DETECTORS` reads the signals and returns its findings (seeing
+the findings of the detectors before it) and what it learnt for the next chunk; then node verdicts,
+straggler scores and job summaries are read off the findings and the signals.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.detectors import DETECTORS
-from fleetscope.analyzers.detectors.mfu_drop import job_mfu
-from fleetscope.analyzers.detectors.straggler import rank_scores
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import Frames
 
@@ -54,9 +54,13 @@ def analyze(
     cfg = config or DEFAULT
     feat = build_features(frames, cfg)
     feat.carry = carry
+    signals = Signals(feat)
     findings: list[Finding] = []
+    learnt = Carry()
     for detector in DETECTORS:
-        findings += detector.detect(feat, findings)
+        found = detector.detect(signals, findings)
+        findings += found.findings
+        learnt = learnt.merge(found.learnt)
     findings = one_finding_per_incident(findings, cfg.hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     report = Report(
@@ -64,14 +68,15 @@ def analyze(
         end=frames.end,
         findings=findings,
         nodes=node_verdicts(feat, findings),
-        straggler_scores=_scores(feat),
-        jobs=job_summaries(feat, findings),
+        straggler_scores=_scores(signals),
+        jobs=job_summaries(signals, findings),
     )
     report.goodput = goodput_accounts(feat, findings, own_start)
-    report.features = feat
-    steps = {job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None}
-    feat.learnt.step_base = steps
-    report.carry = feat.learnt
+    report.signals = signals
+    learnt.step_base = {
+        job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None
+    }
+    report.carry = learnt
     return report
 
 
@@ -169,8 +174,9 @@ def node_verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, Node
     return dict(sorted(nodes.items()))
 
 
-def _scores(feat: Features) -> list[StragglerScore]:
-    _per_step, ratio, _ = rank_scores(feat)
+def _scores(signals: Signals) -> list[StragglerScore]:
+    feat = signals.features
+    _per_step, ratio, _ = signals.rank_scores
     out: list[StragglerScore] = []
     r = feat.ranks
     if not ratio.shape[1]:
@@ -189,12 +195,13 @@ def _scores(feat: Features) -> list[StragglerScore]:
     return out
 
 
-def job_summaries(feat: Features, findings: Sequence[Finding]) -> dict[str, JobSummary]:
+def job_summaries(signals: Signals, findings: Sequence[Finding]) -> dict[str, JobSummary]:
+    feat = signals.features
     jobs: dict[str, JobSummary] = {}
     r = feat.ranks
     for job in feat.jobs:
         cols = (r.keys["job_id"].to_numpy() == job) & r.present[-1]
-        series, unit, _ = job_mfu(feat, job)
+        series, unit, _ = signals.job_mfu(job)
         last = series[np.isfinite(series)]
         summary = JobSummary(job_id=job, ranks=int(cols.sum()),
                              nodes=sorted(set(r.keys[cols][c.NODE_LABEL])))  # fmt: skip
@@ -204,7 +211,7 @@ def job_summaries(feat: Features, findings: Sequence[Finding]) -> dict[str, JobS
             else:
                 summary.tokens_per_second = round(float(last[-1]), 1)
         jcols = r.keys["job_id"].to_numpy() == job
-        w = feat.w
+        w = feat.rate_window_steps
         tok = np.nansum(np.nan_to_num(r.tokens[-w:, jcols]))
         if tok > 0:
             summary.tokens_per_second = round(float(tok / (w * feat.step)), 1)

@@ -1,13 +1,13 @@
-"""Derived per-GPU, per-rank, per-node and per-job signals that the detectors share.
+"""The window's series aligned per GPU and per rank: what every signal and detector reads.
 
-Everything here is computed once per analysis from :class:`~fleetscope.window.frames.Frames`;
+Computed once per analysis from :class:`~fleetscope.window.frames.Frames`. The signals derived
+from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`;
 the detectors only compare and decide.
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,8 +19,8 @@ from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.nanstats import nanmedian
-from fleetscope.analyzers.serving import SERVING_METRICS
-from fleetscope.window.frames import Frames, increase_steps, iter_runs, rolling_sum, row_codes
+from fleetscope.analyzers.signals.serving import SERVING_METRICS  # imports no analyzer module
+from fleetscope.window.frames import Frames, increase_steps, rolling_sum, row_codes
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -103,17 +103,16 @@ class RankSignals:
 class Features:
     frames: Frames
     config: DetectorConfig
-    w: int  # rate window in grid steps
-    p: int  # persistence in grid steps
+    #: Grid steps behind every rate (``rate_window_s``, at least four samples).
+    rate_window_steps: int
+    #: Grid steps a condition must hold to be reported (``persistence_s``).
+    persistence_steps: int
     gpus: GpuSignals
     ranks: RankSignals
     jobs: list[str]
     #: What the chunks before this one learnt, in a streamed window (None: a window on its own).
+    #: The detectors read it; what they learn of this window they return (``Detection.learnt``).
     carry: Carry | None = None
-    #: What the detectors learnt of this window for the next chunk (they fill it; see ``carry``).
-    learnt: Carry = field(default_factory=Carry)
-    #: Derived signals computed once per window by whoever needs them first (``slowness.slowness``).
-    memo: dict[str, object] = field(default_factory=dict)
 
     @property
     def times(self) -> np.ndarray:
@@ -268,56 +267,3 @@ def fmt_time(ts: float | np.floating) -> str:
     from fleetscope.times import rfc3339
 
     return rfc3339(float(ts)) or ""
-
-
-def job_columns(feat: Features, job: str | None) -> np.ndarray:
-    """Boolean mask of the rank columns of ``job`` (all ranks when None)."""
-    r = feat.ranks
-    if job is None or not len(r.keys):
-        return np.ones(r.steps.shape[1] if r.steps.size else 0, dtype=bool)
-    return r.keys["job_id"].to_numpy().astype(str) == job
-
-
-def stepping(feat: Features, job: str | None = None) -> np.ndarray:
-    """Per grid time: did any rank of ``job`` (of any job when None) complete a step in it."""
-    r = feat.ranks
-    cols = job_columns(feat, job)
-    if not r.steps.size or not cols.any():
-        return np.zeros(len(feat.times), dtype=bool)
-    return np.nansum(np.where(np.isnan(r.steps[:, cols]), 0, r.steps[:, cols]), axis=1) > 0
-
-
-def job_stalls(feat: Features, job: str | None = None, min_s: float | None = None) -> list[tuple[int, int]]:
-    """(first, last) grid indices of periods where ranks of ``job`` report but none completes a step.
-
-    ``job`` None: no rank of any job steps. ``min_s``: shortest period kept (default ``stall_s``).
-    """
-    r = feat.ranks
-    if not r.steps.size:
-        return []
-    cols = job_columns(feat, job)
-    if not cols.any():
-        return []
-    present = r.present[:, cols].any(axis=1)
-    need = max(1, round((feat.config.stall_s if min_s is None else min_s) / feat.step))
-    return [(a, b) for a, b in iter_runs(present & ~stepping(feat, job)) if b - a + 1 >= need]
-
-
-def job_nodes(feat: Features, job: str) -> set[str]:
-    """The nodes the ranks of ``job`` ran on in the window."""
-    r = feat.ranks
-    return {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[job_columns(feat, job)]}
-
-
-def gpu_busy(feat: Features, nodes: set[str], a: int, b: int) -> float | None:
-    """Median GPU utilisation (percent) of the job's nodes over [a, b]; None without GPU data."""
-    gs = feat.gpus
-    if not gs.util.size:
-        return None
-    cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes))
-    v = gs.util[a : b + 1][:, cols]
-    if not np.isfinite(v).any():
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmedian(v))

@@ -7,11 +7,24 @@ without pandas.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 # The one time module; re-exported here for the callers that still import them from findings.
 from fleetscope.times import parse_rfc3339, rfc3339
+
+#: What makes a finding the same one across analysis cycles: the same problem (kind, cause) in the
+#: same place (node, GPU, rank, job). The service keeps a finding's first start by it, and the demo
+#: prints a finding once by it (both through :func:`identity`).
+IDENTITY_FIELDS = ("kind", "node", "gpu", "rank", "job_id", "cause")
+
+
+def identity(finding: Finding | Mapping[str, Any]) -> tuple[Any, ...]:
+    """A finding's identity (:data:`IDENTITY_FIELDS`), of a :class:`Finding` or of its JSON dict."""
+    if isinstance(finding, Finding):
+        return tuple(getattr(finding, k) for k in IDENTITY_FIELDS)
+    return tuple(finding.get(k) for k in IDENTITY_FIELDS)
 
 
 @dataclass
@@ -39,8 +52,8 @@ class Finding:
     evidence: dict[str, str] = field(default_factory=dict)
 
     def key(self) -> tuple:
-        """Identity of a finding across analysis cycles (same problem, same place)."""
-        return (self.kind, self.node, self.gpu, self.rank, self.job_id, self.cause)
+        """Identity of a finding across analysis cycles (same problem, same place): :func:`identity`."""
+        return identity(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -40,12 +40,12 @@ from fleetscope.analyzers.checkpoint_advice import advise
 from fleetscope.analyzers.features import (
     RANK_KEY,
     Features,
-    job_columns,
     place_columns,
     row_positions,
 )
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
+from fleetscope.analyzers.signals.jobs import job_columns
 from fleetscope.window.frames import increase_steps, iter_runs
 
 #: The series the account reads besides the detectors' (the loaders fetch them too).

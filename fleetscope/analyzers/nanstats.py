@@ -8,6 +8,8 @@ numpy's own (tests/analyzers/test_nanstats.py compares them on random arrays wit
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 
@@ -60,3 +62,10 @@ def first_part_median(x: np.ndarray, parts: int = 3) -> np.ndarray:
     rank = np.cumsum(ok, axis=0)
     keep = ok & (rank <= np.maximum(1, n // parts))
     return nanmedian(np.where(keep, x, np.nan), axis=0)
+
+
+def mean_or_nan(x: np.ndarray) -> float:
+    """The mean of the finite values of ``x`` (NaN, no warning, when none or empty)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmean(x)) if x.size else float("nan")

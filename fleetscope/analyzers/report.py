@@ -11,6 +11,7 @@ from fleetscope.times import rfc3339
 if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
     from fleetscope.analyzers.carry import Carry
     from fleetscope.analyzers.features import Features
+    from fleetscope.analyzers.signals.window_signals import Signals
 
 
 @dataclass
@@ -28,7 +29,7 @@ class NodeVerdict:
 class StragglerScore:
     """A rank's slowness against its peer group: 1 + its largest slowness view (1.0 = like its peers).
 
-    See :mod:`fleetscope.analyzers.slowness` for the views (compute, forward, data, host, less wait).
+    See :mod:`fleetscope.analyzers.signals.slowness` for the views (compute, forward, data, host, less wait).
     """
 
     job_id: str
@@ -167,12 +168,17 @@ class Report:
     live: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        #: The signals the detectors read, for reports that plot them (HTML). Not a dataclass field
-        #: (``asdict`` and comparisons ignore it) and not pickled: the live service gets plain data
-        #: from its analysis child.
-        self.features: Features | None = None
+        #: The signals the detectors read, for reports that plot them (HTML) and the job summaries.
+        #: Not a dataclass field (``asdict`` and comparisons ignore it) and not pickled: the live
+        #: service gets plain data from its analysis child.
+        self.signals: Signals | None = None
         #: What this window hands the next chunk of a streamed window (fleetscope.analyzers.stream).
         self.carry: Carry | None = None
+
+    @property
+    def features(self) -> Features | None:
+        """The window's aligned series the signals were computed from (None: let go of)."""
+        return None if self.signals is None else self.signals.features
 
     def document(self) -> dict[str, Any]:
         """``fleetscope analyze --format json``: the findings document, plus each job's goodput account."""
@@ -183,5 +189,5 @@ class Report:
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
-        state["features"] = None
+        state["signals"] = None
         return state

@@ -15,6 +15,7 @@ import numpy as np
 
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.contract import NODE_LABEL
 from fleetscope.times import parse_rfc3339, rfc3339
 
@@ -84,12 +85,11 @@ def _minutes(feat: Features) -> np.ndarray:
     return (feat.times - feat.times[0]) / 60.0
 
 
-def _heatmap(feat: Features) -> str | None:
+def _heatmap(signals: Signals) -> str | None:
     import matplotlib.pyplot as plt
 
-    from fleetscope.analyzers.detectors.straggler import rank_scores
-
-    _, ratio, _ = rank_scores(feat)
+    feat = signals.features
+    _, ratio, _ = signals.rank_scores
     if not ratio.size:
         return None
     order = np.argsort([int(float(r)) for r in feat.ranks.keys["rank"]], kind="stable")
@@ -107,11 +107,10 @@ def _heatmap(feat: Features) -> str | None:
     return _png(fig)
 
 
-def _mfu(feat: Features, analysis: Report) -> str | None:
+def _mfu(signals: Signals, analysis: Report) -> str | None:
     import matplotlib.pyplot as plt
 
-    from fleetscope.analyzers.detectors.mfu_drop import job_mfu
-
+    feat = signals.features
     if not feat.jobs:
         return None
     fig, ax = plt.subplots(figsize=(11, 3.2))
@@ -120,7 +119,7 @@ def _mfu(feat: Features, analysis: Report) -> str | None:
     unit = "MFU"
     shaded = False
     for job in feat.jobs:
-        series, unit, paused = job_mfu(feat, job)
+        series, unit, paused = signals.job_mfu(job)
         scale = 100.0 if unit == "MFU" else 1.0
         ax.plot(m, series * scale, label=f"job {job}")
         # Grey bands: the grid steps the job was not training (checkpoint saves, evaluation, stalls).
@@ -212,10 +211,10 @@ def render_html(analysis: Report) -> str:
     # text.parse_math off: a node name or job id with "$" is text, never mathtext (it crashed the report).
     with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
         warnings.simplefilter("ignore")
-        feat = analysis.features
-        plots = [] if feat is None else [
-            ("Per-rank compute time", _heatmap(feat)), ("MFU timeline", _mfu(feat, analysis)),
-            ("Node health", _health(feat, analysis)),
+        signals = analysis.signals
+        plots = [] if signals is None else [
+            ("Per-rank compute time", _heatmap(signals)), ("MFU timeline", _mfu(signals, analysis)),
+            ("Node health", _health(signals.features, analysis)),
         ]  # fmt: skip
     e = html.escape
     rows = []

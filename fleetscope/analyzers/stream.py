@@ -39,10 +39,11 @@ from fleetscope import contract as c
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
-from fleetscope.analyzers.detectors.failing_node import CAUSE_PRIORITY, base_cause
-from fleetscope.analyzers.features import Features, job_nodes
+from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GoodputAccount, Report
+from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
+from fleetscope.analyzers.signals.jobs import job_nodes
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_duration, rfc3339
 from fleetscope.window.frames import Frames, say_skipped
@@ -112,7 +113,12 @@ PER_JOB = ("mfu_drop", "job_hang")
 
 
 def subject(f: Finding) -> tuple:
-    """What a finding is about, whatever its cause or numbers: the key findings merge on."""
+    """What a finding is about, whatever its cause or numbers: the key chunks' findings merge on.
+
+    Coarser than the finding's :func:`~fleetscope.analyzers.findings.identity` (which the service
+    and the demo use between cycles) on purpose: a later chunk may name a sharper cause of the same
+    incident, and a node-wide finding and one of a GPU on that node are one subject.
+    """
     if f.kind == "failing_node" or (f.kind in PER_NODE and f.node is not None and f.gpu is None):
         return (f.kind, f.node)
     if f.kind in PER_JOB and f.job_id is not None:
@@ -165,7 +171,7 @@ def analyze_chunked(
         nxt: Future[Frames | None] | None = None
         for k, (load_start, own_start, own_end) in enumerate(plan):
             if last is not None:
-                last.features = None  # the chunk before lets go of its grid
+                last.signals = None  # the chunk before lets go of its grid and signals
             frames = nxt.result() if nxt is not None else attempt(load_start, own_end)
             nxt = None
             if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
@@ -204,15 +210,15 @@ def _whole(
     """The window's report: the last chunk's state, with the merged findings and summed goodput."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
-    feat = last.features
+    signals = last.signals
     out = dataclasses.replace(last, start=start, findings=merged)
-    if feat is not None:
-        out.nodes = node_verdicts(feat, merged)
-        out.jobs = job_summaries(feat, merged)
+    if signals is not None:
+        out.nodes = node_verdicts(signals.features, merged)
+        out.jobs = job_summaries(signals, merged)
     out.goodput = goodput
     out.carry = carry
     if last.start == start:  # one chunk (no lead-in): its signals cover the window, for the plots
-        out.features = feat
+        out.signals = signals
     return out
 
 

@@ -9,7 +9,8 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-from fleetscope.demo.watcher import describe_finding, finding_key, say
+from fleetscope.analyzers.findings import identity
+from fleetscope.demo.watcher import describe_finding, say
 
 #: One scraped sample: series name, its label pairs (sorted), its value.
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
@@ -101,6 +102,6 @@ class DirectAnalysis:
         analysis = analyze_file(self.recording)
         for f in analysis.findings:
             d = f.to_dict()
-            if finding_key(d) not in self.seen:
-                self.seen.add(finding_key(d))
+            if identity(d) not in self.seen:
+                self.seen.add(identity(d))
                 say(describe_finding(d))

@@ -9,6 +9,7 @@ import time
 import urllib.error
 from collections.abc import Callable
 
+from fleetscope.analyzers.findings import identity
 from fleetscope.demo.net import http_json
 from fleetscope.demo.processes import Processes
 
@@ -20,11 +21,6 @@ def say(line: str) -> None:
 def describe_finding(f: dict) -> str:
     where = " ".join(f"{k}={f[k]}" for k in ("node", "gpu", "rank", "job_id") if f.get(k) is not None)
     return f"FINDING {f.get('kind')} ({f.get('severity')}) {where} cause={f.get('cause')}: {f.get('action')}"
-
-
-def finding_key(f: dict) -> tuple:
-    """What makes a finding new to the reader: the same kind, place and cause is printed once."""
-    return tuple(f.get(k) for k in ("kind", "node", "gpu", "rank", "job_id", "cause"))
 
 
 def describe_alert(a: dict) -> str:
@@ -55,7 +51,7 @@ class Watcher:
 
     def new_findings(self, findings: list[dict]) -> None:
         for f in findings:
-            key = finding_key(f)
+            key = identity(f)  # the same kind, place and cause is printed once
             if key not in self.findings:
                 self.findings.add(key)
                 say(describe_finding(f))

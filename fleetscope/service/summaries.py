@@ -22,10 +22,11 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
-from fleetscope.analyzers.detectors.mfu_drop import job_mfu
-from fleetscope.analyzers.features import Features, job_columns, stepping
+from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.report import Report
-from fleetscope.analyzers.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica, serving_signals
+from fleetscope.analyzers.signals.jobs import job_columns, stepping
+from fleetscope.analyzers.signals.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import increase_steps
 
@@ -38,9 +39,9 @@ SHORT_WINDOW_S = 300.0
 def analyze_for_page(fn: Callable[[float, float], Report], start: float, end: float) -> Report:
     """``fn(start, end)`` with ``Report.live`` filled from its features (module level: picklable)."""
     report = fn(start, end)
-    feat = report.features
-    if feat is not None:
-        report.live = {"jobs": job_states(feat, report), "models": served_models(feat)}
+    signals = report.signals
+    if signals is not None:
+        report.live = {"jobs": job_states(signals, report), "models": served_models(signals)}
     return report
 
 
@@ -53,8 +54,9 @@ def _last_finite(col: np.ndarray) -> tuple[float | None, int | None]:
     return (float(col[idx[-1]]), int(idx[-1])) if idx.size else (None, None)
 
 
-def job_states(feat: Features, report: Report) -> dict[str, dict[str, Any]]:
+def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
     """Every job's state at the window's end, and why its MFU is unknown when it is."""
+    feat = signals.features
     r, times, cfg = feat.ranks, feat.times, feat.config
     end = float(times[-1]) if len(times) else report.end
     out: dict[str, dict[str, Any]] = {}
@@ -80,7 +82,7 @@ def job_states(feat: Features, report: Report) -> dict[str, dict[str, Any]]:
             since = hang.start if hang is not None else (last_step or float(times[reporting[0]]))
         else:
             state, since = "running", None
-        series, unit, paused = job_mfu(feat, job)
+        series, unit, paused = signals.job_mfu(job)
         last, at = _last_finite(series)
         now = series[-1] if len(series) else np.nan
         if not math.isfinite(now) and len(series) > 1:
@@ -114,9 +116,10 @@ def job_states(feat: Features, report: Report) -> dict[str, dict[str, Any]]:
     return out
 
 
-def served_models(feat: Features) -> list[dict[str, Any]]:
+def served_models(signals: Signals) -> list[dict[str, Any]]:
     """One entry per served model (none without vLLM series in the window)."""
-    s = serving_signals(feat.frames, feat.w)
+    feat = signals.features
+    s = signals.serving
     if not s.replicas:
         return []
     n = len(feat.times)

@@ -70,7 +70,7 @@ DEFAULT_CONCURRENCY = 4
 #: metric -> (extra label matchers, labels kept by ``max by`` or None): only the part the detectors
 #: read, where the PromQL gives exactly the values the detectors would compute from the whole.
 #: ``training_phase_seconds_total``: ``features.rank_signals`` selects exactly ``c.TRAINING_PHASES``
-#: (an application may report more phases). ``fleetscope_gpu_peak_flops``: ``mfu_drop._peaks`` reads
+#: (an application may report more phases). ``fleetscope_gpu_peak_flops``: ``signals.mfu._peaks`` reads
 #: only the bf16 peak of each (node, GPU), the max over that GPU's series; the other dtypes and the
 #: other labels would double the largest answer for nothing.
 PUSHDOWN: dict[str, tuple[str, tuple[str, ...] | None]] = {

@@ -40,6 +40,8 @@ def test_suite_shape(fixtures):
     assert len({s.seed for s in specs}) == len(specs)
 
 
+# The whole suite: about 100 s on two idle cores, several minutes on a loaded machine.
+@pytest.mark.timeout(900)
 def test_evaluate_meets_the_thresholds(fixtures, tmp_path):
     """Every kind and every family at precision and recall >= 0.95; the classic faults found in time."""
     report = evaluate(fixtures / "scenarios", workdir=tmp_path, jobs=2)

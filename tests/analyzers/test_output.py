@@ -113,7 +113,7 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
 
     from fleetscope.analyzers import report_html as rh
     from fleetscope.analyzers.core import analyze_file
-    from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+    from fleetscope.analyzers.signals.mfu import job_mfu
 
     assert [rh.human_duration(s) for s in (0.45, 45, 380, 22060, 300000)] == [
         "0.45 s", "45 s", "6.3 min", "6.1 h", "3.5 days",
@@ -134,7 +134,7 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
     real_axvspan = plt.Axes.axvspan
     try:
         plt.Axes.axvspan = lambda self, *a, **k: drawn.append(k.get("color")) or real_axvspan(self, *a, **k)
-        assert rh._mfu(feat, report)
+        assert report.signals is not None and rh._mfu(report.signals, report)
     finally:
         plt.Axes.axvspan = real_axvspan
     (job,) = feat.jobs

@@ -16,7 +16,7 @@ import pytest
 from fleetscope.analyzers.core import analyze, analyze_file
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.roles import role_peers
-from fleetscope.analyzers.slowness import infer_blocks, slowness
+from fleetscope.analyzers.signals.slowness import infer_blocks, slowness
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec

@@ -1,19 +1,34 @@
 """The one interface every detector implements (like the exporter's collectors).
 
-A detector reads the shared :class:`~fleetscope.analyzers.features.Features` of a window and the
-findings of the detectors that ran before it, and returns its own findings. It never loads data,
-never prints, and keeps no state between analyses. A new detector is one module with a subclass of
-:class:`Detector` plus one line in :data:`fleetscope.analyzers.detectors.DETECTORS`.
+A detector reads the window's :class:`~fleetscope.analyzers.signals.window_signals.Signals` (and,
+through them, its :class:`~fleetscope.analyzers.features.Features`) and the findings of the
+detectors that ran before it, and *returns* a :class:`Detection`: its findings and what it learnt
+of this window for the next chunk of a streamed one. It writes nothing else: never loads data,
+never prints, keeps no state between analyses, imports no other detector (a signal two places
+read lives in :mod:`fleetscope.analyzers.signals`). A new detector is one module with a subclass
+of :class:`Detector` plus one line in :data:`fleetscope.analyzers.detectors.DETECTORS`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.window_signals import Signals
+
+
+@dataclass
+class Detection:
+    """What one detector returns for one window."""
+
+    #: Its findings, in the detector's own order.
+    findings: list[Finding]
+    #: What the next chunk of a streamed window needs of this one (empty for most detectors).
+    learnt: Carry = field(default_factory=Carry)
 
 
 class Detector(ABC):
@@ -25,5 +40,5 @@ class Detector(ABC):
     kinds: ClassVar[tuple[str, ...]]
 
     @abstractmethod
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
         """The findings in the window. ``prior`` holds the earlier detectors' findings, in order."""

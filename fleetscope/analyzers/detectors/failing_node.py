@@ -23,17 +23,17 @@ import pandas as pd
 
 from fleetscope import contract as c
 from fleetscope import hardware, labels, xids
-from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, gpu_busy, job_columns, job_nodes, job_stalls
+from fleetscope.analyzers.detectors.base import Detection, Detector
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
+from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps
 
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]
 
-#: A failing node's causes, most specific first (the finding names the first it has).
-CAUSE_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
-                  "ranks_stopped", "pcie_width_drop")  # fmt: skip
 
 _ACTIONS = {
     "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, "
@@ -259,16 +259,11 @@ def one_per_node(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def base_cause(cause: str) -> str:
-    """The cause's family: ``xid_31`` -> ``xid``."""
-    return "xid" if cause.startswith("xid_") else cause
-
-
 class FailingNodeDetector(Detector):
     """Hardware that must leave the job: see the module docstring."""
 
     name = "failing_node"
     kinds = ("failing_node",)
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        return detect(feat)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        return Detection(detect(signals.features))

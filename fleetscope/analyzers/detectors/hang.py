@@ -26,17 +26,11 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope import labels, xids
-from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import (
-    Features,
-    fmt_time,
-    gpu_busy,
-    job_columns,
-    job_nodes,
-    job_stalls,
-    stepping,
-)
+from fleetscope.analyzers.detectors.base import Detection, Detector
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls, stepping
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps
 
 HANG_ACTION = (
@@ -185,7 +179,7 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             }
             if util is not None:
                 stall_ev[c.DCGM_FI_DEV_GPU_UTIL] = f"{util:.0f}% (collectives spinning)"
-            lo, hi = max(0, a - look), min(len(times) - 1, a + feat.w)
+            lo, hi = max(0, a - look), min(len(times) - 1, a + feat.rate_window_steps)
             explained = [
                 f for f in prior
                 if f.kind == "failing_node" and f.node in nodes and times[lo] <= f.start <= times[hi]
@@ -251,5 +245,5 @@ class HangDetector(Detector):
     name = "hang"
     kinds = ("failing_node", "job_hang")
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        return detect(feat, prior)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        return Detection(detect(signals.features, prior))

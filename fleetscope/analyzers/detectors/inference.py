@@ -31,11 +31,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope.analyzers.config import DetectorConfig
-from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.detectors.straggler import _cause, _runs_with_persistence, gpu_throttle_evidence
+from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time, robust_z
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.serving import ServingSignals, serving_signals
+from fleetscope.analyzers.signals.hardware import slowdown_cause
+from fleetscope.analyzers.signals.runs import runs_with_persistence
+from fleetscope.analyzers.signals.serving import ServingSignals
+from fleetscope.analyzers.signals.window_signals import Signals
 
 # Thresholds (replica_ratio_with_hw, replica_ratio, replica_prompt_ratio, kv_full, preempt_per_s,
 # saturated_share, min_replica_peers) are DetectorConfig fields, with the reason for each number.
@@ -85,18 +87,19 @@ class InferenceDetector(Detector):
     name = "inference"
     kinds = ("slow_replica", "failing_replica", "capacity")
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        s = serving_signals(feat.frames, feat.w)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        feat = signals.features
+        s = signals.serving
         if not s.replicas:
-            return []
+            return Detection([])
         out: list[Finding] = []
         sat = _saturated(s, feat.config)
         for model, cols in s.models().items():
             crowded = self._capacity(feat, s, model, cols, sat, out)
             if cols.sum() >= feat.config.min_replica_peers:
-                self._slow(feat, s, cols, sat, crowded, out)
+                self._slow(feat, s, cols, sat, crowded, out, signals.gpu_throttle)
         out += self._failing(feat, s, prior)
-        return out
+        return Detection(out)
 
     # ---------------------------------------------------------------- capacity
     def _capacity(self, feat: Features, s: ServingSignals, model: str, cols: np.ndarray, sat: np.ndarray,
@@ -108,7 +111,7 @@ class InferenceDetector(Detector):
         )
         crowded = (share > feat.config.saturated_share) & (present >= 2)
         times = feat.times
-        for a, b in _runs_with_persistence(crowded, feat.p):
+        for a, b in runs_with_persistence(crowded, feat.persistence_steps):
             ongoing = b >= len(times) - 3
             seg = slice(a, b + 1)
             ev = {
@@ -118,7 +121,7 @@ class InferenceDetector(Detector):
                 "kv_cache_usage": f"median {_med(s.kv[seg][:, cols]):.0%}",
                 "preemptions": f"{np.nansum(_med(s.preempt_rate[seg][:, cols], axis=0)):.2f}/s per replica",
                 "ttft_p95": f"median {_med(s.ttft_p95[seg][:, cols]):.2f} s",
-                "confirmed_at": fmt_time(times[min(a + feat.p - 1, len(times) - 1)]),
+                "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),
             }
             out.append(Finding(
                 kind="capacity", severity="warning", node=None, start=float(times[a]),
@@ -130,13 +133,13 @@ class InferenceDetector(Detector):
 
     # ---------------------------------------------------------------- slow replicas
     def _slow(self, feat: Features, s: ServingSignals, cols: np.ndarray, sat: np.ndarray,
-              crowded: np.ndarray, out: list[Finding]) -> None:  # fmt: skip
+              crowded: np.ndarray, out: list[Finding], throttled: np.ndarray) -> None:  # fmt: skip
+        """Append the slow replicas among ``cols``; ``throttled``: the GPUs' hardware evidence."""
         cfg = feat.config
         idx = np.nonzero(cols)[0]
         itl = s.itl_mean[:, idx]
         ratio, z = robust_z(itl, axis=1, mad_floor=feat.config.mad_floor)
         prompt_ratio, _ = robust_z(s.prompt_per_request[:, idx], axis=1)
-        throttled = gpu_throttle_evidence(feat)
         gi = feat.gpus.index
         peers_sat = _med(sat[:, idx].astype(float), axis=1)
         for j, k in enumerate(idx.tolist()):
@@ -153,7 +156,7 @@ class InferenceDetector(Detector):
             slow &= ~crowded
             kv = sat[:, k] & (peers_sat < 0.5) & ~crowded
             for flag, kind in ((slow, "decode"), (kv & ~slow, "kv")):
-                for a, b in _runs_with_persistence(flag, feat.p):
+                for a, b in runs_with_persistence(flag, feat.persistence_steps):
                     out.append(self._slow_finding(feat, s, k, j, a, b, kind, ratio, gcols, hw))
 
     @staticmethod
@@ -176,7 +179,7 @@ class InferenceDetector(Detector):
         if kind == "decode":
             cause = "unknown"
             for g in gcols if hw[seg].any() else []:
-                cg, eg = _cause(feat, g, rep.host, a, b, {})
+                cg, eg = slowdown_cause(feat, g, rep.host, a, b, {})
                 if cg != "unknown":
                     cause, gpu, ev = cg, str(feat.gpus.keys.iloc[g]["gpu"]), eg
                     break
@@ -191,7 +194,7 @@ class InferenceDetector(Detector):
             "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers {_med(s.waiting[seg][:, peers]):.0f})",
             "preemptions": f"{_med(s.preempt_rate[seg, k]):.2f}/s",
             "gpus": ",".join(g for _, g in s.gpus[k]),
-            "confirmed_at": fmt_time(times[min(a + feat.p - 1, len(times) - 1)]),
+            "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),
         })  # fmt: skip
         score = float(_med(ratio[seg, j])) if kind == "decode" else float("nan")
         return Finding(

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.carry import Carry
+from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import iter_runs
 
 GAP_ACTION = (
@@ -49,26 +51,35 @@ def _node_presence(feat: Features) -> dict[str, np.ndarray]:
     return out
 
 
-def _others_progress(feat: Features, node: str, presence: dict[str, np.ndarray]) -> np.ndarray:
-    """Per grid time: the rest of the cluster carries on (its ranks step, or its nodes report)."""
+#: (node -> steps per grid time of its ranks, steps per grid time of all ranks); None without ranks.
+NodeSteps = tuple[dict[str, np.ndarray], np.ndarray] | None
+
+
+def _node_steps(feat: Features) -> NodeSteps:
+    """Steps per grid time of every node and of all, once per window: the others' = all - a node's."""
     r = feat.ranks
-    if r.steps.size:
-        # Steps per grid time of every node and of all, once per window: the others' = all - this node's.
-        memo = feat.memo.get("node_steps")
-        if not isinstance(memo, tuple):
-            nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
-            steps = np.nan_to_num(r.steps)
-            memo = ({n: steps[:, nodes == n].sum(axis=1) for n in np.unique(nodes)}, steps.sum(axis=1))
-            feat.memo["node_steps"] = memo
-        per_node, total = memo
+    if not r.steps.size:
+        return None
+    nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
+    steps = np.nan_to_num(r.steps)
+    return {n: steps[:, nodes == n].sum(axis=1) for n in np.unique(nodes)}, steps.sum(axis=1)
+
+
+def _others_progress(
+    feat: Features, node: str, presence: dict[str, np.ndarray], node_steps: NodeSteps
+) -> np.ndarray:
+    """Per grid time: the rest of the cluster carries on (its ranks step, or its nodes report)."""
+    if node_steps is not None:
+        per_node, total = node_steps
         if set(per_node) - {node}:  # other nodes have ranks
             return (total - per_node.get(node, 0.0)) > 1e-9
     others = [p for n, p in presence.items() if n != node]
     return np.any(others, axis=0) if others else np.zeros(len(feat.times), dtype=bool)
 
 
-def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-    """One informational finding per monitoring gap, departure or arrival of a node."""
+def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
+    """One informational finding per monitoring gap, departure or arrival of a node; it learns the
+    nodes seen, so a node that reappears after a chunk's edge came back rather than joined."""
     times = feat.times
     T = len(times)
     need = max(2, round(feat.config.gap_s / feat.step))
@@ -76,11 +87,12 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
     failing = {f.node for f in prior if f.kind == "failing_node"}
     out: list[Finding] = []
     seen_before = feat.carry.nodes_seen if feat.carry is not None else set()
-    feat.learnt.nodes_seen |= {n for n, here in presence.items() if here.any()}
+    learnt = Carry(nodes_seen={n for n, here in presence.items() if here.any()})
+    node_steps = _node_steps(feat)
     for node, here in sorted(presence.items()):
         if node in failing or not here.any():
             continue
-        progress = _others_progress(feat, node, presence)
+        progress = _others_progress(feat, node, presence, node_steps)
         idx = np.nonzero(here)[0]
         first, last = int(idx[0]), int(idx[-1])
         for a, b in iter_runs(~here):
@@ -106,7 +118,7 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
                 cause=cause, evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
                 action=action,
             ))  # fmt: skip
-    return out
+    return Detection(out, learnt)
 
 
 class MembershipDetector(Detector):
@@ -115,5 +127,5 @@ class MembershipDetector(Detector):
     name = "membership"
     kinds = ("monitoring_gap", "membership_change")
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        return detect(feat, prior)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        return detect(signals.features, prior)

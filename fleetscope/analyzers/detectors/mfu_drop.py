@@ -5,7 +5,7 @@ GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but e
 compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
 family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
 every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points
-are reported. Throughput is measured only while the job trains (:func:`training_mask`), so
+are reported. Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
 checkpoints, evaluation, stalls and hangs never count as drops.
 
 A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)
@@ -24,10 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, job_columns, job_nodes, job_stalls, stepping
+from fleetscope.analyzers.carry import Carry
+from fleetscope.analyzers.detectors.base import Detection, Detector
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.window.frames import iter_runs, rolling_sum
+from fleetscope.analyzers.signals.jobs import job_nodes, job_stalls
+from fleetscope.analyzers.signals.window_signals import Signals
+from fleetscope.window.frames import rolling_sum
 
 _ACTIONS = {
     "straggler": "fix the straggler (see its finding): drain its node after the next checkpoint and restart "
@@ -41,138 +44,6 @@ _ACTIONS = {
     "storage": "checkpoints take longer than usual: check the FSx for Lustre throughput and capacity",
     "unknown": "compare the step phase breakdown before and after the change point",
 }
-
-
-def training_mask(feat: Features, job: str) -> np.ndarray:
-    """Per grid time: the job was training (not paused, stalled or hung) through this grid step.
-
-    Grid steps in which no rank of the job completed a step are pauses (evaluation, a blocking
-    checkpoint, a hang, a restart), and so are the grid steps on either side of one (partly
-    paused) and any grid step that counted evaluation or checkpoint time
-    (docs/design.md#pauses-that-are-not-faults). MFU drops measure lost throughput while training:
-    the hang and failure detectors report the rest.
-    """
-    r = feat.ranks
-    cols = job_columns(feat, job)
-    paused = _quiet(feat, job)
-    for ph in c.PAUSE_PHASES:
-        if ph in r.phases:
-            paused |= np.nansum(np.nan_to_num(r.phases[ph][:, cols]), axis=1) > 0
-    edge = paused.copy()
-    edge[1:] |= paused[:-1]
-    edge[:-1] |= paused[1:]
-    # Some of the job's ranks unseen (a monitoring gap) or just back (their first increment carries
-    # the whole gap): the job's sums are not its throughput there. A job that shrank for good is
-    # whole again one rate window later.
-    present = r.present[:, cols]
-    if present.size:
-        n = present.sum(axis=1).astype(float)
-        edge |= n < _rolling_max(n, feat.w)
-        edge[1:] |= (present[1:] & ~present[:-1]).any(axis=1)
-    return ~edge
-
-
-def typical_step_s(feat: Features, job: str) -> float:
-    """The job's median wall time per step: from its step-time counter, else its step rate.
-
-    Without ``training_step_seconds_total`` the median rank's time in the window over its steps
-    (pauses included, so an upper bound: the pause rule then errs towards "still training").
-    """
-    r = feat.ranks
-    cols = job_columns(feat, job)
-    per_rank = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=0)
-    good = per_rank > 0
-    if not good.any():
-        return float("nan")
-    secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=0)
-    if (secs[good] > 0).all():
-        return float(np.median(secs[good] / per_rank[good]))
-    span = r.present[:, cols].sum(axis=0) * feat.step
-    return float(np.median(span[good] / per_rank[good]))
-
-
-def _quiet(feat: Features, job: str) -> np.ndarray:
-    """Grid steps inside a run without steps longer than the job's own step rhythm allows.
-
-    A job whose step takes longer than the grid step completes none in some grid steps while it
-    trains at full speed; only a run of silence longer than twice its typical step is a pause.
-    """
-    quiet = ~stepping(feat, job)
-    typical = typical_step_s(feat, job)
-    need = max(1, int(np.ceil(2 * typical / feat.step))) if np.isfinite(typical) else 1
-    out = np.zeros_like(quiet)
-    for a, b in iter_runs(quiet):
-        if b - a + 1 >= need:
-            out[a : b + 1] = True
-    return out
-
-
-def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
-    """(MFU or tokens/s per grid time, unit, pause mask) of one job, over ``rate_window_s`` of training.
-
-    Numerator and denominator count only grid steps in which the job was training
-    (:func:`training_mask`); a rate window with less than half of its time training is no level.
-    """
-    r = feat.ranks
-    cols = job_columns(feat, job)
-    w = feat.w
-    present = r.present[:, cols]
-    train = training_mask(feat, job)
-    active_s = rolling_sum(np.where(train, feat.step, 0.0)[:, None], w)[:, 0]
-    enough = active_s >= 0.5 * w * feat.step
-    flops = np.where(train, np.nansum(np.nan_to_num(r.flops[:, cols]), axis=1), 0.0)
-    peak = _peaks(feat, cols)
-    with np.errstate(all="ignore"):
-        if np.isfinite(peak).any() and flops.sum() > 0:
-            num = rolling_sum(flops[:, None], w)[:, 0] / active_s
-            # Peak of the GPUs whose ranks were in the job during the window.
-            pk = np.where(present, peak[None, :], 0.0).sum(axis=1)
-            pk = _rolling_max(pk, w)
-            series = np.where((pk > 0) & enough, num / pk, np.nan)
-            unit = "MFU"
-        else:
-            # Per rank seen, times the job's usual size: ranks missing from the monitoring (or a
-            # job that restarted smaller) do not read as lost throughput, as for MFU's peak.
-            tok = np.where(train, np.nansum(np.nan_to_num(r.tokens[:, cols]), axis=1), 0.0)
-            n = present.sum(axis=1).astype(float)
-            rank_s = rolling_sum(np.where(train, n * feat.step, 0.0)[:, None], w)[:, 0]
-            usual = float(np.median(n[n > 0])) if (n > 0).any() else 0.0
-            series = np.where(
-                enough & (rank_s > 0), rolling_sum(tok[:, None], w)[:, 0] / rank_s * usual, np.nan
-            )
-            unit = "tokens/s"
-    # Windows that reach back before the job's first step in the window (start-up) are not a level.
-    stepping_idx = np.nonzero(stepping(feat, job))[0]
-    first = int(stepping_idx[0]) if stepping_idx.size else 0
-    series[: max(w - 1, first + w)] = np.nan
-    series[~present.any(axis=1)] = np.nan
-    return series, unit, ~train
-
-
-def _rolling_max(x: np.ndarray, w: int) -> np.ndarray:
-    """The maximum over the last ``w`` rows (fewer at the start)."""
-    if not len(x):
-        return x.copy()
-    pad = np.concatenate([np.full(w - 1, x[0]), x])
-    return np.lib.stride_tricks.sliding_window_view(pad, w).max(axis=1)
-
-
-def _peaks(feat: Features, cols: np.ndarray) -> np.ndarray:
-    """bf16 peak FLOP/s of each rank's GPU (NaN where unknown)."""
-    f = feat.frames.get(c.GPU_PEAK_FLOPS)
-    keys = feat.ranks.keys[cols]
-    out = np.full(len(keys), np.nan)
-    if not len(f):
-        return out
-    f = f.select(dtype="bf16")
-    lab, vals = f.group((c.NODE_LABEL, "gpu"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        peak = {(n, g): float(np.nanmax(vals[:, j])) for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"],
-                                                                                       strict=True))}  # fmt: skip
-    for i, (n, g) in enumerate(zip(keys[c.NODE_LABEL], keys["gpu"], strict=True)):
-        out[i] = peak.get((n, g), np.nan)
-    return out
 
 
 def binary_segmentation(x: np.ndarray, min_size: int, penalty: float) -> list[int]:
@@ -225,9 +96,10 @@ class _Levels:
     stalls: list[tuple[int, int]]
 
 
-def _levels(feat: Features, job: str) -> _Levels | None:
+def _levels(signals: Signals, job: str) -> _Levels | None:
+    feat = signals.features
     cfg = feat.config
-    series, unit, _paused = job_mfu(feat, job)
+    series, unit, _paused = signals.job_mfu(job)
     idx = np.nonzero(np.isfinite(series))[0]
     if idx.size < 4:
         return None
@@ -236,7 +108,7 @@ def _levels(feat: Features, job: str) -> _Levels | None:
     xn = x / scale
     sigma = max(_noise(xn), 0.004)
     min_size = max(2, round(cfg.mfu_min_drop_s / feat.step / 2))
-    pen = cfg.changepoint_penalty * feat.w * sigma**2 * np.log(len(xn))
+    pen = cfg.changepoint_penalty * feat.rate_window_steps * sigma**2 * np.log(len(xn))
     cps = binary_segmentation(xn, min_size, pen)
     bounds = [0, *cps, len(xn)]
     segs = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
@@ -247,12 +119,15 @@ def _levels(feat: Features, job: str) -> _Levels | None:
     return _Levels(unit, idx, x, segs, means, base_i, job_stalls(feat, job))
 
 
-def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
+    """Every MFU drop of every job; it learns each job's baseline level for the next chunk."""
+    feat = signals.features
+    learnt = Carry()
     cfg = feat.config
     out: list[Finding] = []
     carried = feat.carry.mfu_base if feat.carry is not None else {}
     for job in feat.jobs:
-        lv = _levels(feat, job)
+        lv = _levels(signals, job)
         if lv is None:
             continue
         unit, idx, x, segs, means, base_i, stalls = (
@@ -276,7 +151,7 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             continue
         # What the next chunk of a streamed window measures from: the baseline (in a chunk that
         # ends in a drop, the level the drop fell from; inside one, the level carried in).
-        feat.learnt.mfu_base[job] = (unit, base)
+        learnt.mfu_base[job] = (unit, base)
         low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
         # Merge neighbouring low segments into one drop.
         i = 0
@@ -300,7 +175,7 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
                 out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))
             i = j + 1
-    return out
+    return Detection(out, learnt)
 
 
 def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl: float, segs, idx, base_i: int,
@@ -309,7 +184,7 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
     times = feat.times
     last = len(times) - 1
     t0, t1 = float(times[a]), float(times[b])
-    margin = 2 * feat.w * feat.step
+    margin = 2 * feat.rate_window_steps * feat.step
     cause = "unknown"
     ev: dict[str, str] = {}
     fmt = (lambda v: f"{v:.1%}") if unit == "MFU" else (lambda v: f"{v:,.0f}")
@@ -397,7 +272,7 @@ def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
         return {}
     # Shares of the training step only: checkpoint and evaluation time are pauses (masked from the
     # MFU series), and a window that holds a checkpoint would otherwise read as a "storage" drop.
-    tot = {ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.w)[:, 0]
+    tot = {ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.rate_window_steps)[:, 0]
            for ph, v in r.phases.items() if ph not in c.PAUSE_PHASES}  # fmt: skip
     all_ = sum(tot.values())
     with np.errstate(all="ignore"):
@@ -411,7 +286,7 @@ def _lustre_evidence(feat: Features, a: int, b: int, ba: int, bb: int) -> dict[s
     from fleetscope.window.frames import rate
 
     _, vals = f.group((c.NODE_LABEL,), "sum")
-    total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.w)), axis=1)
+    total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.rate_window_steps)), axis=1)
     return {c.LUSTRE_CLIENT_READ_BYTES: f"{_mean_range(total, ba, bb) / 1e6:,.0f} -> "
             f"{_mean_range(total, a, b) / 1e6:,.0f} MB/s (all nodes)"}  # fmt: skip
 
@@ -422,5 +297,5 @@ class MfuDropDetector(Detector):
     name = "mfu_drop"
     kinds = ("mfu_drop",)
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        return detect(feat, prior)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        return detect(signals, prior)

@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.analyzers.detectors.base import Detector
+from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps, iter_runs
 
 #: The percentile compared (the median execution: robust to one slow batch).
@@ -71,7 +72,8 @@ class NeuronDetector(Detector):
     name = "neuron"
     kinds = ("failing_node", "straggler")
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        feat = signals.features
         events: dict[str, dict[str, tuple[int, str, str]]] = {}
 
         def add(node: str, cause: str, i: int, key: str, text: str) -> None:
@@ -85,7 +87,7 @@ class NeuronDetector(Detector):
         out = _failing(feat, events, prior)
         failing = {f.node for f in [*prior, *out] if f.kind == "failing_node" and f.severity == "critical"}
         out += [f for f in _slow_nodes(feat) if f.node not in failing]
-        return out
+        return Detection(out)
 
 
 def _ecc(feat: Features, add: AddEvent) -> None:
@@ -195,7 +197,7 @@ def _slow_nodes(feat: Features) -> list[Finding]:
             med = np.nanmedian(lat[:, peers], axis=1)
         ratio = lat[:, j] / med
         slow = np.isfinite(ratio) & (ratio > feat.config.neuron_latency_ratio)
-        runs = [(a, b) for a, b in iter_runs(slow) if b - a + 1 >= feat.p]
+        runs = [(a, b) for a, b in iter_runs(slow) if b - a + 1 >= feat.persistence_steps]
         if not runs:
             continue
         a, b = runs[0][0], runs[-1][1]

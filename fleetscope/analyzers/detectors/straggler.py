@@ -36,22 +36,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope import hardware
-from fleetscope.analyzers.detectors.base import Detector
-from fleetscope.analyzers.features import Features, fmt_time, place_columns, row_positions
+from fleetscope.analyzers.carry import Carry
+from fleetscope.analyzers.detectors.base import Detection, Detector
+from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.nanstats import column_nanpercentile, nanmedian
-from fleetscope.analyzers.signals.roles import RolePeers, role_peers
-from fleetscope.analyzers.slowness import Slowness, slowness
-from fleetscope.window.frames import iter_runs, rate, rolling_sum
-
-#: Node -> (per-time degraded flag, evidence) of nodes whose EFA devices misbehave.
-NetTrouble = dict[str, tuple[np.ndarray, dict[str, str]]]
+from fleetscope.analyzers.nanstats import column_nanpercentile, mean_or_nan, nanmedian
+from fleetscope.analyzers.signals.hardware import slowdown_cause
+from fleetscope.analyzers.signals.network import NetTrouble
+from fleetscope.analyzers.signals.roles import RolePeers
+from fleetscope.analyzers.signals.runs import runs_with_persistence
+from fleetscope.analyzers.signals.slowness import Slowness
+from fleetscope.analyzers.signals.window_signals import Signals
 
 #: Causes the GPU's own hardware names (against a rank merely waiting for one).
 _HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie")
 
-THERMAL_BITS = hardware.CLOCK_EVENT_SW_THERMAL | hardware.CLOCK_EVENT_HW_THERMAL
 
 _ACTIONS = {
     "thermal_throttle": "drain after the job's next checkpoint; check the node's fans, airflow and inlet "
@@ -66,123 +65,6 @@ _ACTIONS = {
 }
 
 
-def _runs_with_persistence(flag: np.ndarray, p: int, bridge: int = 2) -> list[tuple[int, int]]:
-    """Runs of True at least ``p`` long; gaps up to ``bridge`` steps are bridged."""
-    f = flag.copy()
-    for a, b in iter_runs(~f):
-        if a > 0 and b < len(f) - 1 and b - a + 1 <= bridge:
-            f[a : b + 1] = True
-    return [(a, b) for a, b in iter_runs(f) if b - a + 1 >= p]
-
-
-def _bits_share(reasons: np.ndarray, a: int, b: int, bits: int) -> float:
-    v = reasons[a : b + 1]
-    v = v[~np.isnan(v)].astype(np.int64)
-    return float(np.mean((v & bits) != 0)) if v.size else 0.0
-
-
-def _mean(x: np.ndarray) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmean(x)) if x.size else float("nan")
-
-
-def node_network_trouble(feat: Features) -> dict[str, tuple[np.ndarray, dict[str, str]]]:
-    """Node -> (per-time degraded flag, evidence) for nodes whose EFA devices misbehave."""
-    frames = feat.frames
-    cfg = feat.config
-    out: dict[str, tuple[np.ndarray, dict[str, str]]] = {}
-    if not frames.has(c.EFA_TX_PKTS):
-        return out
-    keys = (c.NODE_LABEL, "device")
-    lab, tx = frames.get(c.EFA_TX_PKTS).group(keys, "sum")
-    idx = {tuple(r): i for i, r in enumerate(lab.itertuples(index=False, name=None))}
-
-    def aligned(name: str) -> np.ndarray:
-        out_ = np.full(tx.shape, np.nan)
-        if frames.has(name):
-            l2, v2 = frames.get(name).group(keys, "sum")
-            place_columns(out_, row_positions(lab, l2, keys), v2)
-        return out_
-
-    tx_rate = rate(tx, feat.step, feat.w)
-    re_rate = rate(aligned(c.EFA_RETRANS_PKTS), feat.step, feat.w)
-    ev = np.zeros(tx.shape)
-    for name in (
-        c.EFA_RETRANS_TIMEOUT_EVENTS,
-        c.EFA_IMPAIRED_REMOTE_CONN_EVENTS,
-        c.EFA_UNRESPONSIVE_REMOTE_EVENTS,
-    ):
-        r = rate(aligned(name), feat.step, feat.w)
-        ev = ev + np.where(np.isnan(r), 0, r)
-    with np.errstate(all="ignore"):
-        ratio = re_rate / tx_rate
-    busy_link = np.nan_to_num(tx_rate) >= cfg.efa_min_tx_pps
-    bad = (busy_link & (np.nan_to_num(ratio) >= cfg.retrans_ratio)) | (ev * 60 >= cfg.efa_events_per_min)
-    for j, (node, dev) in enumerate(idx):
-        if not bad[:, j].any():
-            continue
-        flag, evidence = out.get(node, (np.zeros(len(feat.times), dtype=bool), {}))
-        flag = flag | bad[:, j]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            evidence[f"{dev} retrans_pkts/tx_pkts"] = f"{np.nanmax(ratio[:, j]):.2%}"
-            evidence[f"{dev} impaired+unresponsive+timeout events"] = f"{np.nanmax(ev[:, j]) * 60:.1f}/min"
-        out[node] = (flag, evidence)
-    return out
-
-
-def _cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
-           net: dict[str, tuple[np.ndarray, dict[str, str]]]) -> tuple[str, dict[str, str]]:  # fmt: skip
-    cfg = feat.config
-    gs = feat.gpus
-    ev: dict[str, str] = {}
-    if gcol is not None and gs.clock.size:
-        before = gs.clock[max(0, a - 3 * feat.w) : max(1, a - feat.w), gcol]
-        during = gs.clock[a : b + 1, gcol]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            peer = np.nanmedian(gs.clock[a : b + 1])
-        if np.isfinite(_mean(during)):
-            ref = _mean(before) if np.isfinite(_mean(before)) else peer
-            ev[c.DCGM_FI_DEV_SM_CLOCK] = f"{ref:.0f} -> {_mean(during):.0f} MHz (peers {peer:.0f} MHz)"
-        r = gs.reasons[a : b + 1, gcol]
-        r = r[~np.isnan(r)]
-        if r.size:
-            bits = int(np.bitwise_or.reduce(r.astype(np.int64)))
-            ev[c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS] = f"0x{bits:x}"
-        if np.isfinite(_mean(gs.temp[a : b + 1, gcol])):
-            ev[c.DCGM_FI_DEV_GPU_TEMP] = f"{_mean(gs.temp[a : b + 1, gcol]):.0f} C"
-        tv = _mean(gs.thermal_viol[a : b + 1, gcol])
-        pv = _mean(gs.power_viol[a : b + 1, gcol])
-        if np.isfinite(tv) and tv > 0:
-            ev[c.DCGM_FI_DEV_THERMAL_VIOLATION] = f"{tv:.0%} of the time"
-        if np.isfinite(pv) and pv > 0:
-            ev[c.DCGM_FI_DEV_POWER_VIOLATION] = f"{pv:.0%} of the time"
-        if (
-            _bits_share(gs.reasons[:, gcol], a, b, THERMAL_BITS) >= cfg.reason_share
-            or tv >= cfg.violation_share
-        ):
-            return "thermal_throttle", ev
-        if _bits_share(
-            gs.reasons[:, gcol], a, b, hardware.CLOCK_EVENT_HW_POWER_BRAKE
-        ) >= cfg.reason_share or (pv >= cfg.violation_share):
-            return "power_brake", ev
-        if _bits_share(gs.reasons[:, gcol], a, b, hardware.CLOCK_EVENT_HW_SLOWDOWN) >= cfg.reason_share:
-            return "hw_slowdown", ev
-        w = gs.pcie_width[:, gcol]
-        node_cols = gs.keys[c.NODE_LABEL].to_numpy() == node
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if np.nanmin(w[a : b + 1], initial=np.inf) < np.nanmax(gs.pcie_width[:, node_cols], initial=0):
-                ev[c.DCGM_FI_DEV_PCIE_LINK_WIDTH] = f"x{np.nanmin(w[a : b + 1]):.0f}"
-                return "pcie", ev
-    if node in net and net[node][0][a : b + 1].any():
-        ev.update(net[node][1])
-        return "network", ev
-    return "unknown", ev
-
-
 def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: str | None,
              a: int, b: int, score: float | None, cause: str, ev: dict[str, str],
              since: int | None = None) -> Finding:  # fmt: skip
@@ -191,7 +73,7 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
     times = feat.times
     last = len(times) - 1
     ongoing = b >= last - 2
-    confirm = min(a + feat.p - 1, last)
+    confirm = min(a + feat.persistence_steps - 1, last)
     ev["confirmed_at"] = fmt_time(times[confirm])
     return Finding(
         kind="straggler", severity="warning", node=node, gpu=gpu, rank=rank, job_id=job,
@@ -201,53 +83,10 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
     )  # fmt: skip
 
 
-def rank_scores(feat: Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute seconds per step, slowness score against the peer group, modified z) per rank and time.
-
-    The score is :meth:`Slowness.score`: 1 + the largest view of slowness (1.0 = like its peers).
-    """
-    r = feat.ranks
-    T = len(feat.times)
-    if not r.steps.size:
-        z = np.zeros((T, 0))
-        return z, z, z
-    sl = slowness(feat)
-    steps = rolling_sum(r.steps, feat.w)
-    comp = rolling_sum(r.compute, feat.w)
-    with np.errstate(all="ignore"):
-        per_step = np.where(steps >= 2, comp / steps, np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        zmax = np.nanmax(np.stack(list(sl.z.values())), axis=0) if sl.z else per_step * np.nan
-    return per_step, sl.score(), zmax
-
-
-def gpu_throttle_evidence(feat: Features) -> np.ndarray:
-    """Per GPU column and time: the hardware says this GPU runs slower than it could.
-
-    A HW/SW thermal, HW power-brake or HW-slowdown clock-event bit, a violation counter counting at
-    least ``violation_share`` of the time. A SW power cap alone is normal under load and never
-    counts. (The clock deficit against busy peers is checked where a GPU has no rank telemetry.)
-    """
-    cfg = feat.config
-    gs = feat.gpus
-    if not gs.clock.size:
-        return np.zeros((len(feat.times), len(gs.keys)), dtype=bool)
-    bits = np.nan_to_num(gs.reasons).astype(np.int64)
-    return (
-        (
-            (bits & (THERMAL_BITS | hardware.CLOCK_EVENT_HW_POWER_BRAKE | hardware.CLOCK_EVENT_HW_SLOWDOWN))
-            != 0
-        )
-        | (np.nan_to_num(gs.thermal_viol) >= cfg.violation_share)
-        | (np.nan_to_num(gs.power_viol) >= cfg.violation_share)
-    )
-
-
 def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) -> np.ndarray:
     """Per rank and time: its GPU's hardware says it is slower than its peers' GPUs.
 
-    A throttle reason or violation counter (:func:`gpu_throttle_evidence`), or an SM clock
+    A throttle reason or violation counter (:func:`~fleetscope.analyzers.signals.hardware.gpu_throttle_evidence`), or an SM clock
     ``clock_deficit`` below the median of its peer group's GPUs (an admin's locked application
     clocks set no throttle reason, but the clock shows it). Evidence that half the group shares at
     once (a data hall's cooling, a fleet-wide power cap) singles nobody out and does not count.
@@ -278,36 +117,21 @@ def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) 
     return out
 
 
-def rank_ids(feat: Features) -> list[tuple[str, ...]]:
-    """Each rank column's (job_id, rank, Hostname, gpu) as strings, read from the keys once."""
-    ids = feat.memo.get("rank_ids")
-    if not isinstance(ids, list):
-        keys = feat.ranks.keys
-        ids = (
-            [tuple(str(v) for v in row) for row in keys.itertuples(index=False, name=None)]
-            if len(keys)
-            else []
-        )
-        feat.memo["rank_ids"] = ids
-    return ids
-
-
-def _best_levels(feat: Features, sl: Slowness, name: str) -> np.ndarray:
+def _best_levels(sl: Slowness, name: str) -> np.ndarray:
     """Every rank's best level (10th percentile over the window) in one slowness view."""
-    key = f"best_{name}"
-    out = feat.memo.get(key)
-    if not isinstance(out, np.ndarray):
-        x = getattr(sl, name)
-        out = column_nanpercentile(x, 10) if x.size else np.full(x.shape[1], np.nan)
-        feat.memo[key] = out
-    return out
+    x = getattr(sl, name)
+    return column_nanpercentile(x, 10) if x.size else np.full(x.shape[1], np.nan)
+
+
+#: (job_id, rank, Hostname, gpu, view) -> the rank's best slowness level in that view (``Carry.rank_best``).
+RankBest = dict[tuple[str, ...], float]
 
 
 def _rank_flags(
-    feat: Features, sl: Slowness, hw: np.ndarray, has_gpu: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    signals: Signals, hw: np.ndarray, has_gpu: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, RankBest]:
     """(slow without hardware evidence, slow with it, slow against every role peer) per grid time
-    and rank column (T x ranks).
+    and rank column (T x ranks), and every rank's best level per view (for the next chunk).
 
     ``hw``: the ranks' hardware evidence; ``has_gpu``: which ranks' GPUs are on the grid (the
     others can have no hardware evidence). Without hardware evidence a view of the GPU's work
@@ -317,12 +141,15 @@ def _rank_flags(
     replicas. The host-side views (data, host, less wait) keep ``self_change`` alone: rank 0's host
     work is a role no layout label names.
     """
+    feat = signals.features
+    sl = signals.slowness
     cfg = feat.config
     zc = cfg.straggler_z
+    learnt: RankBest = {}
     if not sl.z:  # no ranks on the grid
         none = np.zeros(sl.compute.shape, dtype=bool)
-        return none, none, none
-    roles = role_peers(feat, sl.groups)
+        return none, none, none, learnt
+    roles = signals.role_peers
 
     def role(x: np.ndarray) -> np.ndarray:
         return roles.slower_than_all(x, cfg.role_margin)
@@ -334,17 +161,17 @@ def _rank_flags(
             out &= ~(np.nan_to_num(excess) < cfg.straggler_noise * np.nan_to_num(sl.noise[name]))
         return out
 
-    ids = rank_ids(feat)
+    ids = signals.rank_ids
     before = feat.carry.rank_best if feat.carry is not None else {}
 
     def changed(name: str, x: np.ndarray) -> np.ndarray:
         """Slower than each rank's own best level (10th percentile) by ``self_change``: in the
         window, or in the chunks before it of a streamed window (carried)."""
-        here = _best_levels(feat, sl, name)
+        here = _best_levels(sl, name)
         best = here.copy()
         for k in np.nonzero(np.isfinite(here))[0]:
             key = (*ids[k], name)
-            feat.learnt.rank_best[key] = float(here[k])
+            learnt[key] = float(here[k])
             if key in before:
                 best[k] = min(best[k], before[key])
         out = np.nan_to_num(x - best[None, :]) >= cfg.self_change
@@ -389,7 +216,7 @@ def _rank_flags(
             | (np.nan_to_num(sl.less_wait) >= mild_share)
         )
     )
-    return soft, hard, by_role
+    return soft, hard, by_role, learnt
 
 
 def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[int, int, float]]:
@@ -399,16 +226,16 @@ def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[
     period needs only a third of that, and periods closer than ``episode_gap_s`` are one episode
     series (a GPU throttling on and off with its fan), reported once with its duty cycle.
     """
-    p = feat.p
-    runs = _runs_with_persistence(soft, p, bridge=feat.w)
-    hard_runs = _runs_with_persistence(hard, max(1, p // 3), bridge=feat.w)
+    p = feat.persistence_steps
+    runs = runs_with_persistence(soft, p, bridge=feat.rate_window_steps)
+    hard_runs = runs_with_persistence(hard, max(1, p // 3), bridge=feat.rate_window_steps)
     flagged = np.zeros(len(soft), dtype=bool)
     for a, b in runs + hard_runs:
         flagged[a : b + 1] = True
     gap = max(1, round(feat.config.episode_gap_s / feat.step))
     merged: list[tuple[int, int]] = []
     for a, b in sorted(runs + hard_runs):
-        if merged and a - merged[-1][1] <= (gap if hard_runs else feat.w):
+        if merged and a - merged[-1][1] <= (gap if hard_runs else feat.rate_window_steps):
             merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
         else:
             merged.append((a, b))
@@ -430,7 +257,7 @@ def _role_evidence(
         np.isfinite(sl.forward[:, k]) | np.isfinite(sl.compute[:, k]) | np.isfinite(sl.busy[:, k])
     )[0]
     since, start = "", a
-    if valid.size and a <= valid[0] + feat.w:
+    if valid.size and a <= valid[0] + feat.rate_window_steps:
         present = np.nonzero(feat.ranks.present[:, k])[0]
         first = int(present[0]) if present.size else 0
         start, since = (
@@ -451,12 +278,12 @@ def _role_evidence(
 def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, str]]:
     """The phase where a rank's slowness shows, when the hardware names no cause."""
     views = {
-        "forward": _mean(sl.forward[a : b + 1, k]) - 1,
-        "compute": _mean(sl.compute[a : b + 1, k]) - 1,
-        "data": _mean(sl.data[a : b + 1, k]),
-        "host": _mean(sl.host[a : b + 1, k]),
-        "less_wait": _mean(sl.less_wait[a : b + 1, k]),
-        "busy": _mean(sl.busy[a : b + 1, k]) - 1,
+        "forward": mean_or_nan(sl.forward[a : b + 1, k]) - 1,
+        "compute": mean_or_nan(sl.compute[a : b + 1, k]) - 1,
+        "data": mean_or_nan(sl.data[a : b + 1, k]),
+        "host": mean_or_nan(sl.host[a : b + 1, k]),
+        "less_wait": mean_or_nan(sl.less_wait[a : b + 1, k]),
+        "busy": mean_or_nan(sl.busy[a : b + 1, k]) - 1,
     }
     views = {n: v for n, v in views.items() if np.isfinite(v)}
     ev = {"slowness_views": ", ".join(f"{n} {v:+.1%}" for n, v in views.items())}
@@ -470,19 +297,21 @@ def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, s
     return "unknown", ev
 
 
-def detect(feat: Features) -> list[Finding]:
-    """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module docstring)."""
+def detect(signals: Signals) -> Detection:
+    """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module
+    docstring); it learns every rank's best slowness level for the next chunk."""
+    feat = signals.features
     findings: list[Finding] = []
-    net = node_network_trouble(feat)
-    sl = slowness(feat)
-    hw_all = gpu_throttle_evidence(feat)
+    net = signals.network_trouble
+    sl = signals.slowness
+    hw_all = signals.gpu_throttle
     rank_hw = rank_hardware_evidence(feat, sl, hw_all)
     score = sl.score()
-    ids = rank_ids(feat)
+    ids = signals.rank_ids
     gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
     has_gpu = np.array([g is not None for g in gcols], dtype=bool)
-    softs, hards, by_role = _rank_flags(feat, sl, rank_hw, has_gpu)
-    roles = role_peers(feat, sl.groups)
+    softs, hards, by_role, rank_best = _rank_flags(signals, rank_hw, has_gpu)
+    roles = signals.role_peers
     n_peers = roles.count()
     for k in range(score.shape[1]):
         job_id, rank_s, node, gpu = ids[k]
@@ -494,7 +323,7 @@ def detect(feat: Features) -> list[Finding]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 sc = float(np.nanmedian(score[a : b + 1, k]))
-            cause, ev = _cause(feat, gcol, node, a, b, net)
+            cause, ev = slowdown_cause(feat, gcol, node, a, b, net)
             if cause == "unknown":
                 cause, pev = _phase_cause(sl, k, a, b)
                 ev.update(pev)
@@ -510,14 +339,14 @@ def detect(feat: Features) -> list[Finding]:
     findings = _one_per_node(feat, findings)
     # Network: node-level; it replaces the node's own rank findings that it explains.
     for node, (flag, nev) in net.items():
-        for a, b in _runs_with_persistence(flag, feat.p, bridge=feat.w):
+        for a, b in runs_with_persistence(flag, feat.persistence_steps, bridge=feat.rate_window_steps):
             t0, t1 = float(feat.times[a]), float(feat.times[b])
             findings = [f for f in findings if not (f.node == node and f.cause in ("network", "unknown", "cpu")
                                                     and f.start <= t1 and (f.end or t1) >= t0)]  # fmt: skip
             findings.append(_finding(feat, node, None, None, feat.jobs[0] if len(feat.jobs) == 1 else None,
                                      a, b, None, "network", dict(nev)))  # fmt: skip
     findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
-    return findings
+    return Detection(findings, Carry(rank_best=rank_best))
 
 
 def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
@@ -587,7 +416,7 @@ def _hardware_only(feat: Features, covered: list[Finding], net: NetTrouble,
                 score = float(np.nanmedian(peer[a : b + 1, 0] / gs.clock[a : b + 1, j]))
                 tens = np.nanmean(gs.tensor[a : b + 1, j])
                 tens_peer = np.nanmedian(gs.tensor[a : b + 1])
-            cause, ev = _cause(feat, j, node, a, b, net)
+            cause, ev = slowdown_cause(feat, j, node, a, b, net)
             if np.isfinite(tens):
                 ev[c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE] = (
                     f"{tens:.2f} (peers {tens_peer:.2f}, busy while they wait)"
@@ -609,5 +438,5 @@ class StragglerDetector(Detector):
     name = "straggler"
     kinds = ("straggler",)
 
-    def detect(self, feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-        return detect(feat)
+    def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
+        return detect(signals)

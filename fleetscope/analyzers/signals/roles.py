@@ -7,14 +7,14 @@ and the same tensor-, context- and expert-parallel rank. A pipeline stage's extr
 stage's loss, rank 0's host work show on every replica's rank of that role (or on rank 0's host
 phases only, which this signal never judges); a slow GPU, or a slow node, shows on its own ranks.
 
-Without the layout the role groups are the peer groups :mod:`~fleetscope.analyzers.slowness`
+Without the layout the role groups are the peer groups :mod:`~fleetscope.analyzers.signals.slowness`
 inferred from that repetition (blocks of ranks on more than one node; a block on one node of a
 multi-node job is a node, not a stage), and ``inferred`` says so for the findings' evidence.
 
 Only ranks on *other* nodes are counted as a rank's role peers: a node's ranks share its faults
 (power, cooling, host, the tensor-parallel all-reduce inside the node), so a node's ranks are judged
 together against the other nodes' (in a job on one node, every other rank of its role counts).
-Computed once per analysis and kept in ``Features.memo``.
+Computed once per analysis and kept by :class:`~fleetscope.analyzers.signals.window_signals.Signals`.
 """
 
 from __future__ import annotations
@@ -140,16 +140,11 @@ def layout_positions(feat: Features) -> dict[tuple[str, str], tuple[str, ...]]:
 
 def role_peers(feat: Features, groups: np.ndarray) -> RolePeers:
     """Every rank's role group: its position across replicas where its job reports the layout, else
-    its peer group ``groups`` (inferred). Computed once per analysis."""
-    done = feat.memo.get("role_peers")
-    if isinstance(done, RolePeers):
-        return done
+    its peer group ``groups`` (inferred). :attr:`Signals.role_peers` keeps it per analysis."""
     r = feat.ranks
     n = len(groups)
     if not n:
-        out = RolePeers(np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0, dtype=bool))
-        feat.memo["role_peers"] = out
-        return out
+        return RolePeers(np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0, dtype=bool))
     jobs = r.keys["job_id"].to_numpy().astype(str)
     ranks = r.keys["rank"].to_numpy().astype(str)
     node, _ = row_codes([r.keys[c.NODE_LABEL].to_numpy(dtype=object)])
@@ -172,6 +167,4 @@ def role_peers(feat: Features, groups: np.ndarray) -> RolePeers:
         else:
             role[cols] = groups[cols]
             inferred[cols] = True
-    out = RolePeers(role, node, inferred)
-    feat.memo["role_peers"] = out
-    return out
+    return RolePeers(role, node, inferred)

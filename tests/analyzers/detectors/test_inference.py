@@ -10,7 +10,8 @@ from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.detectors.inference import InferenceDetector
 from fleetscope.analyzers.features import build_features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.serving import histogram_quantile
+from fleetscope.analyzers.signals.serving import histogram_quantile
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import RawSeries, build_frames
 
 STEP, T, START = 15.0, 120, 1_767_225_600.0
@@ -62,7 +63,9 @@ class Fleet:
         return build_frames(raw, times[0], times[-1], STEP)
 
     def detect(self, prior: list[Finding] | None = None) -> list[Finding]:
-        return InferenceDetector().detect(build_features(self.frames(), DEFAULT), prior or [])
+        return (
+            InferenceDetector().detect(Signals(build_features(self.frames(), DEFAULT)), prior or []).findings
+        )
 
 
 def test_healthy_fleet_and_diurnal_load_give_nothing():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleetscope.analyzers.core import analyze
-from fleetscope.analyzers.detectors.mfu_drop import job_mfu
+from fleetscope.analyzers.signals.mfu import job_mfu
 from tests.analyzers.detectors.frames_builder import Cluster
 
 

@@ -8,7 +8,7 @@ from fleetscope import hardware as hw
 from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.slowness import slowness
+from fleetscope.analyzers.signals.slowness import slowness
 from tests.analyzers.detectors.frames_builder import CLOCK_MHZ, Cluster
 
 THERMAL = hw.CLOCK_EVENT_HW_THERMAL | hw.CLOCK_EVENT_SW_THERMAL

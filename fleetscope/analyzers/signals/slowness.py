@@ -253,9 +253,9 @@ def window_steps(feat: Features) -> int:
     secs = np.nansum(np.nan_to_num(r.step_seconds), axis=0)
     good = (steps > 0) & (secs > 0)
     if not good.any():
-        return feat.w
+        return feat.rate_window_steps
     typical = float(np.median(secs[good] / steps[good]))
-    return max(feat.w, int(np.ceil(8 * typical / feat.step)))
+    return max(feat.rate_window_steps, int(np.ceil(8 * typical / feat.step)))
 
 
 def _rank_tensor(feat: Features, w: int) -> np.ndarray:
@@ -277,17 +277,8 @@ def _rank_tensor(feat: Features, w: int) -> np.ndarray:
 
 
 def slowness(feat: Features) -> Slowness:
-    """Every view of every rank's slowness against its peer group, on the window's grid (computed
-    once per window: the straggler detector and the scores both read it)."""
-    done = feat.memo.get("slowness")
-    if isinstance(done, Slowness):
-        return done
-    out = _slowness(feat)
-    feat.memo["slowness"] = out
-    return out
-
-
-def _slowness(feat: Features) -> Slowness:
+    """Every view of every rank's slowness against its peer group, on the window's grid (the
+    straggler detector and the scores both read it: :attr:`Signals.slowness` keeps it per window)."""
     r = feat.ranks
     T = len(feat.times)
     n = r.steps.shape[1] if r.steps.size else 0
