@@ -170,6 +170,8 @@ class PrometheusSource:
         self.max_answer_bytes = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
         self.sliding, self.refetch_s = sliding, refetch_s
         self.window: SlidingWindow | None = None  # the sliding window's grid tables, when sliding
+        #: Extra label matchers of every query (a service shard's nodes; empty: every series).
+        self.matcher = ""
 
     def span(self, start: float | None = None, end: float | None = None, step: float | None = None) -> Span:
         from fleetscope.times import parse_time
@@ -189,7 +191,9 @@ class PrometheusSource:
     ) -> Frames:
         first, last, step = self.span(start, end, step)
         if self.sliding:
-            return self._sliding(step).load(first, last, progress)
+            window = self._sliding(step)
+            window.matcher = self.matcher
+            return window.load(first, last, progress)
         from fleetscope.window.prometheus import load_prometheus
 
         return load_prometheus(
@@ -203,6 +207,7 @@ class PrometheusSource:
             headers=self.headers,
             progress=progress,
             max_answer_bytes=self.max_answer_bytes,
+            matcher=self.matcher,
         )
 
     def _sliding(self, step: float) -> SlidingWindow:
