@@ -60,11 +60,11 @@ def recorded_fleet(nodes: int, job_nodes: int, seconds: float):
 def largest_shard(prom_url: str, spec, count: int, window: float) -> tuple[int, dict]:
     """The shard of ``count`` owning the most nodes at the first window's end."""
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.service.shard import Shard, discover, share_of
+    from fleetscope.service.shard import Discovery, Shard, share_of
     from fleetscope.window.sources import PrometheusSource
 
     end = spec.start + window
-    rows = discover(PrometheusSource(prom_url, LOADED), end - window, end, spec.step_s)
+    rows = Discovery().rows(PrometheusSource(prom_url, LOADED), end - window, end, spec.step_s)
     shares = [share_of(rows, Shard(k, count)) for k in range(count)]
     k = max(range(count), key=lambda i: len(shares[i].nodes))
     return k, shares[k].summary()

@@ -1,7 +1,7 @@
 """One replica's share of the fleet: ``fleetscope serve --shard K/N``.
 
 Every cycle a shard asks the store once which jobs, served models and nodes the window holds (one
-``group by`` query: a few bytes per node), and owns:
+``group by`` query over the minutes since the last cycle, :class:`Discovery`), and owns:
 
 * each **job**, with every node its ranks ran on in the window;
 * each **served model** (vLLM's ``model_name``), with the nodes of its replicas;
@@ -31,7 +31,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleetscope import contract as c
 from fleetscope.analyzers.report import Report
@@ -188,26 +188,59 @@ def share_of(rows: Iterable[dict[str, str]], shard: Shard) -> Share:
     )  # fmt: skip
 
 
-def discovery_query(metrics: Iterable[str], range_s: float) -> str:
+#: Resolution of the discovery query: each point says which (node, job, model) had a sample in the
+#: minute before it.
+DISCOVERY_STEP_S = 60.0
+
+
+def discovery_query(metrics: Iterable[str], step_s: float = DISCOVERY_STEP_S) -> str:
     """The one query a cycle asks before its share's series: which (node, job, model) the window holds."""
     names = "|".join(sorted(set(metrics)))
     labels = ", ".join((c.NODE_LABEL, JOB_LABEL, MODEL_LABEL))
-    return f'group by ({labels}) (last_over_time({{__name__=~"{names}"}}[{math.ceil(range_s)}s]))'
+    return f'group by ({labels}) (last_over_time({{__name__=~"{names}"}}[{math.ceil(step_s)}s]))'
 
 
-def discover(source: PrometheusSource, start: float, end: float, step: float) -> list[dict[str, str]]:
-    """The (node, job, model) rows of ``[start, end]`` (widened by the grid's lookback and a step,
-    so every series the window's frames can hold is counted)."""
-    client = PrometheusClient(
-        source.url, source.timeout, source.sigv4_region, source.headers, source.max_answer_bytes
-    )
-    try:
-        range_s = end - start + lookback_seconds(step) + 2 * step
-        last = math.ceil(end / step - 1e-9) * step  # the sliding window's last grid time
-        series = client.query_range(discovery_query(source.metrics, range_s), last, last, step)
-    finally:
-        client.close()
-    return [labels for labels, _, _ in series]
+Row = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Discovery:
+    """The (node, job, model) rows of the window, kept between cycles like the sliding window's
+    tables: a cycle asks only for the minutes since the last one (and a margin for late samples),
+    a range query at :data:`DISCOVERY_STEP_S` whose every point covers the minute before it, so each
+    sample is read once and no evaluation holds more than a minute of them (under Prometheus'
+    ``--query.max-samples`` at 100k GPUs). A row leaves when its last sample leaves the window."""
+
+    margin_s: float = 120.0
+    seen: dict[Row, float] = field(default_factory=dict)
+    until: float | None = None
+
+    def rows(self, source: PrometheusSource, start: float, end: float, step: float) -> list[dict[str, str]]:
+        first = start - lookback_seconds(step) - 2 * step  # the earliest sample the window's grid reads
+        last = math.ceil(end / step - 1e-9) * step  # the window's last grid time
+        d = DISCOVERY_STEP_S
+        if self.until is None or self.until < first or last < self.until - d:
+            self.seen, frm = {}, first  # the first cycle, or one that does not line up: all of it
+        else:
+            frm = max(first, self.until - max(self.margin_s, 2 * d))
+        a, b = math.ceil(frm / d) * d, math.ceil(last / d) * d
+        client = PrometheusClient(
+            source.url, source.timeout, source.sigv4_region, source.headers, source.max_answer_bytes
+        )
+        try:
+            series = client.query_range(discovery_query(source.metrics, d), a, b, d)
+        except BaseException:
+            self.seen, self.until = {}, None
+            raise
+        finally:
+            client.close()
+        for labels, times, _ in series:
+            key = tuple(sorted((k, v) for k, v in labels.items() if v))
+            if len(times):
+                self.seen[key] = max(self.seen.get(key, -math.inf), float(times.max()))
+        self.seen = {k: t for k, t in self.seen.items() if t >= first}
+        self.until = b
+        return [dict(k) for k in self.seen]
 
 
 class ShardAnalysis:
@@ -222,9 +255,10 @@ class ShardAnalysis:
     def __init__(self, fn: Callable[[float, float], Report], source: PrometheusSource, shard: Shard,
                  step: float) -> None:  # fmt: skip
         self.fn, self.source, self.shard, self.step = fn, source, shard, step
+        self.discovery = Discovery(source.refetch_s if source.refetch_s is not None else 120.0)
 
     def __call__(self, start: float, end: float) -> Report:
-        rows = discover(self.source, start, end, self.step)
+        rows = self.discovery.rows(self.source, start, end, self.step)
         if not rows:
             raise NoData(f"{self.source.name} has no fleetscope series in the window")
         share = share_of(rows, self.shard)

@@ -107,10 +107,9 @@ def test_the_matcher_selects_exactly_the_shares_nodes() -> None:
 
 
 def test_discovery_is_one_group_by_over_the_window() -> None:
-    q = discovery_query(["b_metric", "a_metric", "b_metric"], 1830.2)
+    q = discovery_query(["b_metric", "a_metric", "b_metric"])
     assert (
-        q
-        == 'group by (Hostname, job_id, model_name) (last_over_time({__name__=~"a_metric|b_metric"}[1831s]))'
+        q == 'group by (Hostname, job_id, model_name) (last_over_time({__name__=~"a_metric|b_metric"}[60s]))'
     )
 
 

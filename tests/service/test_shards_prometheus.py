@@ -110,3 +110,24 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
     finally:
         for s in (whole, *shards):
             s.stop()
+
+
+def test_discovery_slides_and_finds_what_a_fresh_one_finds(prom) -> None:
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.service.shard import Discovery
+    from fleetscope.window.sources import PrometheusSource
+
+    source = PrometheusSource(prom.url, LOADED)
+    held = Discovery()
+    now = time.time()
+    for i in range(4):
+        end = now - 200 + 45 * i
+        rows = held.rows(source, end - 900, end, 15.0)
+        assert sorted(map(sorted, (r.items() for r in rows))) == sorted(
+            map(sorted, (r.items() for r in Discovery().rows(source, end - 900, end, 15.0)))
+        )
+        assert len({r["Hostname"] for r in rows}) == 8
+        assert {r.get("job_id") for r in rows} == {None, "alpha", "beta", "gamma"}
+        assert held.until is not None and held.until >= end
+    # Far past the recording: nothing is left (a row leaves with its last sample).
+    assert held.rows(source, now + 3 * 3600, now + 3 * 3600 + 900, 15.0) == []
