@@ -95,6 +95,27 @@ class RecordingSource:
 
         return load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
 
+    def first_family_seconds(self) -> float | None:
+        """The time the first family the analyzers read spans (None: no such family, or unreadable):
+        a recording's families each span its window, so this is the window's length, read from the
+        file's head alone. A recording written time-major (every series' first samples first)
+        says less here than its window holds."""
+        from fleetscope.window.openmetrics import iter_openmetrics
+
+        families = iter_openmetrics(self.path, self.metrics)
+        try:
+            _, series = next(families)
+        except (StopIteration, FleetscopeError):
+            return None
+        finally:
+            close = getattr(families, "close", None)  # a generator: stops its reading thread
+            if close is not None:
+                close()
+        times = [s.times for s in series if len(s.times)]
+        if not times:
+            return None
+        return float(max(t.max() for t in times) - min(t.min() for t in times))
+
     def to_archive(self, out: Path, progress: Progress | None = None) -> ArchiveSource:
         """The recording converted to a Parquet archive at ``out`` (family by family), as a source."""
         from fleetscope.window.archive.write import convert_recording
