@@ -8,7 +8,7 @@ window, then ``--repeats`` cycles each ``--sliding`` seconds later, each cycle t
 (the discovery query, the share, the sliding window's queries with the shard's node matcher, the
 detectors, the page summaries).
 
-    .venv/bin/python benchmarks/bench_shards.py --nodes 512 --ladder 1,2,4,8
+    .venv/bin/python benchmarks/bench_shards.py --nodes 512 --ladder 8,4,2,1
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import functools
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -117,7 +118,10 @@ def main() -> int:
             for n in ladder:
                 k, _ = largest_shard(prom.url, spec, n, window)
                 row = bench_shard(prom.url, spec, k, n, window, args.sliding, args.repeats)
-                print(json.dumps({"shards": n, "measured": k, **row,
+                # Peak RSS of this process so far: run the ladder from the most shards down
+                # (--ladder 8,4,2,1) and each row's peak is that shard size's.
+                rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+                print(json.dumps({"shards": n, "measured": k, **row, "peak_rss_mb": rss_mb,
                                   "loadavg": [round(x, 1) for x in os.getloadavg()]}), flush=True)  # fmt: skip
     finally:
         tmp.cleanup()
