@@ -100,18 +100,21 @@ class RecordingSource:
         a recording's families each span its window, so this is the window's length, read from the
         file's head alone. A recording written time-major (every series' first samples first)
         says less here than its window holds."""
+        from fleetscope.window.frames import drop_bad_samples
         from fleetscope.window.openmetrics import iter_openmetrics
 
         families = iter_openmetrics(self.path, self.metrics)
         try:
-            _, series = next(families)
+            name, series = next(families)
         except (StopIteration, FleetscopeError):
             return None
         finally:
             close = getattr(families, "close", None)  # a generator: stops its reading thread
             if close is not None:
                 close()
-        times = [s.times for s in series if len(s.times)]
+        raw = {name: series}
+        drop_bad_samples(raw)  # the samples the loader drops (odd timestamps) do not count (it warns)
+        times = [s.times for s in raw.get(name, []) if len(s.times)]
         if not times:
             return None
         return float(max(t.max() for t in times) - min(t.min() for t in times))
