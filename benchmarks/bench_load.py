@@ -14,6 +14,8 @@ fresh process, timed from outside (wall time, peak RSS of that process):
   (the window in one piece);
 * ``stream-om`` / ``stream-parquet``: the same with ``--chunk 1h`` (streamed: one hour and its
   15-minute lead-in in memory at a time; the recording converted to an archive first);
+* ``default-om``: ``fleetscope analyze --input X.om.gz`` as it runs by default (``--chunk auto``:
+  one piece up to 2 hours, streamed through an archive past them);
 * with ``--prometheus``: the recording backfilled into a real Prometheus (promtool), then
   ``fleetscope analyze --prometheus`` over the window, and ``fleetscope record --prometheus``;
 * with ``--tile N``: ``stream-tiled``, the archive repeated N times back to back
@@ -54,7 +56,7 @@ sys.stdout.write(res.stdout[-2000:])
 print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet",
-                "stream-om", "stream-parquet")  # fmt: skip
+                "stream-om", "stream-parquet", "default-om")  # fmt: skip
 
 
 def pandas_baseline(path: str) -> tuple[int, int]:
@@ -136,6 +138,7 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         "analyze-parquet": analyze(pq, "off"),
         "stream-om": analyze(om, "1h"),
         "stream-parquet": analyze(pq, "1h"),
+        "default-om": analyze(om, "auto"),
     }
     print("| measurement | wall s | peak RSS MB | inside |\n| --- | ---: | ---: | --- |")
     for mode in MEASUREMENTS:

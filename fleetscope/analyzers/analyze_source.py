@@ -9,7 +9,9 @@ chunks of the one-shot grid otherwise:
   rows of its time span.
 * ``--input`` of an OpenMetrics recording: a recording is one text whose families each span the
   whole window, so it cannot be read a time span at a time; it is first converted to a Parquet
-  archive in the temporary directory (``$TMPDIR``; family by family), then streamed from it.
+  archive in the temporary directory (``$TMPDIR``; family by family), then streamed from it. With
+  ``--chunk auto`` this happens when the recording is longer than two hours, which its first
+  family tells (:meth:`~fleetscope.window.sources.RecordingSource.first_family_seconds`).
 
 The grid is the one the one-shot analysis would use: the same step and the same phase (for a
 recording, placed between the nodes' scrape phases from the first samples), so the findings are
@@ -54,12 +56,15 @@ def analyze_source(
     """The report of ``[start, end]`` (None: the source's own bounds) of ``source`` at ``step``,
     in chunks as ``chunk`` (``--chunk``: a duration, ``auto`` or ``off``) says (module docstring)."""
     if isinstance(source, RecordingSource):
-        if chunk in ("auto", "off"):  # a recording's window is known only once it is read
+        # A recording's window is known only once it is read; its first family says how long it is.
+        recorded_s = source.first_family_seconds() if chunk == "auto" else None
+        if start is not None and end is not None:
+            recorded_s = min(recorded_s, end - start) if recorded_s is not None else None
+        chunk_s = chunk_seconds(chunk, recorded_s)
+        if chunk_s is None:
             return _one_piece(source, config, bars, start, end, step)
         with tempfile.TemporaryDirectory(prefix="fleetscope-stream-") as tmp:
             archive = source.to_archive(Path(tmp) / "window.parquet", bars("converting"))
-            chunk_s = chunk_seconds(chunk, None)
-            assert chunk_s is not None  # a duration: not auto or off
             return _streamed(archive, config, bars, start, end, step, chunk_s, prefetch)
     # The window's length from what is cheap to know (an archive's footer), before any probe.
     if isinstance(source, ArchiveSource):

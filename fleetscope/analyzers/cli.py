@@ -51,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk", metavar="DURATION", default="auto",
                    help="analyze the window in time chunks of this length (e.g. 1h), holding one chunk "
                         "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
-                        "'auto' (default): 1h chunks for a window longer than 2h from Prometheus or "
-                        "an archive; 'off': in one piece")  # fmt: skip
+                        "'auto' (default): 1h chunks for a window longer than 2h (a recording is "
+                        "converted to an archive first); 'off': in one piece")  # fmt: skip
     p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
                    help="streamed: load the next chunk while this one is analyzed (about 1.4x faster "
                         "on two cores, two chunks in memory at the peak instead of one; default: for "

@@ -140,12 +140,11 @@ def analyze_prometheus(
     (:class:`~fleetscope.analyzers.analyze_source.SourceAnalysis` of a sliding
     :class:`~fleetscope.window.sources.PrometheusSource`).
     """
-    from fleetscope.window.prometheus import load_prometheus
+    from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES, load_prometheus
 
-    limits = {} if max_answer_bytes is None else {"max_answer_bytes": max_answer_bytes}
     frames = load_prometheus(
         url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
-        progress=progress, **limits,
+        progress=progress, max_answer_bytes=max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES,
     )  # fmt: skip
     return analyze(frames, config)
 

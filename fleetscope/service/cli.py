@@ -4,7 +4,8 @@ Flags (kept stable; ``fleetscope demo`` builds on them):
 ``--prometheus URL`` (required), ``--listen HOST:PORT`` (default 127.0.0.1:9410), ``--interval S``,
 ``--window S``, ``--step S``, ``--timeout S``, ``--stale-after S``, ``--token-file FILE`` (or the
 ``FLEETSCOPE_TOKEN`` environment variable), ``--scheduler slurm|kubernetes``, ``--max-fraction F``,
-``--config FILE``, ``--sigv4``, ``--region R``, ``--header K=V``, ``--in-process``.
+``--config FILE``, ``--sigv4``, ``--region R``, ``--header K=V``, ``--in-process``,
+``--shard K/N|auto`` and ``--shards N`` (one replica's share of the fleet: fleetscope/service/shard.py).
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_prometheus_options(parser)
     parser.add_argument(
+        "--shard",
+        metavar="K/N|auto",
+        help="analyze only shard K of N of the fleet's jobs, models and nodes (auto: K from the "
+        "host name's -K suffix, a StatefulSet pod's ordinal; N from --shards or $FLEETSCOPE_SHARDS)",
+    )
+    parser.add_argument("--shards", metavar="N", help="the shard count for --shard auto")
+    parser.add_argument(
         "--in-process",
         action="store_true",
         help="analyze in a thread of the server process instead of a child process (debugging)",
@@ -128,6 +136,13 @@ def check_url(url: str) -> str:
 def run(args: argparse.Namespace) -> int:
     url = check_url(args.prometheus)
     host, port = parse_listen(args.listen)
+    shard = None
+    if args.shard is not None:
+        from fleetscope.service.shard import parse_shard
+
+        shard = parse_shard(args.shard, args.shards)
+    elif args.shards is not None:
+        raise FleetscopeError("--shards is for --shard auto", exit_code=2)
     # Heavy imports only once the arguments are known to be good.
     import uvicorn
 
@@ -137,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
+    from fleetscope.service.runner import AnalyzeFn
     from fleetscope.service.server import server_options
     from fleetscope.service.summaries import analyze_for_page
     from fleetscope.window.sources import PrometheusSource
@@ -152,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         scheduler=args.scheduler,
         max_fraction=DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction,
+        shard=None if shard is None else (shard.index, shard.count),
     )
 
     # Picklable, so it can run in the child process, which holds it (and its source's window)
@@ -162,11 +179,16 @@ def run(args: argparse.Namespace) -> int:
         url, LOADED, timeout=args.timeout, sliding=True, refetch_s=args.refetch, **options
     )
     # analyze_for_page adds the jobs' states and the served models, from the features in the child.
-    analyze = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
+    analyze: AnalyzeFn = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
+    if shard is not None:
+        from fleetscope.service.shard import ShardAnalysis
+
+        analyze = ShardAnalysis(analyze, source, shard, args.step)
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())
-    log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs", host, port, url, args.interval)
+    log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs%s", host, port, url, args.interval,
+             f", shard {shard}" if shard else "")  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

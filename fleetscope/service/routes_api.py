@@ -17,7 +17,7 @@ from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.service import schemas
 from fleetscope.service.params import JOB_PATTERN, KIND_PATTERN, NODE_PATTERN, RFC3339Time, since_seconds
 from fleetscope.service.plan import plan_from_analysis
-from fleetscope.service.views import Live, View, json_response, natural
+from fleetscope.service.views import Live, View, json_response, natural, shard_status
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
 NO_DATA: dict[int | str, dict[str, Any]] = {
@@ -53,6 +53,7 @@ async def status(request: Request) -> Response:
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
             "runbooks": THRESHOLDS.runbook_url_base,
+            "shard": shard_status(live.settings.shard, v.analysis.live if v else None),
         }
     )
 

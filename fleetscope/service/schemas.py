@@ -237,6 +237,18 @@ class PlanResponse(BaseModel):
     script: str
 
 
+class ShardStatus(BaseModel):
+    index: int = Field(description="this replica's shard K (0-based)")
+    count: int = Field(description="the shard count N")
+    jobs: int | None = Field(description="jobs this shard owned in the last analysis (None before one)")
+    models: int | None
+    nodes: int | None
+    fleet_jobs: int | None = Field(description="jobs of the whole fleet in the last analysis")
+    fleet_models: int | None
+    fleet_nodes: int | None
+    text: str = Field(description="'shard K of N, owning X jobs / Y nodes', as the page shows it")
+
+
 class StatusResponse(BaseModel):
     status: Freshness
     window: Window
@@ -246,6 +258,9 @@ class StatusResponse(BaseModel):
     nodes: int
     open_findings: int
     runbooks: str = Field(description="docs/runbooks.md; a finding's section is #<kind>")
+    shard: ShardStatus | None = Field(
+        None, description="this replica's share of the fleet (--shard); null: it analyzes the whole fleet"
+    )
 
 
 class Health(BaseModel):

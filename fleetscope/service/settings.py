@@ -18,6 +18,8 @@ class ServiceSettings:
     token: str | None = None
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
     max_fraction: float = DEFAULT_MAX_FRACTION
+    #: (K, N) when this replica analyzes shard K of N (``--shard``); None: the whole fleet.
+    shard: tuple[int, int] | None = None
     #: Start the background loop with the app (tests drive ``runner.run_once()`` themselves).
     run_analysis: bool = True
 

@@ -194,3 +194,21 @@ class Live:
             self._metrics_body = render_snapshot(snap)
             self._metrics_key = key
         return self._metrics_body
+
+
+def shard_status(shard: tuple[int, int] | None, live: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``/api/v1/status``'s ``shard`` block: this replica's share (its counts from the last analysis)."""
+    if shard is None:
+        return None
+    index, count = shard
+    owned = (live or {}).get("shard") or {}
+    keys = ("jobs", "models", "nodes", "fleet_jobs", "fleet_models", "fleet_nodes")
+    out: dict[str, Any] = {"index": index, "count": count, **{k: owned.get(k) for k in keys}}
+    text = f"shard {index} of {count}"
+    if owned:
+        text += (
+            f", owning {owned['jobs']} of {owned['fleet_jobs']} jobs / "
+            f"{owned['nodes']} of {owned['fleet_nodes']} nodes"
+        )
+    out["text"] = text
+    return out

@@ -452,10 +452,11 @@ def _pair_counts(segments: list[bytes]) -> list[int] | None:
 
 
 # ---------------------------------------------------------------------- queries and frames
-def metric_query(name: str, lookback_s: float, pushdown: bool = True) -> str:
-    """The range query of one metric: its grid values (only the part the detectors read)."""
+def metric_query(name: str, lookback_s: float, pushdown: bool = True, matcher: str = "") -> str:
+    """The range query of one metric: its grid values (only the part the detectors read).
+    ``matcher``: extra label matchers every query carries (a service shard's nodes)."""
     matchers, keep = PUSHDOWN.get(name, ("", None)) if pushdown else ("", None)
-    sel = f'__name__="{name}"' + (f",{matchers}" if matchers else "")
+    sel = f'__name__="{name}"' + "".join(f",{m}" for m in (matchers, matcher) if m)
     q = f"last_over_time({{{sel}}}[{_duration_ms(lookback_s)}])"
     return f"max by ({', '.join(keep)}) ({q})" if keep else q
 
@@ -541,8 +542,10 @@ def load_prometheus(
     progress: Callable[[float], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    matcher: str = "",
 ) -> Frames:
-    """Query every metric over [start, end] on a ``step`` grid and build the frames.
+    """Query every metric over [start, end] on a ``step`` grid and build the frames (every query
+    with the label matchers ``matcher`` added, when given).
 
     ``concurrency``: range queries in flight at once (1: one after another, in this thread). The
     first failing query's error is raised; the queries not yet sent are not sent. ``timeout``
@@ -557,7 +560,7 @@ def load_prometheus(
     grid = make_grid(start_s, end_s, step)
     names = list(dict.fromkeys(metrics))
     try:
-        by_name = fetch_grid_series(client, names, grid, step, concurrency, progress)
+        by_name = fetch_grid_series(client, names, grid, step, concurrency, progress, matcher)
     finally:
         client.close()
     frames = Frames(times=grid, step=step, source=url)
@@ -591,13 +594,18 @@ def fetch_grid_series(
     step: float,
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Callable[[float], None] | None = None,
+    matcher: str = "",
 ) -> dict[str, list[Series]]:
-    """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`), the
-    queries split below Prometheus' points limit and run ``concurrency`` at a time; per metric, the
-    answers in query order."""
+    """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
+    with ``matcher`` added), the queries split below Prometheus' points limit and run
+    ``concurrency`` at a time; per metric, the answers in query order."""
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
-    jobs = [(name, metric_query(name, lb), float(ch[0]), float(ch[-1])) for name in names for ch in chunks]
+    jobs = [
+        (name, metric_query(name, lb, matcher=matcher), float(ch[0]), float(ch[-1]))
+        for name in names
+        for ch in chunks
+    ]
     answers: list[list[Series] | None] = [None] * len(jobs)
 
     def run(k: int) -> int:

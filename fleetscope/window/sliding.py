@@ -70,14 +70,21 @@ class SlidingWindow:
     concurrency: int = DEFAULT_CONCURRENCY
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     refetch_s: float = DEFAULT_REFETCH_S
+    #: Extra label matchers of every query (a service shard's nodes); held tables are dropped when
+    #: it changes, so a window never mixes two selections.
+    matcher: str = ""
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
     fetched_from: float | None = None
+    held_matcher: str = ""
 
     def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
         check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
+        if self.matcher != self.held_matcher:
+            self.forget()
+            self.held_matcher = self.matcher
         reuse = self._reusable_rows(grid)
         names = list(dict.fromkeys(self.metrics))
         fetch = grid[reuse:]
@@ -85,7 +92,9 @@ class SlidingWindow:
             self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
         )
         try:
-            by_name = fetch_grid_series(client, names, fetch, self.step, self.concurrency, progress)
+            by_name = fetch_grid_series(
+                client, names, fetch, self.step, self.concurrency, progress, self.matcher
+            )
         except BaseException:
             self.forget()  # a failed cycle: the next one starts from the whole window
             raise

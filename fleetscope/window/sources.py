@@ -95,6 +95,30 @@ class RecordingSource:
 
         return load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
 
+    def first_family_seconds(self) -> float | None:
+        """The time the first family the analyzers read spans (None: no such family, or unreadable):
+        a recording's families each span its window, so this is the window's length, read from the
+        file's head alone. A recording written time-major (every series' first samples first)
+        says less here than its window holds."""
+        from fleetscope.window.frames import drop_bad_samples
+        from fleetscope.window.openmetrics import iter_openmetrics
+
+        families = iter_openmetrics(self.path, self.metrics)
+        try:
+            name, series = next(families)
+        except (StopIteration, FleetscopeError):
+            return None
+        finally:
+            close = getattr(families, "close", None)  # a generator: stops its reading thread
+            if close is not None:
+                close()
+        raw = {name: series}
+        drop_bad_samples(raw)  # the samples the loader drops (odd timestamps) do not count (it warns)
+        times = [s.times for s in raw.get(name, []) if len(s.times)]
+        if not times:
+            return None
+        return float(max(t.max() for t in times) - min(t.min() for t in times))
+
     def to_archive(self, out: Path, progress: Progress | None = None) -> ArchiveSource:
         """The recording converted to a Parquet archive at ``out`` (family by family), as a source."""
         from fleetscope.window.archive.write import convert_recording
@@ -170,6 +194,8 @@ class PrometheusSource:
         self.max_answer_bytes = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
         self.sliding, self.refetch_s = sliding, refetch_s
         self.window: SlidingWindow | None = None  # the sliding window's grid tables, when sliding
+        #: Extra label matchers of every query (a service shard's nodes; empty: every series).
+        self.matcher = ""
 
     def span(self, start: float | None = None, end: float | None = None, step: float | None = None) -> Span:
         from fleetscope.times import parse_time
@@ -189,7 +215,9 @@ class PrometheusSource:
     ) -> Frames:
         first, last, step = self.span(start, end, step)
         if self.sliding:
-            return self._sliding(step).load(first, last, progress)
+            window = self._sliding(step)
+            window.matcher = self.matcher
+            return window.load(first, last, progress)
         from fleetscope.window.prometheus import load_prometheus
 
         return load_prometheus(
@@ -203,6 +231,7 @@ class PrometheusSource:
             headers=self.headers,
             progress=progress,
             max_answer_bytes=self.max_answer_bytes,
+            matcher=self.matcher,
         )
 
     def _sliding(self, step: float) -> SlidingWindow:

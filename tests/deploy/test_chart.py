@@ -22,6 +22,7 @@ import yaml
 
 from fleetscope import contract
 from fleetscope.cli import build_parser
+from fleetscope.service.shard import Shard, parse_shard
 from tests.deploy.conftest import ROOT
 from tests.deploy.helm import CHART, EXAMPLES, by_kind, load_values, render
 
@@ -80,7 +81,7 @@ def test_every_object_validates_strictly(rendered: dict[str, list[dict]], values
 
 def test_default_values_need_no_crds(rendered: dict[str, list[dict]]) -> None:
     kinds = {o["kind"] for o in rendered["default"]}
-    assert kinds == {"ServiceAccount", "DaemonSet", "Deployment", "Service", "ConfigMap"}
+    assert kinds == {"ServiceAccount", "DaemonSet", "StatefulSet", "Service", "ConfigMap"}
 
 
 def test_kube_prometheus_stack_example_selects_by_release_label(rendered: dict[str, list[dict]]) -> None:
@@ -171,13 +172,41 @@ def test_exporter_daemonset_runs_on_gpu_nodes_with_read_only_host_mounts(
 
 
 def test_service_deployment_is_non_root_with_probes(rendered: dict[str, list[dict]]) -> None:
-    (deploy,) = by_kind(rendered["default"], "Deployment")
+    (deploy,) = by_kind(rendered["default"], "StatefulSet")
     pod = deploy["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["resources"]["requests"]
+
+
+@pytest.mark.parametrize("values", VALUES_FILES)
+def test_replicas_shard_the_service(values: str) -> None:
+    """``replicas`` is the only knob: N > 1 pods of the StatefulSet each take shard K of N (their
+    ordinal), and every object still validates strictly."""
+    base = load_values(VALUES_FILES[values]) or {}
+    for n in (1, 4):
+        objects = render({**base, "service": {**base.get("service", {}), "replicas": n}})
+        for obj in objects:
+            if obj["kind"] not in CRD_SCHEMAS:
+                for version in (KUBE_VERSIONS[0], KUBE_VERSIONS[-1]):
+                    kubernetes_validate.validate(obj, version, strict=True)
+        (sts,) = by_kind(objects, "StatefulSet")
+        assert sts["spec"]["replicas"] == n and sts["spec"]["podManagementPolicy"] == "Parallel"
+        headless = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}[sts["spec"]["serviceName"]]
+        assert headless["spec"]["clusterIP"] == "None"
+        assert headless["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+        (container,) = sts["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        args = _parse(container["args"])
+        if n == 1:
+            assert args.shard is None and "FLEETSCOPE_SHARDS" not in env
+        else:
+            assert args.shard == "auto" and env["FLEETSCOPE_SHARDS"] == str(n)
+            # What pod 3 of the StatefulSet runs: shard 3 of 4.
+            pod = f"{sts['metadata']['name']}-3"
+            assert parse_shard(args.shard, env["FLEETSCOPE_SHARDS"], hostname=pod) == Shard(3, n)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -195,7 +224,7 @@ def test_rendered_command_lines_are_accepted_by_fleetscope(rendered: dict[str, l
         ]
         args = _parse(exporter_args)
         assert args.node_name == "node-1" and args.node_label == contract.NODE_LABEL
-        (deploy,) = by_kind(objects, "Deployment")
+        (deploy,) = by_kind(objects, "StatefulSet")
         service_args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
         assert service_args[0] == "serve"
         _parse(service_args)
@@ -226,14 +255,17 @@ def test_debugfs_can_be_left_out() -> None:
 def test_disabling_components_removes_their_objects() -> None:
     objects = render({"exporter": {"enabled": False}, "dashboards": {"enabled": False}})
     assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "ConfigMap")
-    assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["fs-fleetscope-service"]
+    assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == [
+        "fs-fleetscope-service",
+        "fs-fleetscope-service-shards",
+    ]
 
 
 def test_service_token_secret_reaches_the_pod_and_the_service_monitor(
     rendered: dict[str, list[dict]],
 ) -> None:
     objects = rendered["kube-prometheus-stack"]
-    (deploy,) = by_kind(objects, "Deployment")
+    (deploy,) = by_kind(objects, "StatefulSet")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
     assert env["FLEETSCOPE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
@@ -248,7 +280,7 @@ def test_service_token_secret_reaches_the_pod_and_the_service_monitor(
     assert endpoint["authorization"]["credentials"] == {"name": "fleetscope-token", "key": "token"}
     assert "authorization" not in monitors["fs-fleetscope-exporter"]["spec"]["endpoints"][0]
     # without one, readiness follows the verdicts' freshness
-    (plain,) = by_kind(rendered["default"], "Deployment")
+    (plain,) = by_kind(rendered["default"], "StatefulSet")
     assert (
         plain["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
     )

@@ -66,3 +66,20 @@ def test_browser_with_the_token_as_basic_password_sees_the_data(tmp_path: Path):
     # The straggler chart: one bar per rank, rank 5 (score 1.31) drawn as the straggler.
     assert dom.count('class="bar') == 32 and dom.count('class="bar straggler"') == 1
     assert "rank 5 (node-1 GPU 5): 1.310" in dom
+
+
+def test_a_sharded_replica_says_which_share_it_shows(tmp_path: Path):
+    from tests.service.support import make_analysis
+
+    report = make_analysis()
+    report.live["shard"] = {"index": 1, "count": 3, "jobs": 1, "models": 0, "nodes": 4,
+                            "fleet_jobs": 3, "fleet_models": 0, "fleet_nodes": 11}  # fmt: skip
+    app = create_app(ServiceSettings(run_analysis=False, shard=(1, 3)), ScriptedAnalyze(report))
+    assert app.state.runner.run_once()
+    with serving(app) as hostport:
+        dom = chromium(f"http://{hostport}/", tmp_path, "--dump-dom").stdout.decode()
+    assert '<span id="shard">shard 1 of 3, owning 1 of 3 jobs / 4 of 11 nodes</span>' in dom, dom[:2000]
+    # Unsharded, the line stays hidden and empty.
+    with serving(create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze())) as hostport:
+        dom = chromium(f"http://{hostport}/", tmp_path, "--dump-dom").stdout.decode()
+    assert '<span id="shard" hidden=""></span>' in dom

@@ -62,6 +62,16 @@ def test_usage_errors_exit_2():
     assert res.returncode == 2 and "must be > 0" in res.stderr
     res = _serve("--prometheus", "http://127.0.0.1:9", "--refetch", "-5")
     assert res.returncode == 2 and "--refetch: must be >= 0" in res.stderr
+    for args, message in [
+        (["--shard", "3/2"], "invalid shard 3/2: K must be below N"),
+        (["--shard", "auto"], "--shard auto needs --shards N"),
+        (["--shards", "3"], "--shards is for --shard auto"),
+    ]:
+        res = _serve(
+            "--prometheus", "http://127.0.0.1:9", *args, env={"FLEETSCOPE_SHARDS": "", "HOSTNAME": "fs-1"}
+        )
+        assert res.returncode == 2 and message in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
 def test_prometheus_unreachable_from_the_start(tmp_path):

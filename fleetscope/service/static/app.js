@@ -458,8 +458,22 @@
     if (g.checkpoint_advice) advice.textContent = adviceText(g.checkpoint_advice);
   }
 
+  let sharded = false;
+
+  // A sharded replica says which share it analyzes ("shard K of N, owning X jobs / Y nodes").
+  function renderShard(shard) {
+    const span = document.getElementById("shard");
+    sharded = !!shard;
+    span.hidden = !shard;
+    span.textContent = shard ? shard.text : "";
+  }
+
   async function refresh() {
     try {
+      if (sharded) {
+        const st = await getJSON("api/v1/status");
+        if (st.ok) renderShard(st.body.shard);
+      }
       const nodes = await getJSON("api/v1/nodes");
       if (!nodes.ok) {
         renderBanner(nodes.body.status || null, null);
@@ -504,6 +518,7 @@
     if (status && status.ok) {
       refreshMs = Math.min(30000, Math.max(2000, status.body.interval_seconds * 1000));
       if (status.body.runbooks) runbooks = status.body.runbooks;
+      renderShard(status.body.shard);
     }
     document.getElementById("job").addEventListener("change", (ev) => {
       chosenJob = ev.target.value;

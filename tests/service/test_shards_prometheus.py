@@ -1,0 +1,133 @@
+"""Three ``fleetscope serve --shard K/3`` processes and one unsharded, on a real Prometheus holding
+a simulated recording (three jobs, two job-less nodes, three faults): the union of the shards'
+findings is the unsharded service's, with none twice; a shard killed (SIGKILL, its cycles running
+back to back) and started again owns the same share and reports the same findings."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetscope.simulate.record import write_scenario
+from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec
+from tests.service.support import ServeProcess
+from tests.support.prom import Prometheus, backfill_openmetrics, http_get, wait_for
+
+pytestmark = [pytest.mark.server]
+
+PAST, AHEAD = 1500, 900  # the recording ends 15 minutes in the future: the window is full all test long
+SHARDS = 3
+FLAGS = ("--window", "900", "--step", "15", "--interval", "0.5")
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shards")
+    start = float(int(time.time() // 15) * 15 - PAST)
+    spec = ScenarioSpec(
+        name="realistic_shards", nodes=8, gpus_per_node=2, efa_per_node=1, duration_s=PAST + AHEAD, start=start, seed=5,
+        jobs=[JobSpec("alpha", nodes=3, first_node=0, tensor_parallel=2),
+              JobSpec("beta", nodes=2, first_node=3, tensor_parallel=2),
+              JobSpec("gamma", nodes=1, first_node=5, tensor_parallel=2)],
+        faults=[FaultSpec(kind="pcie_width_drop", at_s=PAST - 600, node=1, gpu=1),
+                FaultSpec(kind="thermal_throttle", at_s=PAST - 700, node=3, gpu=0, slowdown=0.3),
+                FaultSpec(kind="pcie_width_drop", at_s=PAST - 500, node=7, gpu=0)],
+    )  # fmt: skip
+    out, _ = write_scenario(spec, tmp / "s.om")
+    backfill_openmetrics(out, tmp / "data")
+    with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
+        yield p
+
+
+def _get(serve: ServeProcess, path: str) -> dict | None:
+    status, body = http_get(f"{serve.url}{path}", timeout=10)
+    return json.loads(body) if status == 200 else None
+
+
+def _keys(serve: ServeProcess) -> list[tuple] | None:
+    doc = _get(serve, "/api/v1/findings")
+    if doc is None or not doc["status"]["ready"]:
+        return None
+    return [
+        (f["kind"], f["node"], f["gpu"], f["rank"], f["job_id"], f["cause"], f["severity"])
+        for f in doc["findings"]
+    ]
+
+
+def _union_matches(whole: ServeProcess, shards: list[ServeProcess]) -> tuple[list, list[list]] | None:
+    expected = _keys(whole)
+    parts = [_keys(s) for s in shards]
+    if expected is None or any(p is None for p in parts):
+        return None
+    union = [k for p in parts for k in p or []]
+    return (expected, parts) if sorted(union) == sorted(expected) else None
+
+
+def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
+    whole = ServeProcess(prom.url, *FLAGS, workdir=tmp_path)
+    shards = [
+        ServeProcess(prom.url, *FLAGS, "--shard", f"{k}/{SHARDS}", workdir=tmp_path) for k in range(SHARDS)
+    ]
+    try:
+        for s in (whole, *shards):
+            s.start(timeout=60)
+        found: list = []
+        wait_for(lambda: found.append(_union_matches(whole, shards)) or found[-1], timeout=120,
+                 what="the shards' findings to add up to the unsharded service's")  # fmt: skip
+        expected, parts = found[-1]
+        # A straggler in job beta, a narrowed PCIe link in job alpha and one on a job-less node.
+        assert {k[0] for k in expected} == {"failing_node", "straggler"} and len(expected) >= 3, expected
+        assert len(expected) == len(set(expected))  # and so no finding is in two shards
+        assert sum(1 for p in parts if p) >= 2, parts  # the findings are spread over the shards
+
+        statuses = [_get(s, "/api/v1/status") for s in shards]
+        assert _get(whole, "/api/v1/status")["shard"] is None
+        owned = [st["shard"] for st in statuses]
+        assert [o["index"] for o in owned] == [0, 1, 2] and all(o["count"] == SHARDS for o in owned)
+        assert sum(o["nodes"] for o in owned) == owned[0]["fleet_nodes"] == 8
+        assert sum(o["jobs"] for o in owned) == owned[0]["fleet_jobs"] == 3
+        assert sum(st["nodes"] for st in statuses) == _get(whole, "/api/v1/status")["nodes"] == 8
+        assert owned[1]["text"].startswith("shard 1 of 3, owning ")
+
+        # Kill one shard outright in the middle of its back-to-back cycles, start it again.
+        victim = 1
+        before = sorted(parts[victim])
+        shards[victim].proc.kill()
+        shards[victim].proc.wait()
+        shards[victim].start(timeout=60)
+        again: list = []
+        wait_for(lambda: again.append(_keys(shards[victim])) or again[-1] is not None, timeout=90,
+                 what="the restarted shard's first verdicts")  # fmt: skip
+        assert sorted(again[-1]) == before
+        assert _get(shards[victim], "/api/v1/status")["shard"] == owned[victim]
+        found.clear()
+        wait_for(lambda: found.append(_union_matches(whole, shards)) or found[-1], timeout=60,
+                 what="the union after the restart")  # fmt: skip
+        assert sorted(k for p in found[-1][1] for k in p) == sorted(expected)
+    finally:
+        for s in (whole, *shards):
+            s.stop()
+
+
+def test_discovery_slides_and_finds_what_a_fresh_one_finds(prom) -> None:
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.service.shard import Discovery
+    from fleetscope.window.sources import PrometheusSource
+
+    source = PrometheusSource(prom.url, LOADED)
+    held = Discovery()
+    now = time.time()
+    for i in range(4):
+        end = now - 200 + 45 * i
+        rows = held.rows(source, end - 900, end, 15.0)
+        assert sorted(map(sorted, (r.items() for r in rows))) == sorted(
+            map(sorted, (r.items() for r in Discovery().rows(source, end - 900, end, 15.0)))
+        )
+        assert len({r["Hostname"] for r in rows}) == 8
+        assert {r.get("job_id") for r in rows} == {None, "alpha", "beta", "gamma"}
+        assert held.until is not None and held.until >= end
+    # Far past the recording: nothing is left (a row leaves with its last sample).
+    assert held.rows(source, now + 3 * 3600, now + 3 * 3600 + 900, 15.0) == []
