@@ -15,7 +15,13 @@ analysis keeps between its cycles. The frames are those :func:`~fleetscope.windo
 gives for the same aligned window, as long as Prometheus does not change samples older than the
 margin after they were fetched (a backfill into the past, a remote-write delay longer than the
 margin). Anything that does not line up (another step, a window that moved backwards or jumped
-further than the held one, a failed cycle) drops what is held and loads the whole window.
+further than the held one) drops what is held and loads the whole window.
+
+A query that fails for a reason that may pass (connection lost, a 5xx) is sent again with a
+back-off, up to :data:`~fleetscope.window.budget.DEFAULT_RETRIES` times within the cycle's
+``timeout`` (:func:`~fleetscope.window.prometheus.query_with_retries`), and a cycle that fails all
+the same keeps what is held: the next cycle fetches only what it lacks (all of it once the window
+has moved past everything held), rather than the whole window, which is when a failure is likeliest.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetscope.window.budget import DEFAULT_RETRIES
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
@@ -70,6 +77,7 @@ class SlidingWindow:
     concurrency: int = DEFAULT_CONCURRENCY
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     refetch_s: float = DEFAULT_REFETCH_S
+    retries: int = DEFAULT_RETRIES
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
     fetched_from: float | None = None
@@ -84,11 +92,10 @@ class SlidingWindow:
         client = PrometheusClient(
             self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
         )
-        try:
-            by_name = fetch_grid_series(client, names, fetch, self.step, self.concurrency, progress)
-        except BaseException:
-            self.forget()  # a failed cycle: the next one starts from the whole window
-            raise
+        try:  # a failed cycle keeps what is held (module docstring)
+            by_name = fetch_grid_series(
+                client, names, fetch, self.step, self.concurrency, progress, self.retries
+            )
         finally:
             client.close()
         self.fetched_from = float(fetch[0])
