@@ -7,8 +7,10 @@ window add up to far more than any one of them (29 answers each just under 256 M
 failed). A :class:`LoadBudget` is shared by all the queries of one load:
 
 * one deadline: every request ends by ``timeout`` seconds after the load began, retries included;
-* the bytes of all answers together: at most :data:`WINDOW_ANSWERS` times ``--max-answer-bytes``,
-  counted from ``Content-Length`` before the body is read, or as the body arrives;
+* the bytes of all answers together: at most :data:`WINDOW_ANSWERS` times ``--max-answer-bytes``
+  or :data:`BYTES_PER_CELL` bytes per cell of the window's cell limit (2.4 GB, what a window at
+  that limit takes as JSON), whichever is larger; counted from ``Content-Length`` before the body
+  is read, or as the body arrives;
 * the samples of all answers together, counted in the body before it is decoded, and the series
   times the grid's length: at most the window's cell limit
   (:data:`~fleetscope.window.frames.MAX_GRID_CELLS`), as :func:`~fleetscope.window.frames.check_grid`
@@ -26,8 +28,10 @@ import time
 from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import MAX_GRID_CELLS
 
-#: The answers of one load together may hold this many times ``--max-answer-bytes``.
+#: The answers of one load together may hold this many times ``--max-answer-bytes``, or this many
+#: bytes per cell of the cell limit (JSON takes about 25 bytes per sample), whichever is larger.
 WINDOW_ANSWERS = 4
+BYTES_PER_CELL = 24
 #: Retries of a query that failed for a reason that may pass (connection lost, 5xx), and the
 #: first back-off (doubled each time); only while the load's deadline leaves room for them.
 DEFAULT_RETRIES = 3
@@ -40,7 +44,7 @@ class LoadBudget:
     def __init__(self, url: str, timeout: float, max_answer_bytes: int, grid_points: int = 1,
                  clock=time.monotonic) -> None:  # fmt: skip
         self.url, self.timeout = url, float(timeout)
-        self.max_bytes = WINDOW_ANSWERS * int(max_answer_bytes)
+        self.max_bytes = max(WINDOW_ANSWERS * int(max_answer_bytes), BYTES_PER_CELL * MAX_GRID_CELLS)
         self.max_answer_bytes = int(max_answer_bytes)
         self.grid_points = max(int(grid_points), 1)
         self._clock = clock
@@ -71,9 +75,9 @@ class LoadBudget:
             over = self.bytes > self.max_bytes
         if over:
             raise FleetscopeError(
-                f"Prometheus at {self.url} sent over {self.max_bytes:,} bytes for one window "
-                f"({WINDOW_ANSWERS} x --max-answer-bytes {self.max_answer_bytes:,}, all answers together); "
-                "narrow the window (--start/--end, --window), coarsen --step, or raise --max-answer-bytes"
+                f"Prometheus at {self.url} sent over {self.max_bytes:,} bytes for one window (all answers "
+                f"together: {WINDOW_ANSWERS} x --max-answer-bytes, or {BYTES_PER_CELL} bytes per cell of the "
+                "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise --max-answer-bytes"
             )
 
     def take_samples(self, n: int, metric: str, series: int) -> None:

@@ -26,12 +26,13 @@ from tests.support.http import http_server
 T0 = 1_796_000_000.0
 
 
-def matrix(pairs: int) -> bytes:
-    """A ``query_range`` answer of one series with ``pairs`` samples on a 15 s grid."""
+def matrix(pairs: int, pad: int = 0) -> bytes:
+    """A ``query_range`` answer of one series with ``pairs`` samples on a 15 s grid (and a label
+    of ``pad`` characters)."""
     values = ",".join(f'[{T0 + 15 * i:.3f},"{i % 7}.5"]' for i in range(pairs))
     return (
         '{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
-        '{"__name__":"m","node":"a"},"values":[' + values + "]}]}}"
+        '{"__name__":"m","node":"a","pad":"' + "p" * pad + '"},"values":[' + values + "]}]}}"
     ).encode()
 
 
@@ -74,10 +75,11 @@ def _serve(body: bytes, chunked: bool) -> type[Matrices]:
 
 
 @pytest.mark.parametrize("chunked", [False, True])
-def test_answers_each_under_the_limit_cannot_add_up_past_the_windows_budget(capsys, chunked):
-    body = matrix(2000)
+def test_answers_each_under_the_limit_cannot_add_up_past_the_windows_budget(capsys, monkeypatch, chunked):
+    monkeypatch.setattr(wb, "MAX_GRID_CELLS", 1000)  # the floor of the byte budget: 24 kB
+    body = matrix(3, pad=20_000)  # few samples, many bytes
     handler = _serve(body, chunked)
-    limit = len(body) + 100  # every answer just under --max-answer-bytes
+    limit = len(body) + 100  # every answer just under --max-answer-bytes: 4 of them pass the budget
     with http_server(handler) as hostport:
         rc = main(["analyze", "--prometheus", f"http://{hostport}", "--start", str(T0), "--end",
                    str(T0 + 15 * 1999), "--max-answer-bytes", str(limit), "--format", "json"])  # fmt: skip
@@ -142,3 +144,9 @@ def test_analyze_gives_up_after_the_timeout_overall_not_twice_it(capsys):
     assert rc == 1 and len(err.splitlines()) == 1 and "did not answer within 1.5 s" in err, err
     assert len(handler.seen) >= 5  # a fifth query was sent late, after the first answer
     assert took < 1.5 + 0.6, took  # every query ended at the one deadline
+
+
+def test_the_byte_budget_is_the_larger_of_four_answers_and_the_cell_limit_as_json():
+    """A window at the cell limit (512 nodes x 2 h at 15 s: 1.4 GB of JSON in 29 answers) still loads."""
+    assert wb.LoadBudget("u", 1, 256 << 20).max_bytes == wb.BYTES_PER_CELL * wb.MAX_GRID_CELLS > 2_000_000_000
+    assert wb.LoadBudget("u", 1, 1 << 30).max_bytes == 4 << 30
