@@ -22,11 +22,10 @@ from fleetscope.analyzers.analyze_source import SourceAnalysis
 from fleetscope.analyzers.core import LOADED
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
-from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window.sources import PrometheusSource
 from tests.support.http import http_server
-from tests.support.prom import Prometheus, backfill_openmetrics
+from tests.support.prom import scenario_prometheus
 
 pytestmark = [pytest.mark.server]
 
@@ -35,13 +34,10 @@ WINDOW, STEP, INTERVAL = 900.0, 15.0, 30.0
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("flaky")
     spec = ScenarioSpec(name="flaky", nodes=3, duration_s=2400, seed=5,
                         faults=[FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=2)])  # fmt: skip
-    out, _ = write_scenario(spec, tmp / "s.om")
-    backfill_openmetrics(out, tmp / "data")
-    with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
-        yield p, spec.start, spec.start + spec.duration_s
+    with scenario_prometheus(tmp_path_factory.mktemp("flaky"), spec) as held:
+        yield held
 
 
 class FlakyProxy(BaseHTTPRequestHandler):
