@@ -81,6 +81,9 @@ class SlidingWindow:
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
     fetched_from: float | None = None
+    #: Cells of the oldest re-fetched grid time that differ from what was held (last load): history
+    #: changed at the edge of the re-fetch margin, so it may have changed behind it too.
+    edge_changes: int = 0
 
     def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
         check_window(start, end, self.step)
@@ -101,8 +104,11 @@ class SlidingWindow:
         self.fetched_from = float(fetch[0])
         skipped = Skipped()
         held: dict[str, _Held] = {}
+        changes = 0
         for name in names:
             keys, table = grid_table(by_name[name], fetch, skipped)
+            if reuse and name in self.held:
+                changes += _edge_changes(self.held[name], self.grid, float(fetch[0]), keys, table)
             if reuse:
                 old = self.held.get(name) or _Held([], np.full((len(grid), 0), np.nan))
                 keys, table = _merge(old, grid, self.grid, reuse, keys, table)
@@ -111,6 +117,13 @@ class SlidingWindow:
                 held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
         if skipped.total:
             log.warning("%s", skipped.message(self.url))
+        if changes and not self.edge_changes:
+            log.warning(
+                "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
+                "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
+                self.url, changes, float(grid[-1] - fetch[0]),
+            )  # fmt: skip
+        self.edge_changes = changes
         self.grid, self.held = grid, held
         if not held:
             raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
@@ -148,6 +161,28 @@ def aligned_grid(start: float, end: float, step: float) -> np.ndarray:
     last = math.ceil(end / step - 1e-9) * step
     n = math.floor((end - start) / step + 1e-9)
     return make_grid(last - n * step, last, step)
+
+
+def _edge_changes(
+    old: _Held, old_grid: np.ndarray | None, t: float, keys: list[SeriesKey], table: np.ndarray
+) -> int:
+    """How many cells of the fetched grid time ``t`` (the oldest re-fetched, row 0 of ``table``)
+    differ from what ``old`` holds for it, over the series both have: a value changed, appeared or
+    went. Samples arriving late change the newest rows; a change this far back means Prometheus
+    changed history at the margin's edge. One row per metric: cheap."""
+    if old_grid is None or not keys or not old.keys or not table.shape[0]:
+        return 0
+    row = int(np.searchsorted(old_grid, t - 1e-6))
+    if row >= len(old_grid) or abs(float(old_grid[row]) - t) > 1e-6:
+        return 0
+    at = {k: j for j, k in enumerate(old.keys)}
+    both = [(at[k], j) for j, k in enumerate(keys) if k in at]
+    if not both:
+        return 0
+    held = old.table[row, [a for a, _ in both]]
+    now = table[0, [b for _, b in both]]
+    same = (held == now) | (np.isnan(held) & np.isnan(now))
+    return int((~same).sum())
 
 
 def _merge(

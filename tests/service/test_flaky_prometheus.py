@@ -10,6 +10,8 @@ the analyzers) must give verdicts every cycle, and a cycle that fails anyway kee
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import threading
 import urllib.error
 import urllib.request
@@ -50,6 +52,8 @@ class FlakyProxy(BaseHTTPRequestHandler):
     count: ClassVar[itertools.count] = itertools.count(1)
     failed: ClassVar[list[int]] = []
     lock: ClassVar[threading.Lock] = threading.Lock()
+    #: While true, every sample value answered is 1 more than Prometheus' (history rewritten).
+    rewrite: ClassVar[list[bool]] = [False]
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -71,6 +75,11 @@ class FlakyProxy(BaseHTTPRequestHandler):
                 status, data = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             status, data = exc.code, exc.read()
+        if self.rewrite[0] and status == 200:
+            doc = json.loads(data)
+            for r in doc["data"]["result"]:
+                r["values"] = [[t, repr(float(v) + 1)] for t, v in r["values"]]
+            data = json.dumps(doc).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -83,7 +92,8 @@ class FlakyProxy(BaseHTTPRequestHandler):
 
 def _proxy(upstream: str, every: int = 0, only: frozenset[int] = frozenset()) -> type[FlakyProxy]:
     return type("P", (FlakyProxy,), {"upstream": upstream, "every": every, "only": only,
-                                     "count": itertools.count(1), "failed": [], "lock": threading.Lock()})  # fmt: skip
+                                     "count": itertools.count(1), "failed": [], "lock": threading.Lock(),
+                                     "rewrite": [False]})  # fmt: skip
 
 
 def _cycles(
@@ -117,3 +127,24 @@ def test_a_cycle_that_fails_all_the_same_keeps_the_window(prom):
     # The cycle after the failure fetched only what the window held not (it fetched it all before).
     assert window is not None and window.grid is not None and window.fetched_from is not None
     assert window.grid[-1] - window.fetched_from <= window.refetch_s + 2 * INTERVAL + STEP
+
+
+def test_history_changed_behind_the_margin_is_said_once_in_a_log_line(prom, caplog):
+    """Issue 26, item 17: the sliding window could not tell when history changed behind its
+    re-fetch margin. It compares the oldest re-fetched grid time with what it held."""
+    p, start, _ = prom
+    handler = _proxy(p.url)
+    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
+    with http_server(handler) as hostport:
+        source.url = f"http://{hostport}"
+        ends = [start + 1000 + INTERVAL * i for i in range(5)]
+        seen = []
+        with caplog.at_level(logging.WARNING, logger="fleetscope.window.sliding"):
+            for k, e in enumerate(ends):
+                handler.rewrite[0] = k == 3  # Prometheus' history rewritten before the fourth cycle
+                source.load(e - WINDOW, e, STEP)
+                assert source.window is not None
+                seen.append(source.window.edge_changes)
+    assert seen[:3] == [0, 0, 0] and seen[3] > 0, seen  # nothing on unchanged history; then the change
+    said = [r.getMessage() for r in caplog.records if "re-fetch margin" in r.getMessage()]
+    assert len(said) == 1 and "raise --refetch" in said[0], said
