@@ -80,7 +80,7 @@ class LoadBudget:
                 "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise --max-answer-bytes"
             )
 
-    def take_samples(self, n: int, metric: str, series: int) -> None:
+    def take_samples(self, n: int, series: int, metric: str) -> None:
         """Count an answer's ``n`` samples and ``series`` (of ``metric``) before they are decoded."""
         with self._lock:
             self.samples += n

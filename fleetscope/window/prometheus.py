@@ -235,9 +235,7 @@ class PrometheusClient:
         resp = self._send("query_range", {"query": query, "start": repr(float(start)), "end": repr(float(end)),
                                           "step": repr(float(step))})  # fmt: skip
         if self.budget is not None and resp.status_code == 200:  # counted before anything is decoded
-            body = resp.content
-            n = body.count(b'"values":[[')
-            self.budget.take_samples(body.count(b"],[") + n, query, n)
+            self.budget.take_samples(*count_samples(resp.content), query)
         try:
             doc, series = decode_matrix(resp.content)
         except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
@@ -363,6 +361,13 @@ def _watched_adapter():
 
 # ---------------------------------------------------------------------- decoding a matrix answer
 _VALUES = b'"values":['
+
+
+def count_samples(body: bytes) -> tuple[int, int]:
+    """(samples, series with samples) of a matrix answer, counted in its bytes before it is decoded:
+    never fewer than it holds (a label value holding ``],[`` counts one more)."""
+    series = body.count(_VALUES + b"[")
+    return body.count(b"],[") + series, series
 
 
 def decode_matrix(body: bytes) -> tuple[object, list[Series]]:

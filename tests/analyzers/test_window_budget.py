@@ -9,18 +9,21 @@ answers well-formed matrices; the load must stop early, with one line naming the
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleetscope.analyzers.core import LOADED
 from fleetscope.cli import main
 from fleetscope.errors import FleetscopeError
 from fleetscope.window import budget as wb
-from fleetscope.window.prometheus import load_prometheus
+from fleetscope.window.prometheus import count_samples, decode_matrix, load_prometheus
 from tests.support.http import http_server
 
 T0 = 1_796_000_000.0
@@ -151,3 +154,24 @@ def test_the_byte_budget_is_the_larger_of_four_answers_and_the_cell_limit_as_jso
     """A window at the cell limit (512 nodes x 2 h at 15 s: 1.4 GB of JSON in 29 answers) still loads."""
     assert wb.LoadBudget("u", 1, 256 << 20).max_bytes == wb.BYTES_PER_CELL * wb.MAX_GRID_CELLS > 2_000_000_000
     assert wb.LoadBudget("u", 1, 1 << 30).max_bytes == 4 << 30
+
+
+LABEL = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(series=st.lists(st.tuples(st.dictionaries(st.sampled_from(["node", "gpu", "x"]), LABEL, max_size=3),
+                                 st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30)),
+                       max_size=6))  # fmt: skip
+def test_samples_are_counted_before_decoding_never_fewer_than_decoded(series):
+    """The count the budget takes before decoding (in the answer's bytes, as Prometheus lays it out,
+    with any label text) is at least what the decoder gives."""
+    result = [{"metric": {"__name__": "m", **labels},
+               "values": [[T0 + 15 * i, repr(v) if v == v else "NaN"] for i, v in enumerate(values)]}
+              for labels, values in series]  # fmt: skip
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}},
+                      separators=(",", ":")).encode()  # fmt: skip
+    samples, with_samples = count_samples(body)
+    _, decoded = decode_matrix(body)
+    assert samples >= sum(t.size for _, t, _ in decoded)
+    assert with_samples >= len(decoded)
