@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive_float,
         default=30.0,
-        help="seconds each Prometheus request may take, whole answer included (default 30)",
+        help="seconds the whole Prometheus load may take, all queries and answers together (default 30)",
     )
     add_prometheus_access(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all-series", action="store_true",
                    help="--input: keep every series of the file, not only those the analyzers read")  # fmt: skip
     p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds each Prometheus request may take, whole answer included (default 30)")  # fmt: skip
+                   help="seconds the Prometheus queries of one piece (--chunk) may take together, answers included (default 30)")  # fmt: skip
     add_prometheus_access(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=30.0,
         metavar="S",
-        help="seconds each Prometheus request may take, whole answer included (30)",
+        help="seconds the Prometheus queries of one cycle may take together, retries and answers included (30)",
     )
     parser.add_argument(
         "--refetch",

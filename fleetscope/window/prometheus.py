@@ -34,6 +34,7 @@ import logging
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
@@ -46,6 +47,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
+from fleetscope.window.budget import FIRST_BACKOFF_S, LoadBudget
 from fleetscope.window.frames import (
     Frames,
     MetricFrame,
@@ -106,6 +108,8 @@ class PrometheusClient:
         self._local = threading.local()
         self._sessions: list = []
         self._lock = threading.Lock()
+        #: The load these requests belong to (:mod:`.budget`): its deadline, bytes and samples.
+        self.budget: LoadBudget | None = None
         if sigv4_region:
             import botocore.session
 
@@ -152,10 +156,15 @@ class PrometheusClient:
         headers = {"Content-Type": "application/x-www-form-urlencoded", **self.headers}
         if self._credentials is not None:
             headers.update(self._signed(url, body))
-        deadline = _Deadline(self.timeout)
+        seconds, budget = self.timeout, self.budget
+        if budget is not None:
+            seconds = min(seconds, budget.remaining())
+            if seconds <= 0:
+                raise budget.too_slow()
+        deadline = _Deadline(seconds)
         _current.deadline = deadline
         try:
-            resp = self.session.post(url, data=body, headers=headers, timeout=self.timeout, stream=True)
+            resp = self.session.post(url, data=body, headers=headers, timeout=seconds, stream=True)
             try:
                 content = self._read(resp)
             finally:
@@ -164,11 +173,11 @@ class PrometheusClient:
             if deadline.expired or isinstance(exc, requests.exceptions.Timeout):
                 raise self._too_slow() from None
             reason = type(exc).__name__
-            raise FleetscopeError(f"cannot reach Prometheus at {self.url} ({reason})") from None
+            raise TransientError(f"cannot reach Prometheus at {self.url} ({reason})") from None
         except OSError:
             if deadline.expired:
                 raise self._too_slow() from None
-            raise FleetscopeError(f"cannot reach Prometheus at {self.url} (connection lost)") from None
+            raise TransientError(f"cannot reach Prometheus at {self.url} (connection lost)") from None
         finally:
             deadline.finish()
             _current.deadline = None
@@ -176,23 +185,30 @@ class PrometheusClient:
             raise self._too_slow()
         answer = _Answer(resp.status_code, content, resp.reason or "")
         if answer.status_code >= 500:
-            raise FleetscopeError(
+            raise TransientError(
                 f"Prometheus at {self.url} answered {answer.status_code}: {_error_text(answer)}"
             )
         return answer
 
     def _read(self, resp) -> bytes:
         length = resp.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) > self.max_answer_bytes:
+        known = length.isdigit() and len(length) < 20
+        if known and int(length) > self.max_answer_bytes:
             raise self._too_big()
+        if known and self.budget is not None:
+            self.budget.take_bytes(int(length))  # all answers together, before this one is read
         buf = bytearray()
         for chunk in resp.iter_content(1 << 16):
             buf += chunk
             if len(buf) > self.max_answer_bytes:
                 raise self._too_big()
+            if not known and self.budget is not None:
+                self.budget.take_bytes(len(chunk))
         return bytes(buf)
 
     def _too_slow(self) -> FleetscopeError:
+        if self.budget is not None and self.budget.remaining() <= 0:
+            return self.budget.too_slow()
         return FleetscopeError(
             f"Prometheus at {self.url} did not answer within {self.timeout:g} s "
             "(the whole answer, by --timeout)"
@@ -218,6 +234,8 @@ class PrometheusClient:
         """Every series of a range query, its samples as float arrays (see :func:`decode_matrix`)."""
         resp = self._send("query_range", {"query": query, "start": repr(float(start)), "end": repr(float(end)),
                                           "step": repr(float(step))})  # fmt: skip
+        if self.budget is not None and resp.status_code == 200:  # counted before anything is decoded
+            self.budget.take_samples(*count_samples(resp.content), query)
         try:
             doc, series = decode_matrix(resp.content)
         except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
@@ -226,6 +244,10 @@ class PrometheusClient:
         if data.get("resultType") not in (None, "matrix"):
             raise FleetscopeError(f"{self.url} answered a {data.get('resultType')} to a range query")
         return series
+
+
+class TransientError(FleetscopeError):
+    """A failure that may pass (connection refused or lost, a 5xx): worth a retry."""
 
 
 class _Answer:
@@ -339,6 +361,13 @@ def _watched_adapter():
 
 # ---------------------------------------------------------------------- decoding a matrix answer
 _VALUES = b'"values":['
+
+
+def count_samples(body: bytes) -> tuple[int, int]:
+    """(samples, series with samples) of a matrix answer, counted in its bytes before it is decoded:
+    never fewer than it holds (a label value holding ``],[`` counts one more)."""
+    series = body.count(_VALUES + b"[")
+    return body.count(b"],[") + series, series
 
 
 def decode_matrix(body: bytes) -> tuple[object, list[Series]]:
@@ -595,10 +624,17 @@ def fetch_grid_series(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Callable[[float], None] | None = None,
     matcher: str = "",
+    retries: int = 0,
 ) -> dict[str, list[Series]]:
     """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
     with ``matcher`` added), the queries split below Prometheus' points limit and run
-    ``concurrency`` at a time; per metric, the answers in query order."""
+    ``concurrency`` at a time; per metric, the answers in query order.
+
+    All the queries share one :class:`~fleetscope.window.budget.LoadBudget`: they end within the
+    client's ``timeout`` together, and their answers together stay within the window's byte and
+    cell budgets. ``retries``: how often a query that failed for a reason that may pass
+    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room."""
+    client.budget = LoadBudget(client.url, client.timeout, client.max_answer_bytes, len(grid))
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
     jobs = [
@@ -610,7 +646,7 @@ def fetch_grid_series(
 
     def run(k: int) -> int:
         _, query, a, b = jobs[k]
-        answers[k] = client.query_range(query, a, b, step)
+        answers[k] = query_with_retries(client, lambda: client.query_range(query, a, b, step), retries)
         return k
 
     if concurrency == 1 or len(jobs) == 1:
@@ -623,6 +659,25 @@ def fetch_grid_series(
     return {
         name: [s for k, job in enumerate(jobs) if job[0] == name for s in answers[k] or []] for name in names
     }
+
+
+def query_with_retries(
+    client: PrometheusClient, query: Callable[[], list[Series]], retries: int
+) -> list[Series]:
+    """``query()``, sent again up to ``retries`` times after a :class:`TransientError`, with a
+    doubling back-off, while the client's load deadline leaves room; the last error otherwise."""
+    backoff = FIRST_BACKOFF_S
+    for attempt in range(retries + 1):
+        try:
+            return query()
+        except TransientError as exc:
+            budget = client.budget
+            if attempt == retries or (budget is not None and not budget.can_wait(backoff)):
+                raise
+            log.debug("retrying a Prometheus query in %.2gs: %s", backoff, exc)
+            time.sleep(backoff)
+            backoff *= 2
+    raise AssertionError("unreachable")
 
 
 def raw_from_prometheus(

@@ -15,7 +15,13 @@ analysis keeps between its cycles. The frames are those :func:`~fleetscope.windo
 gives for the same aligned window, as long as Prometheus does not change samples older than the
 margin after they were fetched (a backfill into the past, a remote-write delay longer than the
 margin). Anything that does not line up (another step, a window that moved backwards or jumped
-further than the held one, a failed cycle) drops what is held and loads the whole window.
+further than the held one) drops what is held and loads the whole window.
+
+A query that fails for a reason that may pass (connection lost, a 5xx) is sent again with a
+back-off, up to :data:`~fleetscope.window.budget.DEFAULT_RETRIES` times within the cycle's
+``timeout`` (:func:`~fleetscope.window.prometheus.query_with_retries`), and a cycle that fails all
+the same keeps what is held: the next cycle fetches only what it lacks (all of it once the window
+has moved past everything held), rather than the whole window, which is when a failure is likeliest.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetscope.window.budget import DEFAULT_RETRIES
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
@@ -73,9 +80,13 @@ class SlidingWindow:
     #: Extra label matchers of every query (a service shard's nodes); held tables are dropped when
     #: it changes, so a window never mixes two selections.
     matcher: str = ""
+    retries: int = DEFAULT_RETRIES
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
     fetched_from: float | None = None
+    #: Cells of the oldest re-fetched grid time that differ from what was held (last load): history
+    #: changed at the edge of the re-fetch margin, so it may have changed behind it too.
+    edge_changes: int = 0
     held_matcher: str = ""
 
     def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
@@ -91,20 +102,27 @@ class SlidingWindow:
         client = PrometheusClient(
             self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
         )
-        try:
+        try:  # a failed cycle keeps what is held (module docstring)
             by_name = fetch_grid_series(
-                client, names, fetch, self.step, self.concurrency, progress, self.matcher
+                client,
+                names,
+                fetch,
+                self.step,
+                self.concurrency,
+                progress,
+                matcher=self.matcher,
+                retries=self.retries,
             )
-        except BaseException:
-            self.forget()  # a failed cycle: the next one starts from the whole window
-            raise
         finally:
             client.close()
         self.fetched_from = float(fetch[0])
         skipped = Skipped()
         held: dict[str, _Held] = {}
+        changes = 0
         for name in names:
             keys, table = grid_table(by_name[name], fetch, skipped)
+            if reuse and name in self.held:
+                changes += _edge_changes(self.held[name], self.grid, float(fetch[0]), keys, table)
             if reuse:
                 old = self.held.get(name) or _Held([], np.full((len(grid), 0), np.nan))
                 keys, table = _merge(old, grid, self.grid, reuse, keys, table)
@@ -113,6 +131,13 @@ class SlidingWindow:
                 held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
         if skipped.total:
             log.warning("%s", skipped.message(self.url))
+        if changes and not self.edge_changes:
+            log.warning(
+                "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
+                "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
+                self.url, changes, float(grid[-1] - fetch[0]),
+            )  # fmt: skip
+        self.edge_changes = changes
         self.grid, self.held = grid, held
         if not held:
             raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
@@ -150,6 +175,28 @@ def aligned_grid(start: float, end: float, step: float) -> np.ndarray:
     last = math.ceil(end / step - 1e-9) * step
     n = math.floor((end - start) / step + 1e-9)
     return make_grid(last - n * step, last, step)
+
+
+def _edge_changes(
+    old: _Held, old_grid: np.ndarray | None, t: float, keys: list[SeriesKey], table: np.ndarray
+) -> int:
+    """How many cells of the fetched grid time ``t`` (the oldest re-fetched, row 0 of ``table``)
+    differ from what ``old`` holds for it, over the series both have: a value changed, appeared or
+    went. Samples arriving late change the newest rows; a change this far back means Prometheus
+    changed history at the margin's edge. One row per metric: cheap."""
+    if old_grid is None or not keys or not old.keys or not table.shape[0]:
+        return 0
+    row = int(np.searchsorted(old_grid, t - 1e-6))
+    if row >= len(old_grid) or abs(float(old_grid[row]) - t) > 1e-6:
+        return 0
+    at = {k: j for j, k in enumerate(old.keys)}
+    both = [(at[k], j) for j, k in enumerate(keys) if k in at]
+    if not both:
+        return 0
+    held = old.table[row, [a for a, _ in both]]
+    now = table[0, [b for _, b in both]]
+    same = (held == now) | (np.isnan(held) & np.isnan(now))
+    return int((~same).sum())
 
 
 def _merge(

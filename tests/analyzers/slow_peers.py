@@ -92,8 +92,11 @@ def oversize_server(size: int, chunked: bool = False) -> Iterator[tuple[str, lis
                 continue
             except OSError:
                 return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+            t = threading.Thread(target=answer, args=(conn,), daemon=True)
+            answering.append(t)
+            t.start()
 
+    answering: list[threading.Thread] = []
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
@@ -101,6 +104,8 @@ def oversize_server(size: int, chunked: bool = False) -> Iterator[tuple[str, lis
     finally:
         stop.set()
         thread.join(5)
+        for t in answering:  # each has said what it sent before the caller looks at ``sent``
+            t.join(5)
         srv.close()
 
 

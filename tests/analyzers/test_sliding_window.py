@@ -91,7 +91,7 @@ def test_sliding_cycles_fetch_only_the_new_part_and_give_the_whole_windows_frame
     assert node in set(labels[lp.c.NODE_LABEL]), "the replaced node's new series joined the window"
 
 
-def test_a_jump_backwards_or_past_what_is_held_and_a_failed_cycle_load_the_whole_window(
+def test_a_jump_backwards_or_past_what_is_held_loads_the_whole_window_and_a_failed_cycle_keeps_it(
     prom, monkeypatch
 ) -> None:
     p, start, _ = prom
@@ -113,12 +113,14 @@ def test_a_jump_backwards_or_past_what_is_held_and_a_failed_cycle_load_the_whole
         raise FleetscopeError("Prometheus is down")
 
     monkeypatch.setattr(sw, "fetch_grid_series", down)
+    held_grid = window.grid
     with pytest.raises(FleetscopeError, match="down"):
         window.load(e - WINDOW + 30, e + 30)
-    assert window.grid is None and not window.held
+    assert window.grid is held_grid and window.held  # the failure kept the window (it threw it away before)
     monkeypatch.undo()
     frames = window.load(e - WINDOW + 30, e + 30)
-    assert window.fetched_from == frames.times[0]
+    assert window.fetched_from > frames.times[0]  # only what it lacks
+    _same_frames(frames, _whole(p.url, frames.times))
 
 
 def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:

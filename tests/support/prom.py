@@ -14,7 +14,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,15 @@ class Prometheus:
             timeout=timeout,
             what=f"query {expr!r} to return {min_series} series",
         )
+
+
+@contextmanager
+def scenario_prometheus(tmp: Path, spec: Any) -> Iterator[tuple[Prometheus, float, float]]:
+    """A real Prometheus holding the recording of the simulator's ``spec`` (backfilled into ``tmp``):
+    (it, the scenario's start, its end)."""
+    from fleetscope.simulate.record import write_scenario
+
+    out, _ = write_scenario(spec, tmp / "s.om")
+    backfill_openmetrics(out, tmp / "data")
+    with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
+        yield p, spec.start, spec.start + spec.duration_s

@@ -73,3 +73,35 @@ def is_parquet(path: str | Path) -> bool:
             return fh.read(4) == MAGIC
     except OSError:
         return str(path).endswith(".parquet")
+
+
+# ---------------------------------------------------------------------- what an archive may hold
+#: Latest sample time an archive holds (9999-12-31T23:59:59Z: what a datetime holds); earlier than
+#: the epoch or later than this, a stamp is no sample any exporter wrote (``1e300`` used to be
+#: written as the smallest int64, and made its archive unreadable).
+MAX_STAMP_S = 253402300799.0
+#: Most rows one read of an archive takes (the window's cell limit: an archive holds about one row
+#: per grid cell), and most series: checked from the footer before any row is read.
+MAX_READ_ROWS = 100_000_000
+MAX_READ_SERIES = 1_000_000
+
+
+def plausible_span(t0: Any, t1: Any, rows: Any) -> tuple[float, float]:
+    """(first, last) sample time of row groups of [``t0``, ``t1``] holding ``rows`` rows, leaving
+    out groups of stray stamps far from the bulk: the rule of ``frames.drop_bad_samples`` (a
+    recording's), at row-group resolution (the 1st to 99th percentile of the rows, with
+    ``PLAUSIBLE_MARGIN_S`` either side). The writer stores it; the reader uses it for a footer
+    that lacks it."""
+    import numpy as np
+
+    from fleetscope.window.frames import PLAUSIBLE_MARGIN_S
+
+    t0, t1 = np.asarray(t0, dtype=float), np.asarray(t1, dtype=float)
+    rows = np.maximum(np.asarray(rows, dtype=float), 1.0)
+    mid = (t0 + t1) / 2
+    o = np.argsort(mid)
+    cum = np.cumsum(rows[o]) / rows.sum()
+    lo = mid[o][min(np.searchsorted(cum, 0.01), len(o) - 1)] - PLAUSIBLE_MARGIN_S
+    hi = mid[o][min(np.searchsorted(cum, 0.99), len(o) - 1)] + PLAUSIBLE_MARGIN_S
+    ok = (t1 >= lo) & (t0 <= hi)
+    return float(t0[ok].min()), float(t1[ok].max())

@@ -22,6 +22,7 @@ the flags that make it fit, not an exhausted machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -37,11 +38,15 @@ from fleetscope.window.archive.format import (
     EXTRA_COL,
     FORMAT_VERSION,
     LOOKBACK_MARGIN_S,
+    MAX_READ_ROWS,
+    MAX_READ_SERIES,
+    MAX_STAMP_S,
     META_KEY,
     NAME_COL,
     SERIES_COL,
     TIME_COL,
     VALUE_COL,
+    plausible_span,
     pyarrow_modules,
 )
 from fleetscope.window.frames import (
@@ -86,6 +91,28 @@ class ArchiveSpan(NamedTuple):
     step: float
 
 
+def _one_line(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(path, ...)`` with anything a malformed archive can raise past the checks below (a
+    footer of the wrong shape, a column of another type, a truncated page) turned into one
+    :class:`FleetscopeError` naming the file, never a traceback."""
+
+    @functools.wraps(fn)
+    def guarded(path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        pa, _ = pyarrow_modules()
+        try:
+            return fn(path, *args, **kwargs)
+        except FleetscopeError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, ArithmeticError, AttributeError, UnicodeError,
+                pa.ArrowException) as exc:  # fmt: skip
+            raise FleetscopeError(
+                f"{path} is not a readable fleetscope archive ({type(exc).__name__}: {str(exc)[:120]})"
+            ) from None
+
+    return guarded
+
+
+@_one_line
 def archive_span(path: str | Path) -> ArchiveSpan:
     """The archive's span and step from its footer alone (no data page is read).
 
@@ -101,7 +128,7 @@ def archive_span(path: str | Path) -> ArchiveSpan:
     span = meta.get("span")
     if isinstance(span, list) and len(span) == 2:
         return ArchiveSpan(float(span[0]), float(span[1]), step)
-    lo, hi = _stats_span(pf, range(pf.metadata.num_row_groups))
+    lo, hi = _stats_span(pf, range(pf.metadata.num_row_groups), plausible=True)
     if not np.isfinite(lo):
         raise FleetscopeError(f"{path}: the archive's row groups have no time statistics")
     return ArchiveSpan(lo, hi, step)
@@ -134,9 +161,62 @@ def _open(path: Path) -> tuple[Any, dict[str, Any]]:
     groups = meta.get("row_groups")
     if not isinstance(groups, list) or len(groups) != pf.metadata.num_row_groups:
         raise FleetscopeError(f"{path}: the archive's metadata does not match its row groups")
+    _check_columns(path, pa, pf.schema_arrow, meta["version"])
+    _check_times(path, meta)
     return pf, meta
 
 
+def _check_times(path: Path, meta: dict[str, Any]) -> None:
+    """The footer's grid (finite start <= end, a positive step), span (two finite times in order)
+    and spacing (positive), where present; one line naming what is wrong otherwise."""
+
+    def finite(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
+
+    grid, span, spacing = meta.get("grid"), meta.get("span"), meta.get("spacing")
+    if grid is not None and not (
+        isinstance(grid, dict) and all(finite(grid.get(k)) for k in ("start", "end", "step"))
+        and grid["start"] <= grid["end"] and grid["step"] > 0
+    ):  # fmt: skip
+        raise FleetscopeError(f"{path}: the archive's grid is malformed")
+    if span is not None and not (isinstance(span, list) and len(span) == 2 and all(map(finite, span))
+                                 and span[0] <= span[1]):  # fmt: skip
+        raise FleetscopeError(f"{path}: the archive's span is malformed")
+    if spacing is not None and not (finite(spacing) and spacing > 0):
+        raise FleetscopeError(f"{path}: the archive's sample spacing is malformed")
+
+
+def _check_columns(path: Path, pa: Any, schema: Any, version: int) -> None:
+    """The fixed columns have their types: time (a timestamp or int64), value (a number), series (an int)."""
+    want = {TIME_COL: lambda t: pa.types.is_timestamp(t) or pa.types.is_int64(t),
+            VALUE_COL: lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}  # fmt: skip
+    if version >= 2:
+        want[SERIES_COL] = pa.types.is_integer
+    for col, ok in want.items():
+        i = schema.get_field_index(col)
+        if i < 0:
+            raise FleetscopeError(f"{path}: the archive has no {col} column")
+        if not ok(schema.field(i).type):
+            raise FleetscopeError(f"{path}: the archive's {col} column holds {schema.field(i).type}")
+
+
+def _footer_series(path: Path, meta: dict[str, Any], name: str) -> int:
+    """How many series the footer counts for ``name`` (:data:`MAX_READ_SERIES` when it does not say)."""
+    info = meta.get("metrics")
+    entry = info.get(name) if isinstance(info, dict) else None
+    if not isinstance(entry, dict) or entry.get("series") is None:
+        return MAX_READ_SERIES
+    return _count(path, entry["series"])
+
+
+def _count(path: Path, value: Any) -> int:
+    """A count from the footer: a whole number from 0 to 2**40, else the footer is malformed."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 40:
+        raise FleetscopeError(f"{path}: the archive's metadata is malformed (a count of {str(value)[:40]})")
+    return value
+
+
+@_one_line
 def read_archive(
     path: str | Path,
     metrics: Collection[str] | None = None,
@@ -175,7 +255,7 @@ def _read(
         lo, hi = rows
         by_metric = {name: kept for name, ids in by_metric.items()
                      if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])}  # fmt: skip
-    _check_size(pf, meta, by_metric, window)
+    _check_size(path, pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
     sizes = {name: sum(pf.metadata.row_group(i).num_rows for i in ids) for name, ids in by_metric.items()}
     total = sum(sizes.values()) or 1
@@ -192,7 +272,7 @@ def _read(
                     got = MetricRows.of_table(
                         pa, pf.read_row_groups(ids, columns=[SERIES_COL, TIME_COL, VALUE_COL]),
                         partial(pf.read_row_groups, ids, columns=present),
-                        present, labels, rows,
+                        present, labels, rows, _footer_series(path, meta, name),
                     )  # fmt: skip
                 else:
                     columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
@@ -280,7 +360,8 @@ class MetricRows:
 
     @classmethod
     def of_table(cls, pa: Any, table: Any, label_table: Callable[[], Any], columns: list[str],
-                 labels: dict[str, str], rows: tuple[float, float] | None) -> MetricRows | None:  # fmt: skip
+                 labels: dict[str, str], rows: tuple[float, float] | None,
+                 most: int = MAX_READ_SERIES) -> MetricRows | None:  # fmt: skip
         """The rows of ``table`` (its series, time and value columns) in ``rows`` (seconds; None:
         all), None when there are none. ``label_table()`` reads the label ``columns`` of the same
         rows, once the numeric work is done (so both are never held whole together); only each
@@ -290,10 +371,14 @@ class MetricRows:
             return None
         tms = _int64(table.column(TIME_COL))
         sid = table.column(SERIES_COL).to_numpy()
+        if sid.size and (sid.min() < 0 or sid.max() >= most):  # the footer's count, checked before, lied
+            raise ValueError(f"series number {int(sid.max()):,} where the footer counts {most:,} series")
         values = table.column(VALUE_COL).to_numpy().astype(float, copy=False)
         del table  # the caller holds no reference: its buffers go once copied out
-        keep = None if rows is None else _inside(tms, rows)
-        if keep is not None:
+        keep = _inside(
+            tms, (0.0, MAX_STAMP_S) if rows is None else (max(rows[0], 0.0), min(rows[1], MAX_STAMP_S))
+        )
+        if keep is not None:  # the rows asked for; never a stamp no date holds (the writer's rule)
             tms, sid, values = tms[keep], sid[keep], values[keep]
         if not tms.size:
             return None
@@ -371,15 +456,30 @@ def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
     return None if keep.all() else keep
 
 
-def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
+def _check_size(path: Path, pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
                 window: tuple[float | None, float | None, float | None]) -> None:  # fmt: skip
-    """check_grid before reading: the series count from the metadata, the span from the statistics."""
+    """Before reading: the rows and series the read takes (rows from the Parquet footer, series
+    from the metadata) against :data:`MAX_READ_ROWS` and :data:`MAX_READ_SERIES`, then check_grid
+    on the span the statistics give, stray stamps left out as the loader drops them."""
+    where = path
     if meta["version"] >= 2:
         info = meta.get("metrics") or {}
-        series = sum(int((info.get(name) or {}).get("series") or 0) for name in by_metric)
+        if not isinstance(info, dict):
+            raise FleetscopeError(f"{where}: the archive's metadata is malformed")
+        series = sum(_count(where, (info.get(name) or {}).get("series") or 0) for name in by_metric)
     else:
-        series = sum(int(meta["row_groups"][i].get("series") or 0) for ids in by_metric.values() for i in ids)
-    lo, hi = _stats_span(pf, [i for ids in by_metric.values() for i in ids])
+        series = sum(
+            _count(where, meta["row_groups"][i].get("series") or 0) for ids in by_metric.values() for i in ids
+        )
+    ids = [i for ids in by_metric.values() for i in ids]
+    rows = sum(pf.metadata.row_group(i).num_rows for i in ids)
+    if rows > MAX_READ_ROWS or series > MAX_READ_SERIES:
+        raise FleetscopeError(
+            f"{where}: the window holds {rows:,} rows of {series:,} series, over the limit of "
+            f"{MAX_READ_ROWS:,} rows and {MAX_READ_SERIES:,} series read at once; narrow it with "
+            "--start/--end or stream it (analyze --chunk 1h)"
+        )
+    lo, hi = _stats_span(pf, ids, plausible=True)
     start, end, step = window
     grid = meta.get("grid") or {}
     step = step or grid.get("step")
@@ -390,16 +490,31 @@ def _check_size(pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
     check_grid(lo if start is None else start, hi if end is None else end, float(step), series)
 
 
-def _stats_span(pf: Any, ids: Any) -> tuple[float, float]:
-    """(first, last) sample time of row groups ``ids`` from their statistics (inf, -inf: none)."""
-    lo, hi = np.inf, -np.inf
+def _stats_span(pf: Any, ids: Any, plausible: bool = False) -> tuple[float, float]:
+    """(first, last) sample time of row groups ``ids`` from their statistics (inf, -inf: none);
+    ``plausible``: groups of stray stamps far from the bulk left out (:func:`plausible_span`)."""
     col = pf.schema_arrow.get_field_index(TIME_COL)
+    t0, t1, rows = [], [], []
     for i in ids:
-        st = pf.metadata.row_group(i).column(col).statistics
+        group = pf.metadata.row_group(i)
+        st = group.column(col).statistics
         if st is not None and st.has_min_max:
-            lo = min(lo, _seconds(st.min))
-            hi = max(hi, _seconds(st.max))
-    return lo, hi
+            t0.append(_raw_seconds(st.min_raw))
+            t1.append(_raw_seconds(st.max_raw))
+            rows.append(group.num_rows)
+    if not t0:
+        return np.inf, -np.inf
+    if plausible:
+        return plausible_span(t0, t1, rows)
+    return min(t0), max(t1)
+
+
+def _raw_seconds(ms: Any) -> float:
+    """A time statistic as stored (int64 milliseconds), in seconds: no date is made of it, so a
+    stamp no date holds (an int64 minimum) is a number like any other."""
+    if isinstance(ms, bool) or not isinstance(ms, int | float):
+        raise FleetscopeError("the archive's time statistics are not numbers")
+    return float(ms) / 1000.0
 
 
 def _all_null(pf: Any, ids: list[int], column: str) -> bool:
@@ -411,12 +526,6 @@ def _all_null(pf: Any, ids: list[int], column: str) -> bool:
         if st is None or st.null_count is None or st.null_count < chunk.num_values:
             return False
     return True
-
-
-def _seconds(ts: Any) -> float:
-    if hasattr(ts, "timestamp"):
-        return float(ts.timestamp())
-    return float(ts) / 1000.0
 
 
 def _split_series(pa: Any, table: Any, columns: list[str], labels: dict[str, str]) -> list[RawSeries]:
@@ -454,6 +563,7 @@ def _split_series(pa: Any, table: Any, columns: list[str], labels: dict[str, str
     return out
 
 
+@_one_line
 def load_parquet(
     path: str | Path,
     metrics: Collection[str] | None = None,

@@ -54,6 +54,7 @@ from fleetscope.window.archive.format import (
     FORMAT_VERSION,
     GROUP_BLOCKS_MAX,
     GROUP_ROWS_MIN,
+    MAX_STAMP_S,
     META_KEY,
     NAME_COL,
     ROW_GROUP_ROWS,
@@ -62,10 +63,10 @@ from fleetscope.window.archive.format import (
     VALUE_COL,
     contract_label_keys,
     label_column,
+    plausible_span,
     pyarrow_modules,
 )
 from fleetscope.window.frames import (
-    PLAUSIBLE_MARGIN_S,
     RawSeries,
     check_grid,
     check_window,
@@ -160,12 +161,16 @@ class ArchiveWriter:
 
     def _clean(self, np: Any, s: RawSeries) -> RawSeries:
         t, v = np.asarray(s.times, dtype=float), np.asarray(s.values, dtype=float)
-        keep = np.isfinite(t) & np.isfinite(v)
+        # A stamp before the epoch or past MAX_STAMP_S (1e300) is no sample: int64 milliseconds
+        # and the reader's dates cannot hold it. Stray stamps it can hold are kept and left out of
+        # the span (_span); the reader drops them as it drops a recording's.
+        usable = np.isfinite(v) & (t >= 0) & (t <= MAX_STAMP_S)
+        keep = usable.copy()
         if self.window is not None:
             keep &= (t >= self.window[0]) & (t <= self.window[1])
         if keep.all():
             return RawSeries(s.labels, t, v)
-        self.skipped += int((~(np.isfinite(t) & np.isfinite(v))).sum())
+        self.skipped += int((~usable).sum())
         return RawSeries(s.labels, t[keep], v[keep])
 
     def _write_metric(self, np: Any, name: str, series: list[RawSeries], sid: Any) -> None:
@@ -263,7 +268,7 @@ class ArchiveWriter:
             self.tmp.unlink(missing_ok=True)
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         if self.skipped:
-            log.warning("%s: skipped %s samples with a NaN or infinite value or time", self.source,
+            log.warning("%s: skipped %s samples with a NaN or infinite value, or a time before 1970 or past 9999", self.source,
                         f"{self.skipped:,}")  # fmt: skip
         series = sum(m["series"] for m in self.metrics.values())
         return {"rows": self.rows, "series": series, "metrics": len(self.metrics)}
@@ -285,20 +290,9 @@ def _groups(np: Any, block: Any, cuts: Any) -> list[tuple[int, int]]:
 
 
 def _span(groups: list[dict[str, Any]]) -> tuple[float, float]:
-    """(first, last) sample time, leaving out row groups of stray stamps far from the bulk (the
-    rule of frames.drop_bad_samples, at row-group resolution: 1st-99th percentile of the rows)."""
-    import numpy as np
-
-    t0 = np.array([g["t0"] for g in groups])
-    t1 = np.array([g["t1"] for g in groups])
-    rows = np.array([g["rows"] for g in groups], dtype=float)
-    mid = (t0 + t1) / 2
-    o = np.argsort(mid)
-    cum = np.cumsum(rows[o]) / rows.sum()
-    lo = mid[o][np.searchsorted(cum, 0.01)] - PLAUSIBLE_MARGIN_S
-    hi = mid[o][min(np.searchsorted(cum, 0.99), len(o) - 1)] + PLAUSIBLE_MARGIN_S
-    ok = (t1 >= lo) & (t0 <= hi)
-    return float(t0[ok].min()), float(t1[ok].max())
+    """(first, last) sample time, leaving out row groups of stray stamps far from the bulk
+    (:func:`~fleetscope.window.archive.format.plausible_span`)."""
+    return plausible_span([g["t0"] for g in groups], [g["t1"] for g in groups], [g["rows"] for g in groups])
 
 
 def convert_recording(
