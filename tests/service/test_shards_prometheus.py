@@ -78,8 +78,11 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         wait_for(lambda: found.append(_union_matches(whole, shards)) or found[-1], timeout=120,
                  what="the shards' findings to add up to the unsharded service's")  # fmt: skip
         expected, parts = found[-1]
-        # A straggler in job beta, a narrowed PCIe link in job alpha and one on a job-less node.
-        assert {k[0] for k in expected} == {"failing_node", "straggler"} and len(expected) >= 3, expected
+        # A straggler in job beta, a narrowed PCIe link in job alpha and one on a job-less node (an
+        # MFU drop may come with them: which window the cycle sees decides; the union holds either way).
+        kinds = {k[0] for k in expected}
+        assert {"failing_node", "straggler"} <= kinds <= {"failing_node", "straggler", "mfu_drop"}, expected
+        assert len(expected) >= 3, expected
         assert len(expected) == len(set(expected))  # and so no finding is in two shards
         assert sum(1 for p in parts if p) >= 2, parts  # the findings are spread over the shards
 
