@@ -187,3 +187,19 @@ def test_a_user_code_restart_is_counted_apart_and_blames_no_node(tmp_path):
     assert a.restarts == 1
     assert a.advice is not None and a.advice.failures == 0 and a.advice.prior
     assert any("not counted as a failure: no infrastructure cause" in t for t in _recovery_texts(a))
+
+
+@pytest.mark.parametrize("script", [_crash_within_the_abort, _user_code_restart])
+def test_failures_on_a_grid_finer_than_the_scrapes(script, tmp_path):
+    """``serve --step 5`` over 15 s scrapes: every series is absent between its samples, which
+    is neither a node going down nor a rank going first; the crash is still one failure on its
+    node and the user-code restart none."""
+    h = script(History(nodes=8, seed=6, exporter=True, scrape=(15.0, 15.0), jitter_s=0.5))
+    path = tmp_path / "fine.om"
+    h.write(path)
+    report = analyze_file(path, step=5.0)
+    crashed = script is _crash_within_the_abort
+    assert _critical_nodes(report) == ([node_name(2)] if crashed else [])
+    adv = report.goodput["4711"].advice
+    assert adv is not None and adv.failures == int(crashed)
+    assert report.goodput["4711"].restarts == 1

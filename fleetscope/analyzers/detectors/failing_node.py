@@ -267,14 +267,38 @@ def _exporter_presence(feat: Features) -> dict[str, np.ndarray]:
     return out
 
 
-def _went_away(here: np.ndarray, d: int, lo: int) -> int | None:
+def _spacing(here: np.ndarray) -> int:
+    """How long a sample of a series holds, in grid steps: 1 on a grid no finer than its scrape
+    interval; on a finer one, one step more than nine in ten of its spacings (jitter)."""
+    idx = np.nonzero(here)[0]
+    if idx.size < 3:
+        return 1
+    diffs = np.diff(idx)
+    return 1 if np.median(diffs) <= 1 else int(np.percentile(diffs, 90)) + 1
+
+
+def _held(here: np.ndarray, k: int) -> np.ndarray:
+    """``here`` with each sample held ``k - 1`` grid steps more (on a grid finer than the scrape
+    interval a series is absent between its samples: not gone)."""
+    if k <= 1:
+        return here
+    out = here.copy()
+    for s in range(1, k):
+        out[s:] |= here[:-s]
+    return out
+
+
+def _went_away(here: np.ndarray, d: int, lo: int, k: int) -> int | None:
     """The first grid time (at ``lo`` or later) from which the exporter stays away through ``d``,
-    two grid steps at least (None: it reported at ``d``, or only missed a scrape)."""
+    two grid steps at least and for twice as long as a sample holds (``k``): more than a missed
+    scrape (None: it reported at ``d``, or only missed a scrape)."""
     seen = np.nonzero(here[: d + 1])[0]
     if not seen.size or seen[-1] >= d:
         return None  # still reporting when the job went down
     g = int(seen[-1]) + 1
-    return None if g < lo or d - g < 1 else g
+    back = np.nonzero(here[g:])[0]
+    away = int(back[0]) if back.size else len(here) - g
+    return None if g < lo or d - g < 1 or away < max(2, 2 * k) else g
 
 
 def _node_down(feat: Features, add: AddEvent) -> None:
@@ -290,19 +314,23 @@ def _node_down(feat: Features, add: AddEvent) -> None:
     exp = _exporter_presence(feat)
     if not exp:
         return
+    k = max(_spacing(here) for here in exp.values())
+    exp = {n: _held(here, k) for n, here in exp.items()}
     r = feat.ranks
     T = len(feat.times)
     back = max(1, round(feat.config.hang_lookback_s / feat.step))
     rank_nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
     for job in feat.jobs:
         cols = job_columns(feat, job)
-        up = np.asarray(r.present[:, cols].any(axis=1), dtype=bool)
+        up = _held(np.asarray(r.present[:, cols].any(axis=1), dtype=bool), k)
         for d, _e in iter_runs(~up):
             if d == 0 or d + 1 >= T:
                 continue
             lo = max(0, d - back)
             nodes = {str(n) for n in rank_nodes[cols & r.present[lo:d].any(axis=0)]}
-            down = [(n, g) for n in sorted(nodes & set(exp)) if (g := _went_away(exp[n], d, lo)) is not None]
+            down = [
+                (n, g) for n in sorted(nodes & set(exp)) if (g := _went_away(exp[n], d, lo, k)) is not None
+            ]
             if not down or len(down) > max(1, len(nodes) // 4):
                 continue  # the whole job's monitoring went away, not one node
             others = [exp[n][d] for n in nodes & set(exp) if n not in {x for x, _ in down}]
