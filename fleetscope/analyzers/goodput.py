@@ -144,18 +144,35 @@ def goodput_accounts(
     out = {}
     nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
     node_hours = len(nodes) * float(feat.times[-1] - feat.times[0]) / 3600.0
-    failures = sum(1 for f in findings if f.kind == "failing_node" and f.severity == "critical")
+    jobs = []
     for job in feat.jobs:
         j = _Job(feat, job, own_start)
         acct = job_account(feat, findings, job, j)
-        if acct is None:
-            continue
+        if acct is not None:
+            jobs.append((job, j, acct))
+    failures = len(infra_failures(findings, [cause for _, j, _ in jobs for _, cause in j.restart_causes]))
+    for job, j, acct in jobs:
         save_s, saves, current = _checkpoints(j)
         if save_s is not None:
             acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current,
                                  feat.config.failure_prior_node_days)  # fmt: skip
         out[job] = acct
     return out
+
+
+def infra_failures(findings: Sequence[Finding], restart_causes: Sequence[Finding | None]) -> list[Finding]:
+    """The window's infrastructure failures, one finding each: every critical ``failing_node``
+    finding (one per broken node, whether or not a job restarted on it), and every ``job_hang``
+    that a job's restart followed (its collectives stuck with the GPUs spinning: the fabric or a
+    GPU, though no node could be named). A restart without either (user code, OOM, a NaN loss, an
+    operator: the processes exited with every node's exporter up) is no failure of the hardware."""
+    out: dict[int, Finding] = {
+        id(f): f for f in findings if f.kind == "failing_node" and f.severity == "critical"
+    }
+    for f in restart_causes:
+        if f is not None and f.kind in FAIL_KINDS and f.severity == "critical":
+            out.setdefault(id(f), f)
+    return sorted(out.values(), key=lambda f: (f.start, f.node or ""))
 
 
 def _checkpoints(j: _Job) -> tuple[float | None, int, float | None]:
@@ -204,6 +221,8 @@ class _Job:
             own = int(np.searchsorted(self.t, own_start - 1e-6))
             self.first = max(self.first, own - 1)
         self.nodes = {str(n) for n in r.keys[cols][c.NODE_LABEL]} if cols.any() else set()
+        #: Each restart gap with the finding that explains it (None: no infrastructure cause).
+        self.restart_causes: list[tuple[_Gap, Finding | None]] = []
         self.steps = _sum(r.steps[:, cols])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -541,6 +560,8 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     rework = np.zeros(len(j.t))
     gaps, edges = _gaps(j)
     restarts = [g for g in gaps if g.restart]
+    lookback = feat.config.hang_lookback_s
+    j.restart_causes = [(g, _cause(g, j, findings, job, lookback)) for g in restarts]
     for n, g in enumerate(restarts):
         _rework(j, g, rework, restarts[n + 1].a if n + 1 < len(restarts) else None)
     carried = feat.carry.step_base.get(job) if feat.carry is not None else None
@@ -586,10 +607,18 @@ def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], j
         who = label or ("the job's start" if g.a == j.first + 1 and not g.restart
                         else "a restart no finding explains" if g.restart else "a stall no finding explains")  # fmt: skip
         a, b = float(j.t[g.a - 1]), float(j.t[g.b])
+        why = ""
+        if g.restart and f is not None and f.kind in FAIL_KINDS and f.severity == "critical":
+            why = (f"; counted as a failure: {label}" if f.kind == "failing_node"
+                   else "; counted as a failure: a hang (collectives stuck, GPUs spinning), no node named")  # fmt: skip
+        elif g.restart:
+            why = ("; not counted as a failure: no infrastructure cause (no node went down or broke; user "
+                   "code, OOM, a NaN loss or an operator restarted it)")  # fmt: skip
         for cat in ("stall", "recovery", "rework"):
             v = getattr(g, cat)
             if v > 0:
-                items.append(BadputItem(cat, v, a, b, label, f"{who} cost {v / 3600:.2f} GPU-hours of {cat}"))
+                text = f"{who} cost {v / 3600:.2f} GPU-hours of {cat}" + (why if cat == "recovery" else "")
+                items.append(BadputItem(cat, v, a, b, label, text))
         if g.pause > 0:
             what = "a checkpoint save" if g.pause_kind == "checkpoint" else "an evaluation"
             text = f"{what} in progress at the window's end cost {g.pause / 3600:.2f} GPU-hours"

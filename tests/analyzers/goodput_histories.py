@@ -54,6 +54,9 @@ class History:
     high: int = 0
     saved_step: int | None = None
     attempt: int = 0
+    #: Scrape each node's GPU exporter too (DCGM utilisation and SM clock per GPU): a crashed
+    #: node's exporter stops answering with it; a failed user process leaves it up (GPUs idle).
+    exporter: bool = False
     #: series name -> its label pairs -> ([t], [v])
     samples: dict = field(default_factory=dict)
 
@@ -68,6 +71,10 @@ class History:
         self.first_scrape: float | None = None
         self.last_scrape = 0.0
         self._book: list[tuple[str, float, float, int]] = []
+        #: Nodes whose exporter does not answer (crashed, until they rejoin at the next run).
+        self.dead: set[int] = set()
+        #: Every GPU spins (a step, or NCCL collectives waiting in a hang) while a process holds it.
+        self.busy = True
         self._start_run()
 
     @property
@@ -91,9 +98,20 @@ class History:
         self.clock.now = DEFAULT_START + to
 
     def _scrape(self, node: int, at: float) -> None:
+        if node in self.dead:
+            return
         if self.first_scrape is None:
             self.first_scrape = at
         self.last_scrape = max(self.last_scrape, at)
+        if self.exporter:
+            for gpu in range(self.gpn):
+                held = self.busy and (node * self.gpn + gpu) in self.mons
+                base = (("gpu", str(gpu)), (c.NODE_LABEL, node_name(node)))
+                for metric, value in ((c.DCGM_FI_DEV_GPU_UTIL, 100.0 if held else 0.0),
+                                      (c.DCGM_FI_DEV_SM_CLOCK, 1980.0 if held else 345.0)):  # fmt: skip
+                    ts, vs = self.samples.setdefault(metric.name, {}).setdefault(base, ([], []))
+                    ts.append(DEFAULT_START + at)
+                    vs.append(value)
         for rank in range(node * self.gpn, (node + 1) * self.gpn):
             m = self.mons.get(rank)
             if m is None:
@@ -166,9 +184,13 @@ class History:
     def fail(self, hang_s: float, down_s: float = 90.0, startup_s: float = 40.0, load_s: float = 20.0,
              node: int | None = None) -> History:  # fmt: skip
         """A failure: the job hangs ``hang_s`` (every rank blocked; a crashed ``node``'s ranks
-        are gone at once), the watchdog aborts it, the scheduler requeues it after ``down_s``, the
-        new run starts up for ``startup_s`` and loads the last checkpoint in ``load_s``."""
+        are gone at once, and its exporter with them), the watchdog aborts it, the scheduler
+        requeues it after ``down_s`` (the crashed node rebooted), the new run starts up for
+        ``startup_s`` and loads the last checkpoint in ``load_s``. Without ``node`` and ``hang_s``
+        0 the processes themselves failed (user code, OOM, a NaN loss): every rank exits at once,
+        every exporter stays up with its GPUs idle."""
         if node is not None:
+            self.dead.add(node)
             for rank in range(node * self.gpn, (node + 1) * self.gpn):
                 self.mons.pop(rank).close()
         self._book_time("stall", hang_s)
@@ -178,6 +200,7 @@ class History:
         self.mons = {}
         self._book_time("recovery", down_s + startup_s)
         self._advance(self.t + down_s)
+        self.dead.clear()
         self.attempt += 1
         self._start_run()
         self._advance(self.t + startup_s)

@@ -6,11 +6,20 @@ lost (``fleetscope_gpu_up`` 0) or whose series stop while the node's other GPUs 
 counts an uncorrectable ECC error or a failed row remap, or for which the driver asks for a recovery
 action, is broken: the job will crash on it again, so the node is drained. A PCIe link that trained
 narrower than its peers is a degraded (warning) finding: the GPU works but needs a reseat or RMA.
-When the whole job stalls and one node's ranks disappear first, that node is where it broke.
+When the whole job stalls and one node's ranks disappear first, that node is where it broke. And
+a node whose exporter stops answering as its job goes down (``node_down``) crashed: the exporter is
+a daemon on the node, so only the node itself (kernel panic, power, its network) takes it away;
+the job's processes exiting, a planned stop, or user code failing leave it up. So when a job goes
+down (every rank's series gone) and one of its nodes' GPU series went away at or before that, for
+longer than a missed scrape, while the job's other nodes' exporters keep reporting, that node is
+where the job broke -- if it went away *before* the others' ranks stopped, while those ranks kept
+their GPUs spinning in a collective waiting for it, or if it comes back later (it rebooted). A
+node removed when its job stopped (at the same grid time, not back) or after the survivors went
+idle is a departure, which the membership detector reports.
 
 Each signal is an event at a grid time; the signals of one GPU are merged into one finding whose
 cause is the most specific signal (``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` >
-other drain XIDs > ``recovery_action`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay
+other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay
 open (``end`` null): none of these signals clears without a reset.
 """
 
@@ -29,7 +38,7 @@ from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
 from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.signals.window_signals import Signals
-from fleetscope.window.frames import increase_steps
+from fleetscope.window.frames import increase_steps, iter_runs
 
 #: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
 AddEvent = Callable[[str, str, str, int, str, str], None]
@@ -43,6 +52,8 @@ _ACTIONS = {
     "row_remap_failure": "drain the node: the GPU has no spare rows left; RMA the GPU",
     "xid": "drain the node after the job's next checkpoint; reset the GPU and run dcgmi diag -r 3",
     "recovery_action": "drain the node and do the recovery action the driver asks for",
+    "node_down": "drain the node; read its kernel log (kdump, BMC/IPMI event log) for why it went down "
+    "and run dcgmi diag -r 3 before it rejoins",
     "ranks_stopped": "check the node's training logs and kernel log; drain it if the failure repeats",
     "pcie_width_drop": "drain the node after the job's next checkpoint; reseat or replace the GPU's PCIe "
     "link (check with lspci -vv, nvidia-smi -q -d PCIE)",
@@ -177,6 +188,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
                     "while the node's other GPUs kept reporting")  # fmt: skip
 
     _ranks_stopped(feat, add)
+    _node_down(feat, add)
     # The rank that ran on each GPU (the last one seen), so a finding names it too.
     rank_of: dict[tuple[str, str], tuple[int, str]] = {}
     rk = feat.ranks.keys
@@ -194,7 +206,7 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         severity = "warning" if cause == "pcie_width_drop" else "critical"
         rank, job = rank_of.get((node, gpu), (None, None))
         findings.append(Finding(
-            kind="failing_node", severity=severity, node=node, gpu=gpu, rank=rank, job_id=job,
+            kind="failing_node", severity=severity, node=node, gpu=gpu or None, rank=rank, job_id=job,
             start=float(times[start_i]), cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
         ))  # fmt: skip
         findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
@@ -204,27 +216,143 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
 def _ranks_stopped(feat: Features, add: AddEvent) -> None:
     """During a job's stall, ranks whose series vanished first mark the node (and GPU) that broke.
 
-    Only while the job's other GPUs stay busy (their collectives spin, waiting for the lost ranks):
-    a job that the scheduler stops leaves its GPUs idle, and the ranks that end first there are just
-    the first to exit (docs/design.md#hangs).
+    First by ``stall_s`` at least: a rank gone while the job's other ranks keep their processes
+    (and their series) that much longer. When the job is aborted every process exits at once and
+    each node's series end at its own last scrape, within one scrape interval of the others: those
+    are no first. A rank that misses a scrape comes back within the stall: not gone. Only while the
+    job's other GPUs stay busy (their collectives spin, waiting for the lost ranks): a job that the
+    scheduler stops leaves its GPUs idle, and the ranks that end first there are just the first to
+    exit (docs/design.md#hangs).
     """
     r = feat.ranks
+    need = max(2, round(feat.config.stall_s / feat.step))
+    rank_nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
     for job in feat.jobs:
         cols = job_columns(feat, job)
         for a, b in job_stalls(feat, job):
             if a == 0:
                 continue
-            vanished = cols & r.present[a - 1] & ~r.present[min(b, a + 4)]
-            if not vanished.any() or vanished.sum() > max(8, 0.25 * (cols & r.present[a - 1]).sum()):
+            live = np.nonzero(cols & r.present[a - 1])[0]
+            if live.size < 2:
                 continue
-            gone = {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[vanished]}
-            util = gpu_busy(feat, job_nodes(feat, job) - gone, a, b)
+            seg = r.present[a - 1 : b + 1][:, live]
+            last = a - 1 + (seg.shape[0] - 1 - np.argmax(seg[::-1], axis=0))  # each rank's last sample
+            vanished = np.zeros(len(cols), dtype=bool)
+            for n, k in enumerate(live):
+                others = last[rank_nodes[live] != rank_nodes[k]]
+                if others.size and last[n] + need <= np.median(others):
+                    vanished[k] = True
+            if not vanished.any() or vanished.sum() > max(8, 0.25 * live.size):
+                continue
+            gone = {str(n) for n in rank_nodes[vanished]}
+            first = int(last[vanished[live]].min()) + 1
+            util = gpu_busy(feat, job_nodes(feat, job) - gone, first, b)
             if util is not None and util < feat.config.hang_util:
                 continue
             for k in np.nonzero(vanished)[0]:
                 node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
                 add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped "
                     f"reporting when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip
+
+
+def _exporter_presence(feat: Features) -> dict[str, np.ndarray]:
+    """Node -> per grid time: any of its GPU series (the node's exporter) has a sample."""
+    gs = feat.gpus
+    out: dict[str, np.ndarray] = {}
+    if not len(gs.keys):
+        return out
+    have = ~np.isnan(gs.clock) | ~np.isnan(gs.util)
+    for j, node in enumerate(gs.keys[c.NODE_LABEL].to_numpy().astype(str)):
+        out[str(node)] = out.get(str(node), np.zeros(len(feat.times), dtype=bool)) | have[:, j]
+    return out
+
+
+def _spacing(here: np.ndarray) -> int:
+    """How long a sample of a series holds, in grid steps: 1 on a grid no finer than its scrape
+    interval; on a finer one, one step more than nine in ten of its spacings (jitter)."""
+    idx = np.nonzero(here)[0]
+    if idx.size < 3:
+        return 1
+    diffs = np.diff(idx)
+    return 1 if np.median(diffs) <= 1 else int(np.percentile(diffs, 90)) + 1
+
+
+def _held(here: np.ndarray, k: int) -> np.ndarray:
+    """``here`` with each sample held ``k - 1`` grid steps more (on a grid finer than the scrape
+    interval a series is absent between its samples: not gone)."""
+    if k <= 1:
+        return here
+    out = here.copy()
+    for s in range(1, k):
+        out[s:] |= here[:-s]
+    return out
+
+
+def _went_away(here: np.ndarray, d: int, lo: int, k: int) -> int | None:
+    """The first grid time (at ``lo`` or later) from which the exporter stays away through ``d``,
+    two grid steps at least and for twice as long as a sample holds (``k``): more than a missed
+    scrape (None: it reported at ``d``, or only missed a scrape)."""
+    seen = np.nonzero(here[: d + 1])[0]
+    if not seen.size or seen[-1] >= d:
+        return None  # still reporting when the job went down
+    g = int(seen[-1]) + 1
+    back = np.nonzero(here[g:])[0]
+    away = int(back[0]) if back.size else len(here) - g
+    return None if g < lo or d - g < 1 or away < max(2, 2 * k) else g
+
+
+def _node_down(feat: Features, add: AddEvent) -> None:
+    """When a job goes down, the node whose exporter stopped answering first (module docstring).
+
+    Grid times: ``d`` the first without any of the job's ranks; ``g`` the first without the node's
+    exporter (its GPU series) since it last reported. The node crashed when its exporter stays
+    away from ``g`` through ``d`` (two grid steps at least: not a missed scrape), the job's
+    other nodes' exporters report at ``d`` (not a monitoring outage), and either ``g < d`` with the
+    other nodes' GPUs busy in between (their ranks spin in a collective waiting for it: a planned
+    stop leaves them idle), or the exporter comes back later in the window (the node rebooted).
+    """
+    exp = _exporter_presence(feat)
+    if not exp:
+        return
+    k = max(_spacing(here) for here in exp.values())
+    exp = {n: _held(here, k) for n, here in exp.items()}
+    r = feat.ranks
+    T = len(feat.times)
+    back = max(1, round(feat.config.hang_lookback_s / feat.step))
+    rank_nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
+    for job in feat.jobs:
+        cols = job_columns(feat, job)
+        up = _held(np.asarray(r.present[:, cols].any(axis=1), dtype=bool), k)
+        for d, _e in iter_runs(~up):
+            if d == 0 or d + 1 >= T:
+                continue
+            lo = max(0, d - back)
+            nodes = {str(n) for n in rank_nodes[cols & r.present[lo:d].any(axis=0)]}
+            down = [
+                (n, g) for n in sorted(nodes & set(exp)) if (g := _went_away(exp[n], d, lo, k)) is not None
+            ]
+            if not down or len(down) > max(1, len(nodes) // 4):
+                continue  # the whole job's monitoring went away, not one node
+            others = [exp[n][d] for n in nodes & set(exp) if n not in {x for x, _ in down}]
+            if not others or sum(others) < 0.5 * len(others):
+                continue
+            for node, g in down:
+                rebooted = bool(exp[node][d + 1 :].any())
+                if g < d:
+                    util = gpu_busy(feat, nodes - {node}, g, d - 1)
+                    busy = util is None or util >= feat.config.hang_util
+                else:
+                    busy = False
+                if not (busy or rebooted):
+                    continue
+                why = (
+                    "came back later (rebooted)"
+                    if rebooted and not busy
+                    else ("while the job's other ranks kept their GPUs busy until the abort")
+                )
+                add(node, "", "node_down", g, "series", f"every GPU series of the node stopped at "
+                    f"{fmt_time(feat.times[g])}, as job {job} went down at {fmt_time(feat.times[d])}; "
+                    f"the other nodes' exporters kept reporting; {why}")  # fmt: skip
 
 
 def one_per_node(findings: list[Finding]) -> list[Finding]:

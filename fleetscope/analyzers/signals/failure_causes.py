@@ -9,7 +9,7 @@ from __future__ import annotations
 
 #: A failing node's causes, most specific first (the finding names the first it has).
 CAUSE_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
-                  "ranks_stopped", "pcie_width_drop")  # fmt: skip
+                  "node_down", "ranks_stopped", "pcie_width_drop")  # fmt: skip
 
 
 def base_cause(cause: str) -> str:
