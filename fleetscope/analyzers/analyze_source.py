@@ -138,4 +138,8 @@ class SourceAnalysis:
         self.source, self.config, self.step = source, config, step
 
     def __call__(self, start: float, end: float) -> Report:
-        return analyze_one_chunk(self.source.load(start, end, self.step), self.config)
+        report = analyze_one_chunk(self.source.load(start, end, self.step), self.config)
+        if isinstance(self.source, PrometheusSource) and (changed := self.source.history_changes()):
+            # Said in every API answer's status block (and /readyz) while it holds.
+            report.live["history_changed_cells"] = changed
+        return report

@@ -17,6 +17,11 @@ class Freshness(BaseModel):
     analyzed_at: float | None = Field(description="Unix time of the last successful analysis")
     last_error: str | None = Field(description="why the last cycle failed, if it did")
     failing_since: float | None = Field(description="Unix time the current outage began")
+    history_changed_behind_refetch: bool = Field(
+        default=False,
+        description="the last cycle re-fetched samples that differ from those held at the edge of the "
+        "sliding window's re-fetch margin: history may have changed behind it too (raise serve --refetch)",
+    )
 
 
 class Window(BaseModel):

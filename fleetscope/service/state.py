@@ -63,6 +63,9 @@ class Snapshot:
             "analyzed_at": self.analyzed_at,
             "last_error": self.error,
             "failing_since": self.failing_since,
+            "history_changed_behind_refetch": bool(
+                self.analysis is not None and self.analysis.live.get("history_changed_cells")
+            ),
         }
 
 

@@ -41,7 +41,7 @@ def analyze_for_page(fn: Callable[[float, float], Report], start: float, end: fl
     report = fn(start, end)
     signals = report.signals
     if signals is not None:
-        report.live = {"jobs": job_states(signals, report), "models": served_models(signals)}
+        report.live |= {"jobs": job_states(signals, report), "models": served_models(signals)}
     return report
 
 

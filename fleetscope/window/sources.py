@@ -234,6 +234,12 @@ class PrometheusSource:
             matcher=self.matcher,
         )
 
+    def history_changes(self) -> int:
+        """Samples of the oldest re-fetched grid time that differ from what the sliding window held
+        (its last load): history changed at the edge of the re-fetch margin, so it may have changed
+        behind it too. 0 when nothing changed, or when the source does not slide."""
+        return self.window.edge_changes if self.window is not None else 0
+
     def _sliding(self, step: float) -> SlidingWindow:
         """This source's sliding window at ``step`` (a new one when the step changed)."""
         from fleetscope.window.sliding import DEFAULT_REFETCH_S, SlidingWindow

@@ -148,3 +148,25 @@ def test_history_changed_behind_the_margin_is_said_once_in_a_log_line(prom, capl
     assert seen[:3] == [0, 0, 0] and seen[3] > 0, seen  # nothing on unchanged history; then the change
     said = [r.getMessage() for r in caplog.records if "re-fetch margin" in r.getMessage()]
     assert len(said) == 1 and "raise --refetch" in said[0], said
+
+
+def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
+    """Issue 26, item 17: the service says so in its status block (every API answer and /readyz)
+    for the cycle that saw the change, and no longer once history holds still again."""
+    p, start, _ = prom
+    handler = _proxy(p.url)
+    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
+    store = VerdictStore(3 * INTERVAL)
+    with http_server(handler) as hostport:
+        source.url = f"http://{hostport}"
+        clock = iter([start + 1000 + INTERVAL * i for i in range(6)])
+        runner = AnalysisRunner(store, SourceAnalysis(source, None, STEP), INTERVAL, WINDOW,
+                                clock=lambda: next(clock))  # fmt: skip
+        said = []
+        for k in range(6):
+            handler.rewrite[0] = k == 3  # Prometheus' history rewritten before the fourth cycle
+            assert runner.run_once()
+            said.append(store.snapshot().status()["history_changed_behind_refetch"])
+    # The fourth cycle sees the rewrite, the fifth its undoing (what it held was the rewritten
+    # values), the sixth history holding still.
+    assert said == [False, False, False, True, True, False], said
