@@ -144,8 +144,9 @@ class ScenarioSpec:
     training_telemetry: bool = True
     faults: list[FaultSpec] = field(default_factory=list)
     #: The scenario family scored together (None: from the file name's prefix, else ``classic``).
-    #: ``classic`` specs run the original model unchanged; every other family runs the realistic
-    #: model (``fleetscope/simulate/jobs.py``) with the fields below.
+    #: Its simulator family (``fleetscope/simulate/families.py``) runs it: ``classic`` the original
+    #: model unchanged; the training and neuron families the realistic model
+    #: (``fleetscope/simulate/jobs.py``) with the fields below; ``inference`` its vLLM replicas.
     family: str | None = None
     #: Where host-side timers put the fast ranks' wait for the slowest (no CUDA sync): in
     #: ``backward`` (gradient hooks overlap the all-reduce) or at the ``optimizer`` step.
