@@ -33,12 +33,15 @@ fuller cache, slightly slower decoding, no fault).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.model import ClusterModel, Series
-from fleetscope.simulate.spec import FaultSpec
+from fleetscope.simulate.spec import INFERENCE_FAULT_KINDS, FaultSpec, ScenarioSpec
+from fleetscope.simulate.truth import realistic_truth
 
 # vLLM V1's series names, from the contract.
 TTFT = c.VLLM_TIME_TO_FIRST_TOKEN
@@ -364,3 +367,33 @@ class InferenceModel(ClusterModel):
 def _le(bound: float) -> str:
     """A bucket bound as Prometheus client libraries write it (``+Inf``, ``0.5``, ``10.0``)."""
     return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+#: Inference family: a slow or failing replica names its node (and GPU); a saturated model names
+#: neither (``capacity``: scale out, drain nothing). The training detectors' view of the same GPU
+#: (a hardware-only straggler, the failing node) is true too, so allowed.
+INFERENCE_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
+    "thermal_throttle": [("slow_replica", "thermal_throttle", "gpu", True), ("straggler", "thermal_throttle", "gpu", False)],
+    "power_brake": [("slow_replica", "power_brake", "gpu", True), ("straggler", "power_brake", "gpu", False)],
+    "gpu_lost": [("failing_replica", "gpu_lost", "gpu", True), ("failing_node", "gpu_lost", "gpu", False)],
+    "kv_pressure": [("slow_replica", "kv_cache_pressure", "node", True)],
+    "traffic_surge": [("capacity", "saturated", "job", True)],
+    "long_prompts": [],
+}  # fmt: skip
+#: Fault kinds the inference family injects.
+_INFERENCE_KINDS = frozenset({"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS})
+
+
+def inference_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """The ground truth of an inference-family spec."""
+    return realistic_truth(spec, goodput, lambda f: INFERENCE_EXPECT[f.kind])
+
+
+def check_inference_spec(spec: ScenarioSpec) -> None:
+    """The inference family's faults and replica shape."""
+    bad = sorted({f.kind for f in spec.faults} - _INFERENCE_KINDS)
+    per = spec.gpus_per_replica or spec.gpus_per_node
+    if bad or spec.jobs:
+        raise FleetscopeError(f"{', '.join(bad) or 'jobs'}: not for the inference family")
+    if per < 1 or spec.gpus_per_node % per:
+        raise FleetscopeError(f"gpus_per_replica {per} must divide gpus_per_node {spec.gpus_per_node}")

@@ -47,7 +47,7 @@ from fleetscope.simulate.model import (
     ClusterModel,
     Series,
 )
-from fleetscope.simulate.spec import FaultSpec, JobSpec
+from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec, check_no_inference_faults
 from fleetscope.telemetry.monitor import TrainingMonitor
 
 EVAL = "eval"
@@ -755,3 +755,8 @@ def _slowed(eff: dict, job: Job) -> bool:
         (eff["slow"][sl] > 1.0).any() or (eff["data_add"][sl] > 0).any() or (eff["opt_add"][sl] > 0).any()
         or eff["net_add"].get(job.index, 0.0) > 0
     )  # fmt: skip
+
+
+def check_training_spec(spec: ScenarioSpec) -> None:
+    """The training family injects every fault but the inference family's."""
+    check_no_inference_faults(spec)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
+from fleetscope.simulate.exposition import text_family
 from fleetscope.simulate.families import cluster_model
 from fleetscope.simulate.spec import ScenarioSpec
-from fleetscope.textformat import escape_label_value, format_number
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -78,22 +78,11 @@ class LiveCluster:
                 continue
             hi = s.labels.index(c.NODE_LABEL)
             rows = [
-                (k, v)
+                (zip(s.labels, k, strict=True), v)
                 for k, v in zip(s.keys, s.values.tolist(), strict=True)
                 if k[hi] == host and not math.isnan(v)
             ]
-            if not rows:
-                continue
-            meta = c.METRICS.get(name)
-            typ = meta.type if meta is not None else "gauge"
-            if meta is not None:
-                out.append(f"# HELP {name} {meta.help}\n")
-            out.append(f"# TYPE {name} {typ}\n")
-            for key, v in rows:
-                lab = ",".join(
-                    f'{k}="{escape_label_value(x)}"' for k, x in zip(s.labels, key, strict=True) if x != ""
-                )
-                out.append(f"{name}{{{lab}}} {format_number(float(v))}\n")
+            out.append(text_family(name, rows))
         return "".join(out)
 
     def start(self) -> LiveCluster:

@@ -78,7 +78,7 @@ class ClusterModel:
     PHASES: tuple[str, ...] = CLASSIC_PHASES
 
     def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
-        if cls is ClusterModel and (spec.realistic or spec.family in ("neuron", "inference")):
+        if cls is ClusterModel and spec.realistic:
             raise TypeError(
                 f"a {spec.family} spec's model is built by fleetscope.simulate.families.cluster_model"
             )

@@ -18,13 +18,14 @@ Faults of the family (beside ``efa_degraded`` and the realistic model's others):
 * ``neuron_slow``: every core of ``node`` runs ``slowdown`` slower (a device held at a lower
   clock): the job's steps wait for it and the node's execution latency rises.
 
-:data:`NEURON_EXPECT` is each fault's ground truth (``fleetscope.simulate.truth`` reads it for the
-family). Classic and other families never import this module.
+:data:`NEURON_EXPECT` is each fault's ground truth (:func:`neuron_truth`); :func:`check_neuron_spec` its
+spec rules. Registered in ``fleetscope/simulate/families.py``; no other family imports this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,13 @@ from fleetscope.simulate.jobs import Job, RealisticModel
 from fleetscope.simulate.model import Series
 from fleetscope.simulate.spec import (
     CORES_PER_DEVICE,
+    NEURON_FAULT_KINDS,
+    NEURON_SHARED_KINDS,
     FaultSpec,
+    ScenarioSpec,
+    check_no_inference_faults,
 )
+from fleetscope.simulate.truth import realistic_truth
 
 DEVICE_TYPE = "trainium2"
 #: HBM of one Trainium2 device (neuron_hardware_info.neuron_device_memory_size).
@@ -230,3 +236,18 @@ _NEURON_NAMES = (
     c.NEURON_DEVICES, c.NEURONCORE_UTILIZATION, c.GPU_PEAK_FLOPS, c.NEURON_HW_ECC_EVENTS, c.NEURON_HARDWARE_INFO,
     c.NEURON_EXECUTION_ERRORS, c.NEURON_EXECUTION_STATUS, c.NEURON_EXECUTION_LATENCY,
 )  # fmt: skip
+
+
+def neuron_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """The ground truth of a neuron-family spec (:data:`NEURON_EXPECT`)."""
+    return realistic_truth(spec, goodput, lambda f: NEURON_EXPECT[f.kind])
+
+
+def check_neuron_spec(spec: ScenarioSpec) -> None:
+    """The neuron family's own rules: whole Trainium2 devices, its faults and the shared ones."""
+    check_no_inference_faults(spec)
+    if spec.gpus_per_node % CORES_PER_DEVICE:
+        raise FleetscopeError(f"neuron: gpus_per_node (NeuronCores) must be a multiple of {CORES_PER_DEVICE}")
+    bad = sorted({f.kind for f in spec.faults} - set(NEURON_FAULT_KINDS) - NEURON_SHARED_KINDS)
+    if bad:
+        raise FleetscopeError(f"{', '.join(bad)}: not for the neuron family")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetscope.errors import FleetscopeError
+from fleetscope.simulate.families import SCENARIO_FAMILIES, family_of_scenario
 
 #: Fault kinds the simulator injects (names shared with the service, the demo and the docs).
 FAULT_KINDS: tuple[str, ...] = (
@@ -50,22 +51,9 @@ NEURON_SHARED_KINDS: frozenset[str] = frozenset({"efa_degraded", "data_slow", "n
 CORES_PER_DEVICE = 4
 #: Root causes of a ``hang``.
 HANG_CAUSES: tuple[str, ...] = ("efa", "xid79", "gpu_vanish", "host")
-#: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``).
-FAMILIES: tuple[str, ...] = (
-    "classic",
-    "realistic",
-    "pipeline",
-    "pauses",
-    "hang",
-    "phase_straggler",
-    "intermittent",
-    "node_level",
-    "membership",
-    "multi_job",
-    "inference",
-    "neuron",
-    "goodput",
-)
+#: Scenario families (``family`` field, else the file name's prefix; anything else is ``classic``),
+#: each run by one simulator family of :data:`fleetscope.simulate.families.FAMILIES`.
+FAMILIES: tuple[str, ...] = SCENARIO_FAMILIES
 #: Fault kinds that stop the job (fail-stop); the others slow it or only warn (fail-slow).
 FAIL_STOP: frozenset[str] = frozenset(
     {"gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop"}
@@ -156,8 +144,9 @@ class ScenarioSpec:
     training_telemetry: bool = True
     faults: list[FaultSpec] = field(default_factory=list)
     #: The scenario family scored together (None: from the file name's prefix, else ``classic``).
-    #: ``classic`` specs run the original model unchanged; every other family runs the realistic
-    #: model (``fleetscope/simulate/jobs.py``) with the fields below.
+    #: Its simulator family (``fleetscope/simulate/families.py``) runs it: ``classic`` the original
+    #: model unchanged; the training and neuron families the realistic model
+    #: (``fleetscope/simulate/jobs.py``) with the fields below; ``inference`` its vLLM replicas.
     family: str | None = None
     #: Where host-side timers put the fast ranks' wait for the slowest (no CUDA sync): in
     #: ``backward`` (gradient hooks overlap the all-reduce) or at the ``optimizer`` step.
@@ -199,21 +188,13 @@ class ScenarioSpec:
         if self.step_s <= 0 or self.duration_s < self.step_s:
             raise FleetscopeError("duration must be at least one step, and the step positive")
         self.family = self.family or family_of(self.name)
-        if self.family not in FAMILIES:
-            raise FleetscopeError(f"unknown family {self.family!r}; one of: {', '.join(FAMILIES)}")
+        simulator_family = family_of_scenario(self.family)
         if self.wait_phase not in ("backward", "optimizer"):
             raise FleetscopeError(f"wait_phase must be backward or optimizer, not {self.wait_phase!r}")
         self.faults = [f if isinstance(f, FaultSpec) else FaultSpec(**f) for f in self.faults]
         self.faults = [f for f in self.faults if f.kind != "healthy"]
         self.jobs = [j if isinstance(j, JobSpec) else JobSpec(**j) for j in self.jobs]
-        self._check_inference()
-        self._check_neuron()
-        if not self.realistic:
-            extra = sorted({f.kind for f in self.faults if f.kind in REALISTIC_FAULT_KINDS})
-            if extra or self.jobs:
-                raise FleetscopeError(
-                    f"{', '.join(extra) or 'jobs'}: only for a realistic family, not classic"
-                )
+        simulator_family.check_spec(self)
         for j in self.jobs:
             if j.first_node + max(j.nodes, 1) > self.nodes:
                 raise FleetscopeError(f"job {j.job_id} runs on nodes outside 0..{self.nodes - 1}")
@@ -222,26 +203,6 @@ class ScenarioSpec:
                 raise FleetscopeError(f"fault node {f.node} outside 0..{self.nodes - 1}")
             if not 0 <= f.gpu < self.gpus_per_node:
                 raise FleetscopeError(f"fault gpu {f.gpu} outside 0..{self.gpus_per_node - 1}")
-
-    def _check_neuron(self) -> None:
-        if self.family == "neuron":
-            check_neuron_spec(self)
-
-    def _check_inference(self) -> None:
-        inference_kinds = {"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS}
-        if self.family == "inference":
-            bad = sorted({f.kind for f in self.faults} - inference_kinds)
-            per = self.gpus_per_replica or self.gpus_per_node
-            if bad or self.jobs:
-                raise FleetscopeError(f"{', '.join(bad) or 'jobs'}: not for the inference family")
-            if per < 1 or self.gpus_per_node % per:
-                raise FleetscopeError(
-                    f"gpus_per_replica {per} must divide gpus_per_node {self.gpus_per_node}"
-                )
-        elif any(f.kind in INFERENCE_FAULT_KINDS for f in self.faults):
-            raise FleetscopeError(
-                "kv_pressure, traffic_surge and long_prompts: only for the inference family"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -295,10 +256,7 @@ def node_name(index: int) -> str:
     return f"ip-10-1-{index // 200}-{index % 200 + 10}"
 
 
-def check_neuron_spec(spec: ScenarioSpec) -> None:
-    """The neuron family's own rules (here, not in ``neuron.py``, so the spec imports no family)."""
-    if spec.gpus_per_node % CORES_PER_DEVICE:
-        raise FleetscopeError(f"neuron: gpus_per_node (NeuronCores) must be a multiple of {CORES_PER_DEVICE}")
-    bad = sorted({f.kind for f in spec.faults} - set(NEURON_FAULT_KINDS) - NEURON_SHARED_KINDS)
-    if bad:
-        raise FleetscopeError(f"{', '.join(bad)}: not for the neuron family")
+def check_no_inference_faults(spec: ScenarioSpec) -> None:
+    """Every family but ``inference``: its fault kinds are not injected here."""
+    if any(f.kind in INFERENCE_FAULT_KINDS for f in spec.faults):
+        raise FleetscopeError("kv_pressure, traffic_surge and long_prompts: only for the inference family")

@@ -21,6 +21,7 @@ GC pauses, scheduler drains, exporter gaps) expect nothing, or an optional ``inf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
@@ -48,28 +49,15 @@ HANG_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
     "gpu_vanish": [("failing_node", "gpu_missing", "gpu", True)],
     "host": [("job_hang", "hang", "job", True)],
 }
-#: Inference family: a slow or failing replica names its node (and GPU); a saturated model names
-#: neither (``capacity``: scale out, drain nothing). The training detectors' view of the same GPU
-#: (a hardware-only straggler, the failing node) is true too, so allowed.
-INFERENCE_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
-    "thermal_throttle": [("slow_replica", "thermal_throttle", "gpu", True), ("straggler", "thermal_throttle", "gpu", False)],
-    "power_brake": [("slow_replica", "power_brake", "gpu", True), ("straggler", "power_brake", "gpu", False)],
-    "gpu_lost": [("failing_replica", "gpu_lost", "gpu", True), ("failing_node", "gpu_lost", "gpu", False)],
-    "kv_pressure": [("slow_replica", "kv_cache_pressure", "node", True)],
-    "traffic_surge": [("capacity", "saturated", "job", True)],
-    "long_prompts": [],
-}  # fmt: skip
 _HANG_EXTRA = [("job_hang", "hang", "job", False), ("mfu_drop", "hang", "job", False)]
 
 
-def _rules(spec: ScenarioSpec, f: FaultSpec) -> list[tuple[str, str, str, bool]]:
-    """The expectation rules of one fault (kind, cause, scope, required)."""
-    if spec.family == "inference":
-        return INFERENCE_EXPECT[f.kind]
-    if spec.family == "neuron":
-        from fleetscope.simulate.neuron import NEURON_EXPECT
+#: A family's expectation rules of one fault: (finding kind, cause, scope, required) each.
+Rules = Callable[[FaultSpec], list[tuple[str, str, str, bool]]]
 
-        return NEURON_EXPECT[f.kind]
+
+def training_rules(f: FaultSpec) -> list[tuple[str, str, str, bool]]:
+    """The expectation rules of one fault of the training family (kind, cause, scope, required)."""
     if f.kind != "hang":
         return EXPECT[f.kind]
     rules = HANG_EXPECT[f.cause] + _HANG_EXTRA
@@ -84,8 +72,9 @@ def _job_of(spec: ScenarioSpec, node: int) -> tuple[str, int]:
     return spec.job_id, 0
 
 
-def _expected(spec: ScenarioSpec, f: FaultSpec) -> list[dict[str, Any]]:
-    rules = _rules(spec, f)
+def _expected(
+    spec: ScenarioSpec, rules: list[tuple[str, str, str, bool]], f: FaultSpec
+) -> list[dict[str, Any]]:
     job_id, _ = _job_of(spec, f.node)
     out = []
     for kind, cause, scope, required in rules:
@@ -112,8 +101,12 @@ def _expected(spec: ScenarioSpec, f: FaultSpec) -> list[dict[str, Any]]:
     return out
 
 
-def realistic_truth(spec: ScenarioSpec) -> dict[str, Any]:
-    """The ground truth of a realistic spec, in the classic truth's layout plus ``family``."""
+def realistic_truth(
+    spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None, rules_of: Rules
+) -> dict[str, Any]:
+    """The ground truth of a realistic spec (training, inference, neuron: each family its
+    ``rules_of``), in the classic truth's layout plus ``family`` and, when the model kept one, the
+    simulated ``goodput`` account."""
     end_window = spec.start + (spec.duration_s // spec.step_s) * spec.step_s
     faults = []
     for f in spec.faults:
@@ -125,7 +118,8 @@ def realistic_truth(spec: ScenarioSpec) -> dict[str, Any]:
             end = None if f.duration_s is None else onset + f.duration_s
         end = None if end is None else min(end, end_window)
         job_id, first = _job_of(spec, f.node)
-        per_gpu = any(scope == "gpu" for _, _, scope, _ in _rules(spec, f))
+        rules = rules_of(f)
+        per_gpu = any(scope == "gpu" for _, _, scope, _ in rules)
         faults.append({
             "kind": f.kind,
             "cause": f.cause if f.kind == "hang" else None,
@@ -138,15 +132,23 @@ def realistic_truth(spec: ScenarioSpec) -> dict[str, Any]:
             "end": rfc3339(end),
             "fail_stop": f.kind == "hang",
             "slowdown": f.slowdown if f.kind in _SLOW else None,
-            "expected": _expected(spec, f),
+            "expected": _expected(spec, rules, f),
         })  # fmt: skip
-    return {
+    truth = {
         "scenario": spec.name,
         "family": spec.family,
         "window": {"start": rfc3339(spec.start), "end": rfc3339(end_window)},
         "spec": spec.to_dict(),
         "faults": faults,
     }
+    if goodput is not None:
+        truth["goodput"] = goodput_block(goodput)
+    return truth
+
+
+def training_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """The ground truth of a training-family spec."""
+    return realistic_truth(spec, goodput, training_rules)
 
 
 _SLOW = frozenset(
