@@ -93,8 +93,16 @@ def read_trace(raw: Path, name: str) -> Trace:
     fwd = d[d["optype"] == "forward-compute"]
     mbs = fwd.groupby(["dp_rank", "stage"], observed=True)["mb_id"].nunique()
     micro = np.array([int(mbs.get((dp, pp), 1)) for dp, pp in workers])
-    return Trace(name, layout, workers, wall, phase(("forward-compute",)), phase(("backward-compute",)),
-                 phase(OPTIMIZER_OPS), micro)  # fmt: skip
+    return Trace(
+        name,
+        layout,
+        workers,
+        wall,
+        phase(("forward-compute",)),
+        phase(("backward-compute",)),
+        phase(OPTIMIZER_OPS),
+        micro,
+    )
 
 
 def global_rank(layout: dict[str, int], dp: int, stage: int, tp: int, dsp: int) -> int:
@@ -122,9 +130,14 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
     lay = tr.layout
     out: dict[str, dict] = {
         n: {}
-        for n in (c.TRAINING_STEPS.name, c.TRAINING_STEP_SECONDS.name, c.TRAINING_PHASE_SECONDS.name,
-                  c.TRAINING_TOKENS.name, c.TRAINING_MODEL_FLOPS.name)
-    }  # fmt: skip
+        for n in (
+            c.TRAINING_STEPS.name,
+            c.TRAINING_STEP_SECONDS.name,
+            c.TRAINING_PHASE_SECONDS.name,
+            c.TRAINING_TOKENS.name,
+            c.TRAINING_MODEL_FLOPS.name,
+        )
+    }
     if layout:
         out[c.TRAINING_INFO.name] = {}
     steps_c = done.astype(float)
@@ -144,8 +157,13 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
                 out[c.TRAINING_TOKENS.name][base] = (ts, steps_c * tr.microbatches[w] * tokens_per_mb)
                 out[c.TRAINING_MODEL_FLOPS.name][base] = (ts, steps_c * flops_step)
                 if layout:
-                    info = (*base, ("flops_convention", "megatron"), (c.PIPELINE_STAGE_LABEL, str(stage)),
-                            (c.DATA_PARALLEL_RANK_LABEL, str(dp)), (c.TENSOR_PARALLEL_RANK_LABEL, str(tp)))  # fmt: skip
+                    info = (
+                        *base,
+                        ("flops_convention", "megatron"),
+                        (c.PIPELINE_STAGE_LABEL, str(stage)),
+                        (c.DATA_PARALLEL_RANK_LABEL, str(dp)),
+                        (c.TENSOR_PARALLEL_RANK_LABEL, str(tp)),
+                    )
                     if lay["dsp_size"] > 1:
                         info = (*info, (c.CONTEXT_PARALLEL_RANK_LABEL, str(dsp)))
                     out[c.TRAINING_INFO.name][info] = (ts, np.ones(len(ts)))
@@ -178,11 +196,18 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         for layout in (False, True):
             path = args.out / f"trace-{name}{'-layout' if layout else ''}.om.gz"
-            samples = convert(tr, minutes=args.minutes or MINUTES.get(name, 40.0), scrape=args.scrape,
-                              tokens_per_mb=args.tokens_per_microbatch, layout=layout)  # fmt: skip
+            samples = convert(
+                tr,
+                minutes=args.minutes or MINUTES.get(name, 40.0),
+                scrape=args.scrape,
+                tokens_per_mb=args.tokens_per_microbatch,
+                layout=layout,
+            )
             write_samples(samples, path)
-            print(f"{path}: {tr.layout['world_size']} ranks, {len(tr.wall)} sampled steps, "
-                  f"{path.stat().st_size // 1024} KB")  # fmt: skip
+            print(
+                f"{path}: {tr.layout['world_size']} ranks, {len(tr.wall)} sampled steps, "
+                f"{path.stat().st_size // 1024} KB"
+            )
     return 0
 
 

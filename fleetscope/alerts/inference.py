@@ -107,10 +107,18 @@ def _http(minutes: int, *failing: tuple[float, int]) -> tuple[Series, ...]:
     regimes = [(0.0, rest)] + parts if rest > 0 else parts
     route = {"handler": "/v1/chat/completions", "method": "POST"}
     return (
-        Series(c.VLLM_HTTP_REQUESTS, {**route, "status": "2xx", **_TARGET}, _regimes(*((600 * (1 - s), m) for s, m in regimes))),
-        Series(c.VLLM_HTTP_REQUESTS, {**route, "status": "5xx", **_TARGET}, _regimes(*((600 * s, m) for s, m in regimes))),
+        Series(
+            c.VLLM_HTTP_REQUESTS,
+            {**route, "status": "2xx", **_TARGET},
+            _regimes(*((600 * (1 - s), m) for s, m in regimes)),
+        ),
+        Series(
+            c.VLLM_HTTP_REQUESTS,
+            {**route, "status": "5xx", **_TARGET},
+            _regimes(*((600 * s, m) for s, m in regimes)),
+        ),
         _engine(c.VLLM_NUM_REQUESTS_RUNNING, f"40x{minutes}"),
-    )  # fmt: skip
+    )
 
 
 def _minutes(window: str) -> int:
@@ -164,12 +172,16 @@ def recordings(cfg: Thresholds) -> tuple[Recording, ...]:
             names.INFERENCE_REPLICA_NODE,
             replica_node(),
             (
-                Case("a V1 engine on ip-10-1-0-11:8000", (_engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10"),), "10m",
-                     (Fire(replica, 1),)),
+                Case(
+                    "a V1 engine on ip-10-1-0-11:8000",
+                    (_engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10"),),
+                    "10m",
+                    (Fire(replica, 1),),
+                ),
                 Case("no serving target", (Series("up", _TARGET, "1x10"),), "10m"),
             ),
         )
-    )  # fmt: skip
+    )
     return tuple(out)
 
 
@@ -232,9 +244,23 @@ def _slo_alerts(cfg: Thresholds) -> list[Alert]:
                 f"{cfg.slo_page_fast_long_window} or {num(cfg.slo_page_slow_burn)}x over {cfg.slo_page_slow_long_window} "
                 "the month's budget is gone in days.",
                 cases=(
-                    Case(f"{num(fast * 100)}%: the 1h/5m pair", data(10, (fast, 10)), "10m", (Fire(_SLI, fast / budget),)),
-                    Case(f"{num(slow_only * 100)}%: only the 6h/30m pair", data(10, (slow_only, 10)), "10m", (Fire(_SLI, slow_only / budget),)),
-                    Case(f"{num(spike * 100)}% for 5 minutes, 35 minutes ago: cleared", data(40, (spike, 5), (0.0, 35)), "40m"),
+                    Case(
+                        f"{num(fast * 100)}%: the 1h/5m pair",
+                        data(10, (fast, 10)),
+                        "10m",
+                        (Fire(_SLI, fast / budget),),
+                    ),
+                    Case(
+                        f"{num(slow_only * 100)}%: only the 6h/30m pair",
+                        data(10, (slow_only, 10)),
+                        "10m",
+                        (Fire(_SLI, slow_only / budget),),
+                    ),
+                    Case(
+                        f"{num(spike * 100)}% for 5 minutes, 35 minutes ago: cleared",
+                        data(40, (spike, 5), (0.0, 35)),
+                        "40m",
+                    ),
                     Case(f"{num(budget * 100)}%: on budget", data(10, (budget, 10)), "10m"),
                 ),
             ),
@@ -246,11 +272,16 @@ def _slo_alerts(cfg: Thresholds) -> list[Alert]:
                 description=f'{_MODEL} ({{{{ $labels.server }}}}) has burnt its {title} SLO budget {{{{ printf "%.1f" $value }}}} '
                 f"times the sustainable rate over {cfg.slo_ticket_long_window} ({slo}).",
                 cases=(
-                    Case(f"{num(ticket_share * 100)}%", data(10, (ticket_share, 10)), "10m", (Fire(_SLI, ticket_share / budget),)),
+                    Case(
+                        f"{num(ticket_share * 100)}%",
+                        data(10, (ticket_share, 10)),
+                        "10m",
+                        (Fire(_SLI, ticket_share / budget),),
+                    ),
                     Case(f"{num(budget * 50)}%: within budget", data(10, (budget / 2, 10)), "10m"),
                 ),
             ),
-        ]  # fmt: skip
+        ]
     return alerts
 
 

@@ -49,8 +49,16 @@ def waste(work_s: float, save_s: float, mtbf_s: float) -> float:
     return save_s / period + (period / 2.0) / mtbf_s
 
 
-def advise(save_s: float, saves: int, nodes: int, gpus: float, failures: int, node_hours: float,
-           current_s: float | None, prior_node_days: float = PRIOR_NODE_DAYS) -> CheckpointAdvice:  # fmt: skip
+def advise(
+    save_s: float,
+    saves: int,
+    nodes: int,
+    gpus: float,
+    failures: int,
+    node_hours: float,
+    current_s: float | None,
+    prior_node_days: float = PRIOR_NODE_DAYS,
+) -> CheckpointAdvice:
     """The advice for a job of ``nodes`` nodes (``gpus`` GPUs) whose saves take ``save_s`` and that
     checkpoints every ``current_s`` (wall time between saves; None: unknown); without a failure
     in the window, one per ``prior_node_days``."""
@@ -60,11 +68,19 @@ def advise(save_s: float, saves: int, nodes: int, gpus: float, failures: int, no
     y, d = young(save_s, mtbf), daly(save_s, mtbf)
     rec_work = max(d, save_s)
     adv = CheckpointAdvice(
-        save_s=round(save_s, 2), saves=saves, nodes=nodes, failures=failures, node_hours=round(node_hours, 2),
-        failures_per_node_hour=rate, prior=prior, mtbf_s=round(mtbf, 1), young_s=round(y + save_s, 1),
-        daly_s=round(d + save_s, 1), recommended_s=round(rec_work + save_s, 1),
+        save_s=round(save_s, 2),
+        saves=saves,
+        nodes=nodes,
+        failures=failures,
+        node_hours=round(node_hours, 2),
+        failures_per_node_hour=rate,
+        prior=prior,
+        mtbf_s=round(mtbf, 1),
+        young_s=round(y + save_s, 1),
+        daly_s=round(d + save_s, 1),
+        recommended_s=round(rec_work + save_s, 1),
         waste_recommended=round(waste(rec_work, save_s, mtbf), 5),
-    )  # fmt: skip
+    )
     if current_s is not None and current_s > save_s:
         adv.current_s = round(current_s, 1)
         adv.waste_current = round(waste(current_s - save_s, save_s, mtbf), 5)

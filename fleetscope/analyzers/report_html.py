@@ -96,8 +96,15 @@ def _heatmap(signals: Signals) -> str | None:
     # Tall enough for one readable node/rank label per row (at most 48 labels: rank_labels).
     fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.15 * min(ratio.shape[1], 48), 9)))
     m = _minutes(feat)
-    im = ax.imshow(ratio[:, order].T, aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.3,
-                   extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
+    im = ax.imshow(
+        ratio[:, order].T,
+        aspect="auto",
+        cmap="RdYlGn_r",
+        vmin=0.9,
+        vmax=1.3,
+        extent=(m[0], m[-1], ratio.shape[1], 0),
+        interpolation="nearest",
+    )
     ticks, labels = rank_labels(feat, order)
     ax.set_yticks([t + 0.5 for t in ticks], labels, fontsize=7)
     ax.set_xlabel("minutes since window start")
@@ -124,8 +131,14 @@ def _mfu(signals: Signals, analysis: Report) -> str | None:
         ax.plot(m, series * scale, label=f"job {job}")
         # Grey bands: the grid steps the job was not training (checkpoint saves, evaluation, stalls).
         for a, b in pause_spans(paused):
-            ax.axvspan(m[a], m[min(b + 1, len(m) - 1)], color="grey", alpha=0.25, lw=0,
-                       label=None if shaded else "not training (checkpoints, evaluation, stalls)")  # fmt: skip
+            ax.axvspan(
+                m[a],
+                m[min(b + 1, len(m) - 1)],
+                color="grey",
+                alpha=0.25,
+                lw=0,
+                label=None if shaded else "not training (checkpoints, evaluation, stalls)",
+            )
             shaded = True
     for f in analysis.findings:
         if f.kind != "mfu_drop":
@@ -172,16 +185,22 @@ def _goodput_html(analysis: Report) -> str:
     out = []
     for a in analysis.goodput.values():
         whole = a.whole_gpu_seconds or 1.0
-        rows = "".join(f"<tr><td>{e(k)}</td><td class='num'>{v / 3600:.2f}</td><td class='num'>{v / whole:.1%}</td></tr>"
-                       for k, v in a.gpu_seconds.items())  # fmt: skip
+        rows = "".join(
+            f"<tr><td>{e(k)}</td><td class='num'>{v / 3600:.2f}</td><td class='num'>{v / whole:.1%}</td></tr>"
+            for k, v in a.gpu_seconds.items()
+        )
         lines = "".join(f"<li>{e(i.text)}</li>" for i in a.items)
         adv = a.advice
-        advice = "" if adv is None else (
-            f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
-            f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
-            f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
-            f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
-        )  # fmt: skip
+        advice = (
+            ""
+            if adv is None
+            else (
+                f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
+                f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
+                f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
+                f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
+            )
+        )
         out.append(
             f"<h2>Goodput of job {e(a.job_id)}</h2><p>{a.whole_gpu_seconds / 3600:.2f} GPU-hours, effective "
             f"training time {a.effective_training_ratio:.1%}, productive {a.goodput_ratio:.1%}, "
@@ -212,10 +231,15 @@ def render_html(analysis: Report) -> str:
     with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
         warnings.simplefilter("ignore")
         signals = analysis.signals
-        plots = [] if signals is None else [
-            ("Per-rank compute time", _heatmap(signals)), ("MFU timeline", _mfu(signals, analysis)),
-            ("Node health", _health(signals.features, analysis)),
-        ]  # fmt: skip
+        plots = (
+            []
+            if signals is None
+            else [
+                ("Per-rank compute time", _heatmap(signals)),
+                ("MFU timeline", _mfu(signals, analysis)),
+                ("Node health", _health(signals.features, analysis)),
+            ]
+        )
     e = html.escape
     rows = []
     for f in analysis.findings:
@@ -229,8 +253,9 @@ def render_html(analysis: Report) -> str:
         )
     nodes = "".join(
         f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td><td>{e('; '.join(v.reasons))}</td></tr>"
-        for v in analysis.nodes.values() if v.state != "healthy"
-    )  # fmt: skip
+        for v in analysis.nodes.values()
+        if v.state != "healthy"
+    )
     jobs = "".join(
         f"<tr><td>{e(j.job_id)}</td><td class='num'>{j.ranks}</td><td class='num'>{len(j.nodes)}</td>"
         f"<td class='num'>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td>"

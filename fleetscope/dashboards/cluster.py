@@ -74,5 +74,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                                                   "{{job}}")], "short", min_value=0),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / Cluster overview",
-                     "Health of every node and GPU, training jobs, MFU and firing alerts.", [], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / Cluster overview",
+        "Health of every node and GPU, training jobs, MFU and firing alerts.",
+        [],
+        rows,
+    )

@@ -56,5 +56,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                        "Device-level cmds_err: the EFA device or its firmware is unwell.", min_value=0),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / EFA network", "EFA traffic and SRD trouble counters per device.",
-                     [hostname_var(c.EFA_TX_BYTES, multi=True)], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / EFA network",
+        "EFA traffic and SRD trouble counters per device.",
+        [hostname_var(c.EFA_TX_BYTES, multi=True)],
+        rows,
+    )

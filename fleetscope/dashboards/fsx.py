@@ -54,5 +54,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                            {1: ("healthy", "green"), 0: ("unhealthy", "red")}, "Lustre health_check per node."),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / FSx for Lustre", "FSx for Lustre seen from its clients.",
-                     [hostname_var(c.LUSTRE_CLIENT_READ_BYTES, multi=True)], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / FSx for Lustre",
+        "FSx for Lustre seen from its clients.",
+        [hostname_var(c.LUSTRE_CLIENT_READ_BYTES, multi=True)],
+        rows,
+    )

@@ -70,5 +70,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                                              "used")], "percentunit", min_value=0, max_value=1),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / Neuron node", "Every NeuronCore and Neuron device of one Trainium or "
-                     "Inferentia node.", [hostname_var(c.NEURON_DEVICES)], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / Neuron node",
+        "Every NeuronCore and Neuron device of one Trainium or Inferentia node.",
+        [hostname_var(c.NEURON_DEVICES)],
+        rows,
+    )

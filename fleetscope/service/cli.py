@@ -187,8 +187,14 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())
-    log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs%s", host, port, url, args.interval,
-             f", shard {shard}" if shard else "")  # fmt: skip
+    log.info(
+        "fleetscope serve on http://%s:%d, analyzing %s every %gs%s",
+        host,
+        port,
+        url,
+        args.interval,
+        f", shard {shard}" if shard else "",
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

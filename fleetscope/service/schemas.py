@@ -175,8 +175,10 @@ class GoodputModel(BaseModel):
     end: str | None
     gpus: float
     whole_gpu_hours: float
-    gpu_hours: dict[str, float] = Field(description="productive, checkpoint, recovery, rework, stall, eval, "
-                                        "slowdown, idle: they sum to whole_gpu_hours")  # fmt: skip
+    gpu_hours: dict[str, float] = Field(
+        description="productive, checkpoint, recovery, rework, stall, eval, "
+        "slowdown, idle: they sum to whole_gpu_hours"
+    )
     gpu_seconds: dict[str, float]
     effective_training_ratio: float
     goodput_ratio: float

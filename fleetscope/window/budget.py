@@ -41,8 +41,9 @@ FIRST_BACKOFF_S = 0.25
 class LoadBudget:
     """The deadline and the byte and sample budgets of one load (thread-safe)."""
 
-    def __init__(self, url: str, timeout: float, max_answer_bytes: int, grid_points: int = 1,
-                 clock=time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, timeout: float, max_answer_bytes: int, grid_points: int = 1, clock=time.monotonic
+    ) -> None:
         self.url, self.timeout = url, float(timeout)
         self.max_bytes = max(WINDOW_ANSWERS * int(max_answer_bytes), BYTES_PER_CELL * MAX_GRID_CELLS)
         self.max_answer_bytes = int(max_answer_bytes)

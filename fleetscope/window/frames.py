@@ -364,9 +364,15 @@ def grid_series(
 
 
 def grid_rows(
-    key: np.ndarray, tm: np.ndarray, val: np.ndarray, K: int, grid: np.ndarray, lookback: float,
-    *, ordered: bool = False,
-) -> np.ndarray:  # fmt: skip
+    key: np.ndarray,
+    tm: np.ndarray,
+    val: np.ndarray,
+    K: int,
+    grid: np.ndarray,
+    lookback: float,
+    *,
+    ordered: bool = False,
+) -> np.ndarray:
     """The rule of :func:`grid_series` on flat rows: ``key`` (series number in ``[0, K)``), ``tm``
     (milliseconds), ``val``; a grid times x K table. ``ordered``: the rows are sorted by (key, time)
     already (stable: duplicates in the order written), so the sort is skipped.

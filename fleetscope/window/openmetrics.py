@@ -635,9 +635,18 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
     that. Correctly rounded (:data:`_ROUND_TRIP`), so values are bit-identical to ``float(b"...")``;
     quotes are not special and only ``NaN`` is missing, so nothing but numbers gets through."""
     try:
-        table = pd.read_csv(io.BytesIO(text), sep=" ", header=None, dtype=float, engine="c",
-                            quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
-                            skip_blank_lines=True, float_precision=_ROUND_TRIP).to_numpy()  # fmt: skip
+        table = pd.read_csv(
+            io.BytesIO(text),
+            sep=" ",
+            header=None,
+            dtype=float,
+            engine="c",
+            quoting=csv.QUOTE_NONE,
+            keep_default_na=False,
+            na_values=["NaN"],
+            skip_blank_lines=True,
+            float_precision=_ROUND_TRIP,
+        ).to_numpy()
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return None
     if table.shape != (n, 2):

@@ -113,11 +113,18 @@ def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
                 continue
             end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
             start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
-            out.append(Finding(
-                kind=kind, severity="info", node=node, start=start, end=end if cause != "node_joined" else start,
-                cause=cause, evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
-                action=action,
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    kind=kind,
+                    severity="info",
+                    node=node,
+                    start=start,
+                    end=end if cause != "node_joined" else start,
+                    cause=cause,
+                    evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
+                    action=action,
+                )
+            )
     return Detection(out, learnt)
 
 

@@ -300,8 +300,14 @@ class GpuReader:
             # As DCGM: delta KiB / seconds / 1000, "about MB/s".
             v[c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL] = (nvlink_kib - prev[1]) / (now - prev[0]) / 1000.0
 
-    def _gpm(self, unsupported: set[str], prev: Any, out: dict[c.Metric, float], handle: Any,
-             gpu_instance_id: int | None) -> Any:  # fmt: skip
+    def _gpm(
+        self,
+        unsupported: set[str],
+        prev: Any,
+        out: dict[c.Metric, float],
+        handle: Any,
+        gpu_instance_id: int | None,
+    ) -> Any:
         """Take a GPM sample; with the previous one, compute the profiling ratios. Returns the new sample."""
         if "gpm" in unsupported:
             return None
@@ -385,27 +391,58 @@ class GpuCollector(Collector):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("gpu collector")
-        g.add_argument("--collector.gpu.nvml-replay", dest="gpu_nvml_replay", metavar="PATH", default=None,
-                       help="answer NVML calls from a recorded JSON fixture (fleetscope record-gpu) "
-                            "instead of the driver")  # fmt: skip
-        g.add_argument("--collector.gpu.nvml-timeout", dest="gpu_nvml_timeout", type=float, default=2.0,
-                       metavar="SECONDS", help="deadline for one GPU's NVML calls per scrape (default 2)")  # fmt: skip
-        g.add_argument("--collector.gpu.kubernetes", dest="gpu_kubernetes", action="store_true",
-                       help="add pod/namespace/container labels from the kubelet pod-resources socket "
-                            "(needs grpcio: pip install 'fleetscope[k8s]')")  # fmt: skip
-        g.add_argument("--collector.gpu.pod-resources-socket", dest="gpu_pod_resources_socket",
-                       default=POD_RESOURCES_SOCKET, metavar="PATH",
-                       help=f"kubelet pod-resources socket (default {POD_RESOURCES_SOCKET})")  # fmt: skip
-        g.add_argument("--collector.gpu.kubernetes-resource-names", dest="gpu_resource_names",
-                       default=",".join(DEFAULT_RESOURCE_NAMES), metavar="NAMES",
-                       help="comma-separated GPU resource names (default nvidia.com/gpu; "
-                            "nvidia.com/mig-* always counts)")  # fmt: skip
-        g.add_argument("--collector.gpu.hpc-job-mapping-dir", dest="gpu_hpc_job_mapping_dir", default=None,
-                       metavar="DIR", help="directory of per-GPU Slurm job files written by the prolog "
-                                           "(deploy/slurm/prolog.sh) -> hpc_job label")  # fmt: skip
-        g.add_argument("--collector.gpu.slurm-cgroup", dest="gpu_slurm_cgroup", action="store_true",
-                       help="find hpc_job from the cgroup (job_<id>) of the processes NVML reports on "
-                            "each GPU")  # fmt: skip
+        g.add_argument(
+            "--collector.gpu.nvml-replay",
+            dest="gpu_nvml_replay",
+            metavar="PATH",
+            default=None,
+            help="answer NVML calls from a recorded JSON fixture (fleetscope record-gpu) "
+            "instead of the driver",
+        )
+        g.add_argument(
+            "--collector.gpu.nvml-timeout",
+            dest="gpu_nvml_timeout",
+            type=float,
+            default=2.0,
+            metavar="SECONDS",
+            help="deadline for one GPU's NVML calls per scrape (default 2)",
+        )
+        g.add_argument(
+            "--collector.gpu.kubernetes",
+            dest="gpu_kubernetes",
+            action="store_true",
+            help="add pod/namespace/container labels from the kubelet pod-resources socket "
+            "(needs grpcio: pip install 'fleetscope[k8s]')",
+        )
+        g.add_argument(
+            "--collector.gpu.pod-resources-socket",
+            dest="gpu_pod_resources_socket",
+            default=POD_RESOURCES_SOCKET,
+            metavar="PATH",
+            help=f"kubelet pod-resources socket (default {POD_RESOURCES_SOCKET})",
+        )
+        g.add_argument(
+            "--collector.gpu.kubernetes-resource-names",
+            dest="gpu_resource_names",
+            default=",".join(DEFAULT_RESOURCE_NAMES),
+            metavar="NAMES",
+            help="comma-separated GPU resource names (default nvidia.com/gpu; "
+            "nvidia.com/mig-* always counts)",
+        )
+        g.add_argument(
+            "--collector.gpu.hpc-job-mapping-dir",
+            dest="gpu_hpc_job_mapping_dir",
+            default=None,
+            metavar="DIR",
+            help="directory of per-GPU Slurm job files written by the prolog "
+            "(deploy/slurm/prolog.sh) -> hpc_job label",
+        )
+        g.add_argument(
+            "--collector.gpu.slurm-cgroup",
+            dest="gpu_slurm_cgroup",
+            action="store_true",
+            help="find hpc_job from the cgroup (job_<id>) of the processes NVML reports on each GPU",
+        )
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -478,8 +515,12 @@ class GpuCollector(Collector):
         base = out.labels(dev)
         if not reading.up:
             if dev.index not in self._lost_logged:
-                self._note_lost(dev, "fallen off the bus (XID 79)" if self.session.fallen_off(dev.index)
-                                else "NVML says the GPU is lost")  # fmt: skip
+                self._note_lost(
+                    dev,
+                    "fallen off the bus (XID 79)"
+                    if self.session.fallen_off(dev.index)
+                    else "NVML says the GPU is lost",
+                )
             out.add(c.GPU_UP, base, 0)
             return
         if dev.index in self._lost_logged:
