@@ -88,8 +88,8 @@ def main() -> None:
         for nodes, hours in cases:
             r = case(nodes, hours, Path(tmp))
             print(
-                f"| {r['nodes']} | {r['gpus']} | {r['hours']:g} | {r['file_mb']:.0f} | {r['simulate_s']:.1f} | "
-                f"{r['analyze_s']:.1f} | {r['peak_rss_mb']:.0f} |",
+                f"| {r['nodes']} | {r['gpus']} | {r['hours']:g} | {r['file_mb']:.0f} | {r['simulate_s']:.1f} "
+                f"| {r['analyze_s']:.1f} | {r['peak_rss_mb']:.0f} |",
                 flush=True,
             )
 

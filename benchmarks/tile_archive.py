@@ -4,9 +4,9 @@ Simulating 512 nodes for 24 hours and converting the recording takes longer than
 feeds, so ``bench_stream_day.py`` simulates two hours and tiles them: copy k is shifted by k times
 the source's span and one sample spacing (each row group keeps its rows and their order, and its
 [t0, t1] in the metadata moves with it), and counters continue across the seams (copy k adds k
-times a series' increase over the source and over its last step) instead of restarting, so the tiled day reads as one long run of the same job,
-with the source's incident repeated in every copy. Row groups, statistics and the metadata are
-those ``fleetscope record`` writes; ``fleetscope analyze --input`` reads it like any archive.
+times a series' increase over the source and over its last step) instead of restarting, so the tiled day reads
+as one long run of the same job, with the source's incident repeated in every copy. Row groups, statistics and
+the metadata are those ``fleetscope record`` writes; ``fleetscope analyze --input`` reads it like any archive.
 
 Usage::
 

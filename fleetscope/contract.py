@@ -992,7 +992,8 @@ HISTOGRAM_SUFFIXES: tuple[str, ...] = ("_bucket", "_sum", "_count")
 
 
 class Histogram(Metric):
-    """A histogram family; ``bucket``, ``sum`` and ``observations`` are its ``_bucket``, ``_sum`` and ``_count`` series (also in :data:`METRICS`)."""
+    """A histogram family; ``bucket``, ``sum`` and ``observations`` are its ``_bucket``, ``_sum`` and
+    ``_count`` series (also in :data:`METRICS`)."""
 
     bucket: Metric
     sum: Metric

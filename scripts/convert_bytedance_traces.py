@@ -10,7 +10,8 @@ What the conversion does (tests/fixtures/bytedance/README.md says the same):
 
 * every rank of the job is written (``world_size`` ranks: the traced rank's timings copied to its
   tensor- and sequence-parallel siblings), 8 ranks per node (``bd-<trace>-node-NN``, gpu = rank % 8);
-* the sampled steps are replayed back to back, in their order, over and over until ``--minutes`` (AR and ST 40, SE 20);
+* the sampled steps are replayed back to back, in their order, over and over until ``--minutes`` (AR and ST
+40, SE 20);
   each step lasts its recorded wall time (the last operation's end over all ranks: synchronous
   training ends a step together) and adds to each rank's counters its own ``forward`` (the
   forward-compute operations), ``backward`` (backward-compute) and ``optimizer`` seconds (the

@@ -291,9 +291,9 @@ def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
     fig.text(
         0.01,
         0.01,
-        "Drawn with matplotlib (scripts/screenshots.py) from this panel's PromQL in dashboards/*.json, over a simulated\n"
-        "30-minute recording backfilled into a real Prometheus; GPU 3 of this node thermally throttled from 10:10. "
-        "Not a Grafana screenshot.",
+        "Drawn with matplotlib (scripts/screenshots.py) from this panel's PromQL in dashboards/*.json, over "
+        "a simulated\n30-minute recording backfilled into a real Prometheus; GPU 3 of this node thermally "
+        "throttled from 10:10. Not a Grafana screenshot.",
         fontsize=7,
         color="#9fa7b3",
     )

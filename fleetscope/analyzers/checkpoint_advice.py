@@ -10,7 +10,8 @@ FGCS 22(3)) added the higher-order correction used here,
 ``M`` comes from the fleet: the window's infrastructure failures per node-hour, times the job's
 nodes (``goodput.infra_failures``: each critical ``failing_node`` finding, one per broken node, and
 each restart after a ``job_hang``; restarts without an infrastructure cause -- user code, OOM, a
-NaN loss, an operator -- are no draw from the hardware's failure rate and are not counted). A window without a failure says little about the rate, so the advisor then
+NaN loss, an operator -- are no draw from the hardware's failure rate and are not counted). A window without a
+failure says little about the rate, so the advisor then
 uses a prior of one failure per 250 node-days (``failure_prior_node_days`` in the analyzer config),
 between the published rates of large GPU training fleets: Llama 3's 419 unexpected interruptions
 in 54 days on 16,384 H100 GPUs (one per 264 node-days) and StepFun's fault trace, 584 node faults

@@ -50,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive_float,
         default=30.0,
-        help="seconds the Prometheus queries of one piece (--chunk) may take together, answers included (default 30)",
+        help="seconds the Prometheus queries of one piece (--chunk) may take together, answers included "
+        "(default 30)",
     )
     add_prometheus_access(p)
     p.add_argument(

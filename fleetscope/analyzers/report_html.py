@@ -1,7 +1,7 @@
 """``--format html``: one self-contained page (plots inlined as base64 PNG, no external assets).
 
-Plots: per-rank slowness (1 + the largest slowness view against the peer group) as a heatmap over time, the job's MFU with
-its change points and drops, and a node health timeline built from the findings.
+Plots: per-rank slowness (1 + the largest slowness view against the peer group) as a heatmap over time, the
+job's MFU with its change points and drops, and a node health timeline built from the findings.
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ def _goodput_html(analysis: Report) -> str:
             else (
                 f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
                 f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
-                f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
+                f"{human_duration(adv.save_s)}, MTBF "
+                f"{human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
                 f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
             )
         )
@@ -248,11 +249,13 @@ def render_html(analysis: Report) -> str:
             f"<tr><td class='nowrap'>{e(f.kind)}</td><td class='{e(f.severity)}'>{e(f.severity)}</td>"
             f"<td class='nowrap'>{e(f.node or '')}</td><td>{e(str(f.gpu or ''))}</td>"
             f"<td>{'' if f.rank is None else f.rank}</td><td class='nowrap'>{e(_clock(f.start))}</td>"
-            f"<td class='nowrap'>{e(_clock(f.end) or 'open')}</td><td class='num'>{'' if f.score is None else f'{f.score:.2f}'}</td>"
+            f"<td class='nowrap'>{e(_clock(f.end) or 'open')}</td>"
+            f"<td class='num'>{'' if f.score is None else f'{f.score:.2f}'}</td>"
             f"<td>{e(f.cause)}</td><td>{ev}</td><td>{e(f.action)}</td></tr>"
         )
     nodes = "".join(
-        f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td><td>{e('; '.join(v.reasons))}</td></tr>"
+        f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td>"
+        f"<td>{e('; '.join(v.reasons))}</td></tr>"
         for v in analysis.nodes.values()
         if v.state != "healthy"
     )
@@ -269,12 +272,15 @@ def render_html(analysis: Report) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>fleetscope analysis</title>
 <style>{_CSS}</style></head><body>
 <h1>fleetscope analysis</h1>
-<p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, {len(analysis.findings)} finding(s),
+<p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, \
+{len(analysis.findings)} finding(s),
 {len(analysis.nodes)} nodes</p>
-<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th><th>start (UTC)</th>
+<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th>\
+<th>start (UTC)</th>
 <th>end (UTC)</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
 <h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
-<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th><th>step time</th>
+<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th>\
+<th>step time</th>
 <th>stragglers (node/rank)</th></tr>{jobs}</table>
 {goodput}
 {figs}

@@ -77,7 +77,8 @@ def _goodput(a: GoodputAccount) -> list[str]:
     adv = a.advice
     if adv is not None:
         rate = (
-            f"no failure in the window: the prior, 1 per {1 / (adv.failures_per_node_hour * 24):,.0f} node-days"
+            f"no failure in the window: the prior, 1 per {1 / (adv.failures_per_node_hour * 24):,.0f} "
+            "node-days"
             if adv.prior
             else f"{adv.failures} in {adv.node_hours:.1f} node-hours"
         )

@@ -40,7 +40,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
             timeseries("Retransmit ratio", [(s(names.EFA_RETRANS_RATIO), dev)], "percentunit",
                        f"SRD packets retransmitted per packet sent; alert above {cfg.efa_retrans_ratio:.1%}.",
                        min_value=0),
-            timeseries("Retransmit timeouts (path changes)", [(per_device(c.EFA_RETRANS_TIMEOUT_EVENTS, "increase"),
+            timeseries("Retransmit timeouts (path changes)", [(per_device(c.EFA_RETRANS_TIMEOUT_EVENTS, "increase"),  # noqa: E501
                                                                 dev)], "short", min_value=0),
             timeseries("Impaired / unresponsive remotes", [
                 (per_device(c.EFA_IMPAIRED_REMOTE_CONN_EVENTS, "increase"), f"{dev} impaired"),

@@ -96,8 +96,9 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     )
     kind = "inference fleet (one vLLM replica per node)" if inference else "cluster"
     say(
-        f"simulated {kind}: {args.nodes} virtual nodes on 127.0.0.1:{base_port}-{base_port + args.nodes - 1}, "
-        f"fault {args.fault} on node {args.fault_node} {args.fault_at:g}s after start"
+        f"simulated {kind}: {args.nodes} virtual nodes on "
+        f"127.0.0.1:{base_port}-{base_port + args.nodes - 1}, fault {args.fault} on node {args.fault_node} "
+        f"{args.fault_at:g}s after start"
     )
     return targets_file
 

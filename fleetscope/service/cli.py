@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=30.0,
         metavar="S",
-        help="seconds the Prometheus queries of one cycle may take together, retries and answers included (30)",
+        help="seconds the Prometheus queries of one cycle may take together, retries and answers included "
+        "(30)",
     )
     parser.add_argument(
         "--refetch",
@@ -80,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain "
+        "none)",
     )
     add_prometheus_options(parser)
     parser.add_argument(

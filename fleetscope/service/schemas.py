@@ -157,7 +157,8 @@ class CheckpointAdviceModel(BaseModel):
     node_hours: float
     failures_per_node_hour: float
     prior: bool = Field(
-        description="true: no failure in the window, the advice rests on the prior (analyzer config failure_prior_node_days, default one per 250 node-days)"
+        description="true: no failure in the window, the advice rests on the prior (analyzer config "
+        "failure_prior_node_days, default one per 250 node-days)"
     )
     mtbf_s: float
     young_s: float

@@ -78,7 +78,8 @@ class LoadBudget:
             raise FleetscopeError(
                 f"Prometheus at {self.url} sent over {self.max_bytes:,} bytes for one window (all answers "
                 f"together: {WINDOW_ANSWERS} x --max-answer-bytes, or {BYTES_PER_CELL} bytes per cell of the "
-                "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise --max-answer-bytes"
+                "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise "
+                "--max-answer-bytes"
             )
 
     def take_samples(self, n: int, series: int, metric: str) -> None:
@@ -91,6 +92,6 @@ class LoadBudget:
         if samples > MAX_GRID_CELLS or cells > MAX_GRID_CELLS:
             raise FleetscopeError(
                 f"the answers of Prometheus at {self.url} hold over {MAX_GRID_CELLS:,} samples or grid cells "
-                f"({samples:,} samples; {sum(self._series.values()):,} series x {self.grid_points:,} grid times "
-                "so far); narrow the window with --start/--end or coarsen it with --step"
+                f"({samples:,} samples; {sum(self._series.values()):,} series x {self.grid_points:,} grid "
+                "times so far); narrow the window with --start/--end or coarsen it with --step"
             )

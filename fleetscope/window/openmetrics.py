@@ -90,8 +90,8 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
     """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends.
 
     A gzip file is decompressed on a thread (zlib releases the GIL), at most two chunks ahead, so on
-    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after the chunks
-    before it, where the line-by-line reader would have met it.
+    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after
+    the chunks before it, where the line-by-line reader would have met it.
     """
     with path.open("rb") as fh:
         magic = fh.read(2)
@@ -672,7 +672,8 @@ def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
     text = line.decode("utf-8", "replace").strip()
     if len(text.split()) == 2:
         raise FleetscopeError(
-            f"{path}: line {lineno}: sample without a timestamp; a recording needs a timestamp on every sample"
+            f"{path}: line {lineno}: sample without a timestamp; a recording needs a timestamp on every "
+            "sample"
         )
     raise FleetscopeError(f"{path}: line {lineno} is not an OpenMetrics sample: {text[:80]!r}")
 

@@ -26,7 +26,8 @@ UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 @pytest.fixture(scope="module")
 def archived(tmp_path_factory):
-    """A recording with a replaced node, an ECC error (XID labels lie outside the columns) and a throttled GPU."""
+    """A recording with a replaced node, an ECC error (XID labels lie outside the columns) and a
+    throttled GPU."""
     spec = ScenarioSpec(
         name="col",
         nodes=3,

@@ -59,9 +59,9 @@ def test_gzip_and_milliseconds(tmp_path):
 def test_escaped_labels_and_unwanted_families(tmp_path):
     body = (
         "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
-        'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="n",err_code="79",err_msg="GPU has \\"fallen\\" off, bus"} 79 '
-        f"{T0}\n"
-        "# TYPE something_else gauge\n"
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="n",err_code="79",err_msg="GPU has \\"fallen\\" off, bus"} '
+        "79 "
+        f"{T0}\n# TYPE something_else gauge\n"
         f'something_else{{a="b"}} 1 {T0}\n'
         "# EOF\n"
     )

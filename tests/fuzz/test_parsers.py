@@ -104,7 +104,10 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-_MATRIX = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"a":"b"},"values":[[1,"2"],[2,"NaN"]]}]}}'
+_MATRIX = (
+    b'{"status":"success","data":{"resultType":"matrix",'
+    b'"result":[{"metric":{"a":"b"},"values":[[1,"2"],[2,"NaN"]]}]}}'
+)
 
 
 @FUZZ

@@ -113,7 +113,8 @@ RECORDED: dict[str, tuple[str, tuple[c.Metric, ...], dict[c.Metric, str]]] = {
         "vllm",
         c.VLLM_V0_SERIES,
         {
-            c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without them)"
+            c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without "
+            "them)"
         },
     ),
     "vllm-v1-0.32.0.recorded.metrics.txt": ("vllm", c.VLLM_V1_SERIES, {}),

@@ -354,7 +354,8 @@ def test_every_engine_panel_returns_data(scraped: Scraped) -> None:
                 assert _finite(result), f"{name} {where}: only NaN/Inf: {result[:2]}"
     assert checked >= 40
     assert empty == set(EMPTY), (
-        f"empty but not listed: {sorted(empty - set(EMPTY))}; listed but returned data: {sorted(set(EMPTY) - empty)}"
+        f"empty but not listed: {sorted(empty - set(EMPTY))}; listed but returned data: "
+        f"{sorted(set(EMPTY) - empty)}"
     )
     for (name, where), why in EMPTY.items():
         if "DCGM" in why:

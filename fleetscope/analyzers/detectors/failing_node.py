@@ -19,8 +19,8 @@ idle is a departure, which the membership detector reports.
 
 Each signal is an event at a grid time; the signals of one GPU are merged into one finding whose
 cause is the most specific signal (``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` >
-other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay
-open (``end`` null): none of these signals clears without a reset.
+other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings
+stay open (``end`` null): none of these signals clears without a reset.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ AddEvent = Callable[[str, str, str, int, str, str], None]
 
 
 _ACTIONS = {
-    "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, "
-    "RMA the GPU if XID 79 repeats",
+    "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run "
+    "dcgmi diag -r 3, RMA the GPU if XID 79 repeats",
     "ecc_uncorrectable": "drain the node; reset the GPU (nvidia-smi -r) to activate the remapped row, run "
     "dcgmi diag -r 3; RMA if uncorrectable errors repeat",
     "row_remap_failure": "drain the node: the GPU has no spare rows left; RMA the GPU",

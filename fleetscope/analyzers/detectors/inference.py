@@ -125,8 +125,10 @@ class InferenceDetector(Detector):
             seg = slice(a, b + 1)
             ev = {
                 "model": model,
-                "replicas_saturated": f"{int(np.max((sat[seg][:, cols]).sum(axis=1)))} of {int(np.max(present[seg]))}",
-                "requests_waiting": f"{np.nanmax(np.nansum(s.waiting[seg][:, cols], axis=1)):.0f} (all replicas)",
+                "replicas_saturated": f"{int(np.max((sat[seg][:, cols]).sum(axis=1)))} of "
+                f"{int(np.max(present[seg]))}",
+                "requests_waiting": f"{np.nanmax(np.nansum(s.waiting[seg][:, cols], axis=1)):.0f} (all "
+                "replicas)",
                 "kv_cache_usage": f"median {_med(s.kv[seg][:, cols]):.0%}",
                 "preemptions": f"{np.nansum(_med(s.preempt_rate[seg][:, cols], axis=0)):.2f}/s per replica",
                 "ttft_p95": f"median {_med(s.ttft_p95[seg][:, cols]):.2f} s",
@@ -141,8 +143,8 @@ class InferenceDetector(Detector):
                     end=None if ongoing else float(times[b]),
                     cause="saturated",
                     evidence=ev,
-                    action=f"scale out {model}: add replicas (or raise the autoscaler's maximum); every replica "
-                    "is saturated, none is faulty, so drain nothing",
+                    action=f"scale out {model}: add replicas (or raise the autoscaler's maximum); every "
+                    "replica is saturated, none is faulty, so drain nothing",
                 )
             )
         return crowded
@@ -223,11 +225,15 @@ class InferenceDetector(Detector):
             {
                 "model": rep.model,
                 "replica": rep.name,
-                "inter_token_latency": f"{_fmt_ms(_med1(s.itl_mean[seg, k]))} (peers {_fmt_ms(_med1(s.itl_mean[seg][:, peers]))})",
-                "inter_token_p95": f"{_fmt_ms(_med1(s.itl_p95[seg, k]))} (peers {_fmt_ms(_med1(s.itl_p95[seg][:, peers]))})",
-                "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} s)",
+                "inter_token_latency": f"{_fmt_ms(_med1(s.itl_mean[seg, k]))} (peers "
+                f"{_fmt_ms(_med1(s.itl_mean[seg][:, peers]))})",
+                "inter_token_p95": f"{_fmt_ms(_med1(s.itl_p95[seg, k]))} (peers "
+                f"{_fmt_ms(_med1(s.itl_p95[seg][:, peers]))})",
+                "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} "
+                "s)",
                 "kv_cache_usage": f"{_med(s.kv[seg, k]):.0%} (peers {_med(s.kv[seg][:, peers]):.0%})",
-                "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers {_med(s.waiting[seg][:, peers]):.0f})",
+                "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers "
+                f"{_med(s.waiting[seg][:, peers]):.0f})",
                 "preemptions": f"{_med(s.preempt_rate[seg, k]):.2f}/s",
                 "gpus": ",".join(g for _, g in s.gpus[k]),
                 "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),

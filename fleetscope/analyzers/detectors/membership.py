@@ -100,7 +100,10 @@ def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
                 continue
             if a > first and b < last:
                 kind, cause, action = "monitoring_gap", "series_absent", GAP_ACTION
-                text = f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept stepping"
+                text = (
+                    f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept "
+                    "stepping"
+                )
             elif a > first:
                 kind, cause, action = "membership_change", "node_left", LEFT_ACTION
                 text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"

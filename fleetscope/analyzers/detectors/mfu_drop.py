@@ -1,11 +1,11 @@
 """MFU drops: a job's MFU (or tokens/s where FLOPs are unknown) below its own baseline, sustained.
 
 Reasoning (docs/design.md#mfu-drops). MFU = model FLOPs per second / peak FLOP/s of the job's
-GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
-compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
-family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
-every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points
-are reported. Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
+GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but each job has its own level, so
+a job is compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
+family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and every
+segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points are reported.
+Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
 checkpoints, evaluation, stalls and hangs never count as drops.
 
 A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)

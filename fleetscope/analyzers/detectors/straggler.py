@@ -1,13 +1,13 @@
 """Stragglers: a rank, GPU or node persistently slower than its peers, with the cause named.
 
-Reasoning (docs/design.md#stragglers, #peers, #robust-scores). In synchronous training every rank waits for the
-slowest, so the job's step time cannot tell *who* is slow; the per-rank compute time can. For each
-rank the compute seconds per step (forward + backward, over ``rate_window_s``) are compared with the
-job's other ranks at the same time: score = own / peer median (NVRx uses a ratio to the fastest rank,
-which one unusually fast rank distorts; a median is robust), and the modified z-score
-0.6745 (x - median) / MAD must also exceed 3.5, so a job whose ranks all jitter does not flag its
-noisiest one. Only a deviation of at least 10% (What-if's S > 1.1, Greyhound's 10% verification)
-that lasts ``persistence_s`` is reported; GC pauses and slow batches are shorter.
+Reasoning (docs/design.md#stragglers, #peers, #robust-scores). In synchronous training every rank waits for
+the slowest, so the job's step time cannot tell *who* is slow; the per-rank compute time can. For each rank
+the compute seconds per step (forward + backward, over ``rate_window_s``) are compared with the job's other
+ranks at the same time: score = own / peer median (NVRx uses a ratio to the fastest rank, which one unusually
+fast rank distorts; a median is robust), and the modified z-score 0.6745 (x - median) / MAD must also exceed
+3.5, so a job whose ranks all jitter does not flag its noisiest one. Only a deviation of at least 10%
+(What-if's S > 1.1, Greyhound's 10% verification) that lasts ``persistence_s`` is reported; GC pauses and slow
+batches are shorter.
 
 Without hardware evidence a rank must also have changed (``self_change``: slower than its own best
 level) or, for the views of the GPU's work, be slower than every one of its role peers (the ranks of
@@ -104,7 +104,8 @@ def _finding(
 def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) -> np.ndarray:
     """Per rank and time: its GPU's hardware says it is slower than its peers' GPUs.
 
-    A throttle reason or violation counter (:func:`~fleetscope.analyzers.signals.hardware.gpu_throttle_evidence`), or an SM clock
+    A throttle reason or violation counter
+    (:func:`~fleetscope.analyzers.signals.hardware.gpu_throttle_evidence`), or an SM clock
     ``clock_deficit`` below the median of its peer group's GPUs (an admin's locked application
     clocks set no throttle reason, but the clock shows it). Evidence that half the group shares at
     once (a data hall's cooling, a fleet-wide power cap) singles nobody out and does not count.
@@ -350,7 +351,8 @@ def detect(signals: Signals) -> Detection:
                 cause, pev = _phase_cause(sl, k, a, b)
                 ev.update(pev)
             ev = {
-                "slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
+                "slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} "
+                "ranks)",
                 **ev,
             }
             since = None

@@ -1,4 +1,5 @@
-"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.window.archive.write`) into frames.
+"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.window.archive.write`) into
+frames.
 
 Only the row groups of the metrics asked for are read (each row group holds one metric), and, given
 ``start``/``end``, of a format-2 archive only those whose [t0, t1] meets [start - margin, end]

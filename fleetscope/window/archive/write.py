@@ -23,7 +23,8 @@ to parse. The archive is columnar instead. Format 2 (written now; format 1 is st
 Which label columns. Parquet needs the schema before the first row group, and ``record --input``
 writes each family as soon as the parser has finished it, a large one in batches
 (:func:`~fleetscope.window.openmetrics.iter_openmetrics`, so memory follows the batch, not the
-file): the label keys of families not yet parsed are unknown then. The columns are therefore the keys the contract declares for the metrics recorded
+file): the label keys of families not yet parsed are unknown then. The columns are therefore the keys the
+contract declares for the metrics recorded
 (plus the MIG, attribution and scrape labels); any other label goes, per series, into
 ``__labels__``. ``record --prometheus`` writes the window an hour at a time (``--chunk``, so
 memory follows the piece, not the window), with the same columns for the same reason. Either

@@ -319,7 +319,8 @@ class Cluster:
 
     def _gpu_labels(self, node: int, gpu: int) -> Labels:
         m = self.model[node]
-        uuid = f"GPU-{self.seed:04x}{node:04x}-{gpu:04x}-4c1e-9a2b-{zlib.crc32(self.names[node].encode()) % 10**12:012d}"
+        crc = zlib.crc32(self.names[node].encode()) % 10**12
+        uuid = f"GPU-{self.seed:04x}{node:04x}-{gpu:04x}-4c1e-9a2b-{crc:012d}"
         return (
             ("gpu", str(gpu)),
             ("UUID", uuid),
