@@ -55,8 +55,18 @@ sys.stderr.write(res.stderr[-2000:])
 sys.stdout.write(res.stdout[-2000:])
 print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
-MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet",
-                "stream-om", "stream-parquet", "default-om")  # fmt: skip
+MEASUREMENTS = (
+    "pandas",
+    "read",
+    "record",
+    "load-om",
+    "load-parquet",
+    "analyze-om",
+    "analyze-parquet",
+    "stream-om",
+    "stream-parquet",
+    "default-om",
+)
 
 
 def pandas_baseline(path: str) -> tuple[int, int]:

@@ -148,9 +148,13 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
         for dsp in range(lay["dsp_size"]):
             for tp in range(lay["tp_size"]):
                 r = global_rank(lay, dp, stage, tp, dsp)
-                base = (("job_id", job), ("rank", str(r)), ("local_rank", str(r % GPUS_PER_NODE)),
-                        (c.NODE_LABEL, f"bd-{tr.name.lower()}-node-{r // GPUS_PER_NODE:02d}"),
-                        ("gpu", str(r % GPUS_PER_NODE)))  # fmt: skip
+                base = (
+                    ("job_id", job),
+                    ("rank", str(r)),
+                    ("local_rank", str(r % GPUS_PER_NODE)),
+                    (c.NODE_LABEL, f"bd-{tr.name.lower()}-node-{r // GPUS_PER_NODE:02d}"),
+                    ("gpu", str(r % GPUS_PER_NODE)),
+                )
                 out[c.TRAINING_STEPS.name][base] = (ts, steps_c)
                 out[c.TRAINING_STEP_SECONDS.name][base] = (ts, np.round(wall_c, 3))
                 for ph, v in (("forward", fwd), ("backward", bwd), ("optimizer", opt)):

@@ -41,8 +41,17 @@ if TYPE_CHECKING:
 MATCH_BEFORE_S = 120.0
 #: The goodput account's bound: every category within this share of the window's GPU-hours.
 GOODPUT_BOUND = 0.02
-KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
-         "slow_replica", "failing_replica", "capacity")  # fmt: skip
+KINDS = (
+    "failing_node",
+    "straggler",
+    "mfu_drop",
+    "job_hang",
+    "monitoring_gap",
+    "membership_change",
+    "slow_replica",
+    "failing_replica",
+    "capacity",
+)
 
 
 @dataclass
