@@ -34,9 +34,13 @@ print(rc, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def case(nodes: int, hours: float, workdir: Path) -> dict:
-    spec = ScenarioSpec(name=f"bench-{nodes}n-{hours:g}h", nodes=nodes, duration_s=hours * 3600, seed=7,
-                        faults=[FaultSpec(kind="thermal_throttle", at_s=hours * 1800, node=nodes // 2, gpu=4,
-                                          slowdown=0.3)])  # fmt: skip
+    spec = ScenarioSpec(
+        name=f"bench-{nodes}n-{hours:g}h",
+        nodes=nodes,
+        duration_s=hours * 3600,
+        seed=7,
+        faults=[FaultSpec(kind="thermal_throttle", at_s=hours * 1800, node=nodes // 2, gpu=4, slowdown=0.3)],
+    )
     path = workdir / f"{spec.name}.om.gz"
     t0 = time.monotonic()
     write_scenario(spec, path)
@@ -59,8 +63,15 @@ def case(nodes: int, hours: float, workdir: Path) -> dict:
         raise SystemExit(res.stderr)
     size = path.stat().st_size
     path.unlink()
-    return {"nodes": nodes, "gpus": nodes * 8, "hours": hours, "file_mb": size / 1e6, "simulate_s": sim_s,
-            "analyze_s": float(wall), "peak_rss_mb": int(rss_kb) / 1024}  # fmt: skip
+    return {
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "hours": hours,
+        "file_mb": size / 1e6,
+        "simulate_s": sim_s,
+        "analyze_s": float(wall),
+        "peak_rss_mb": int(rss_kb) / 1024,
+    }
 
 
 def main() -> None:
@@ -76,8 +87,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for nodes, hours in cases:
             r = case(nodes, hours, Path(tmp))
-            print(f"| {r['nodes']} | {r['gpus']} | {r['hours']:g} | {r['file_mb']:.0f} | {r['simulate_s']:.1f} | "
-                  f"{r['analyze_s']:.1f} | {r['peak_rss_mb']:.0f} |", flush=True)  # fmt: skip
+            print(
+                f"| {r['nodes']} | {r['gpus']} | {r['hours']:g} | {r['file_mb']:.0f} | {r['simulate_s']:.1f} "
+                f"| {r['analyze_s']:.1f} | {r['peak_rss_mb']:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,10 @@ def main() -> int:
         if isinstance(body, bytes):
             series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
             label += f", {series} series"
-        print(f"{label}: CPU median {statistics.median(cpu) * 1e3:.2f} ms, p95 {cpu[int(len(cpu) * 0.95)] * 1e3:.2f} ms;"
-              f" wall median {statistics.median(wall) * 1e3:.2f} ms")  # fmt: skip
+        print(
+            f"{label}: CPU median {statistics.median(cpu) * 1e3:.2f} ms, p95 "
+            f"{cpu[int(len(cpu) * 0.95)] * 1e3:.2f} ms; wall median {statistics.median(wall) * 1e3:.2f} ms"
+        )
     node.close()
     return 0
 

@@ -55,8 +55,18 @@ sys.stderr.write(res.stderr[-2000:])
 sys.stdout.write(res.stdout[-2000:])
 print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
-MEASUREMENTS = ("pandas", "read", "record", "load-om", "load-parquet", "analyze-om", "analyze-parquet",
-                "stream-om", "stream-parquet", "default-om")  # fmt: skip
+MEASUREMENTS = (
+    "pandas",
+    "read",
+    "record",
+    "load-om",
+    "load-parquet",
+    "analyze-om",
+    "analyze-parquet",
+    "stream-om",
+    "stream-parquet",
+    "default-om",
+)
 
 
 def pandas_baseline(path: str) -> tuple[int, int]:
@@ -65,8 +75,16 @@ def pandas_baseline(path: str) -> tuple[int, int]:
 
     from fleetscope.analyzers.core import LOADED
 
-    lines = pd.read_csv(path, header=None, names=["line"], sep="\x1f", quoting=csv.QUOTE_NONE, comment="#",
-                        engine="c", dtype=str)["line"]  # fmt: skip
+    lines = pd.read_csv(
+        path,
+        header=None,
+        names=["line"],
+        sep="\x1f",
+        quoting=csv.QUOTE_NONE,
+        comment="#",
+        engine="c",
+        dtype=str,
+    )["line"]
     parts = lines.str.rsplit(" ", n=2, expand=True)
     name = parts[0].str.extract(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", expand=False)
     parts = parts[name.isin(set(LOADED))]
@@ -113,15 +131,22 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
     from fleetscope.simulate.record import write_scenario
     from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
-    spec = ScenarioSpec(name=f"load-{nodes}n-{hours:g}h", nodes=nodes, duration_s=hours * 3600, seed=7,
-                        faults=[FaultSpec(kind="thermal_throttle", at_s=hours * 1800, node=nodes // 2, gpu=4,
-                                          slowdown=0.3)])  # fmt: skip
+    spec = ScenarioSpec(
+        name=f"load-{nodes}n-{hours:g}h",
+        nodes=nodes,
+        duration_s=hours * 3600,
+        seed=7,
+        faults=[FaultSpec(kind="thermal_throttle", at_s=hours * 1800, node=nodes // 2, gpu=4, slowdown=0.3)],
+    )
     om = workdir / f"{spec.name}.om.gz"
     pq = workdir / f"{spec.name}.parquet"
     t0 = time.monotonic()
     _, truth = write_scenario(spec, om)
-    print(f"\n## {nodes} nodes x {hours:g} h: recording {om.stat().st_size / 1e6:.0f} MB gzip, "
-          f"simulated in {time.monotonic() - t0:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"\n## {nodes} nodes x {hours:g} h: recording {om.stat().st_size / 1e6:.0f} MB gzip, "
+        f"simulated in {time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
     me = [sys.executable, str(Path(__file__).resolve()), "--one"]
     fs = [sys.executable, "-m", "fleetscope"]
 
@@ -154,8 +179,11 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         tiled = workdir / f"{spec.name}-x{tile}.parquet"
         t0 = time.monotonic()
         info = tile_archive(pq, tiled, tile)
-        print(f"tiled x{tile} ({info['rows'] / 1e6:.0f} M rows, {tiled.stat().st_size / 1e6:.0f} MB) "
-              f"in {time.monotonic() - t0:.0f} s", flush=True)  # fmt: skip
+        print(
+            f"tiled x{tile} ({info['rows'] / 1e6:.0f} M rows, {tiled.stat().st_size / 1e6:.0f} MB) "
+            f"in {time.monotonic() - t0:.0f} s",
+            flush=True,
+        )
         wall, rss, _ = measure(analyze(tiled, "1h"))
         print(f"| stream-tiled x{tile} | {wall:.1f} | {rss:.0f} | |", flush=True)
         tiled.unlink()
@@ -185,11 +213,38 @@ def run_prometheus(om: Path, truth: Path, workdir: Path) -> None:
         with Prometheus(workdir / "prom", data_dir=workdir / "tsdb") as prom:
             fs = [sys.executable, "-m", "fleetscope"]
             for what, cmd in (
-                ("analyze-prometheus", [*fs, "analyze", "--prometheus", prom.url, *window, "--format", "json",
-                                        "-o", os.devnull, "--timeout", "600"]),
-                ("record-prometheus", [*fs, "record", "--prometheus", prom.url, *window, "-o",
-                                       str(workdir / "p.parquet"), "--timeout", "600", "--no-progress"]),
-            ):  # fmt: skip
+                (
+                    "analyze-prometheus",
+                    [
+                        *fs,
+                        "analyze",
+                        "--prometheus",
+                        prom.url,
+                        *window,
+                        "--format",
+                        "json",
+                        "-o",
+                        os.devnull,
+                        "--timeout",
+                        "600",
+                    ],
+                ),
+                (
+                    "record-prometheus",
+                    [
+                        *fs,
+                        "record",
+                        "--prometheus",
+                        prom.url,
+                        *window,
+                        "-o",
+                        str(workdir / "p.parquet"),
+                        "--timeout",
+                        "600",
+                        "--no-progress",
+                    ],
+                ),
+            ):
                 wall, rss, _ = measure(cmd)
                 print(f"| {what} | {wall:.1f} | {rss:.0f} | |", flush=True)
     finally:
@@ -222,8 +277,10 @@ def main() -> None:
     if args.one:
         one(*args.one)
         return
-    print(f"machine: {os.cpu_count()} CPUs {platform.machine()}, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs {platform.machine()}, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="fleetscope-bench-") as tmp:
         for case in args.case or ["64x1"]:
             nodes, hours = case.split("x")

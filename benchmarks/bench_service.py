@@ -58,12 +58,25 @@ def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
     for i in range(1, n_nodes + 1):
         name = f"ip-10-1-{i // 256}-{i % 256}"
         state = "failing" if i == 7 else "degraded" if i in (20, 41) else "healthy"
-        a.nodes[name] = NodeVerdict(name, state, [] if state == "healthy" else [f"{state} for a reason"],
-                                    {str(g): state if g == 3 else "healthy" for g in range(gpus)})  # fmt: skip
+        a.nodes[name] = NodeVerdict(
+            name,
+            state,
+            [] if state == "healthy" else [f"{state} for a reason"],
+            {str(g): state if g == 3 else "healthy" for g in range(gpus)},
+        )
         if state != "healthy":
-            a.findings.append(Finding("failing_node" if state == "failing" else "straggler",
-                                      "critical" if state == "failing" else "warning", name, end - 900,
-                                      "gpu_lost", "drain now", gpu="3", evidence={"fleetscope_gpu_up": "1 -> 0"}))  # fmt: skip
+            a.findings.append(
+                Finding(
+                    "failing_node" if state == "failing" else "straggler",
+                    "critical" if state == "failing" else "warning",
+                    name,
+                    end - 900,
+                    "gpu_lost",
+                    "drain now",
+                    gpu="3",
+                    evidence={"fleetscope_gpu_up": "1 -> 0"},
+                )
+            )
     nodes = sorted(a.nodes)
     for r in range(n_nodes * gpus):
         a.straggler_scores.append(
@@ -172,8 +185,13 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
 
 
-def bench_api(clients: int, requests: int, client_kind: str = "asyncio", mode: str = "idle",
-              window: tuple[str, float, float] = ("", 0.0, 0.0)) -> dict:  # fmt: skip
+def bench_api(
+    clients: int,
+    requests: int,
+    client_kind: str = "asyncio",
+    mode: str = "idle",
+    window: tuple[str, float, float] = ("", 0.0, 0.0),
+) -> dict:
     from tests.support.prom import free_port, http_get, wait_for
 
     port = free_port()
@@ -312,10 +330,19 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=64)
     p.add_argument("--minutes", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sliding", type=float, default=0.0, metavar="S",
-                   help="cycle as the service does: slide the window S seconds a cycle, fetching only what is new")  # fmt: skip
-    p.add_argument("--client", choices=["asyncio", "threads"], default="asyncio",
-                   help="50 keep-alive connections on one asyncio loop (default) or one thread each")  # fmt: skip
+    p.add_argument(
+        "--sliding",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="cycle as the service does: slide the window S seconds a cycle, fetching only what is new",
+    )
+    p.add_argument(
+        "--client",
+        choices=["asyncio", "threads"],
+        default="asyncio",
+        help="50 keep-alive connections on one asyncio loop (default) or one thread each",
+    )
     args = p.parse_args()
     out: dict = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     if args.part == "api":

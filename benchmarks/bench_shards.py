@@ -121,8 +121,18 @@ def main() -> int:
                 # Peak RSS of this process so far: run the ladder from the most shards down
                 # (--ladder 8,4,2,1) and each row's peak is that shard size's.
                 rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-                print(json.dumps({"shards": n, "measured": k, **row, "peak_rss_mb": rss_mb,
-                                  "loadavg": [round(x, 1) for x in os.getloadavg()]}), flush=True)  # fmt: skip
+                print(
+                    json.dumps(
+                        {
+                            "shards": n,
+                            "measured": k,
+                            **row,
+                            "peak_rss_mb": rss_mb,
+                            "loadavg": [round(x, 1) for x in os.getloadavg()],
+                        }
+                    ),
+                    flush=True,
+                )
     finally:
         tmp.cleanup()
     return 0

@@ -4,9 +4,9 @@ Simulating 512 nodes for 24 hours and converting the recording takes longer than
 feeds, so ``bench_stream_day.py`` simulates two hours and tiles them: copy k is shifted by k times
 the source's span and one sample spacing (each row group keeps its rows and their order, and its
 [t0, t1] in the metadata moves with it), and counters continue across the seams (copy k adds k
-times a series' increase over the source and over its last step) instead of restarting, so the tiled day reads as one long run of the same job,
-with the source's incident repeated in every copy. Row groups, statistics and the metadata are
-those ``fleetscope record`` writes; ``fleetscope analyze --input`` reads it like any archive.
+times a series' increase over the source and over its last step) instead of restarting, so the tiled day reads
+as one long run of the same job, with the source's incident repeated in every copy. Row groups, statistics and
+the metadata are those ``fleetscope record`` writes; ``fleetscope analyze --input`` reads it like any archive.
 
 Usage::
 
@@ -69,16 +69,23 @@ def tile(source: Path, out: Path, copies: int) -> dict:
                 t = pf.read_row_group(i)
                 shift_ms = int(k * shift_s * 1000)
                 tms = t.column(TIME_COL).to_numpy().view(np.int64) + shift_ms
-                t = t.set_column(t.schema.get_field_index(TIME_COL), TIME_COL,
-                                 pa.array(tms, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")))  # fmt: skip
+                t = t.set_column(
+                    t.schema.get_field_index(TIME_COL),
+                    TIME_COL,
+                    pa.array(tms, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                )
                 inc = increase.get(g["metric"])
                 if inc is not None and k:
                     val = t.column(VALUE_COL).to_numpy() + k * inc[t.column(SERIES_COL).to_numpy()]
                     t = t.set_column(t.schema.get_field_index(VALUE_COL), VALUE_COL, pa.array(val))
                 w.write_table(t, row_group_size=t.num_rows)
                 groups.append({**g, "t0": g["t0"] + k * shift_s, "t1": g["t1"] + k * shift_s})
-        meta = {**meta, "row_groups": groups, "span": [first, last + (copies - 1) * shift_s],
-                "source": f"{meta.get('source', '')} tiled x{copies}"}  # fmt: skip
+        meta = {
+            **meta,
+            "row_groups": groups,
+            "span": [first, last + (copies - 1) * shift_s],
+            "source": f"{meta.get('source', '')} tiled x{copies}",
+        }
         w.add_key_value_metadata({META_KEY: json.dumps(meta).encode()})
     os.replace(tmp, out)
     return {"copies": copies, "shift_s": shift_s, "rows": pf.metadata.num_rows * copies}

@@ -21,14 +21,21 @@ from fleetscope.errors import FleetscopeError
 #: subcommand -> (module, one-line help). The module must keep its top-level imports light.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("fleetscope.exporters.cli", "run the node exporter (GPU, XID, EFA, Lustre, training)"),
-    "record-gpu": ("fleetscope.exporters.gpu.record_cli", "record every NVML answer of this machine into a JSON fixture"),
-    "generate": ("fleetscope.generate", "write the Prometheus rules and Grafana dashboards (--check: fail if stale)"),
-    "simulate": ("fleetscope.simulate.cli", "simulate a GPU or Trainium cluster training or serving (vLLM): recorded series or live /metrics, with faults"),
-    "analyze": ("fleetscope.analyzers.cli", "find failing nodes, stragglers, hangs, MFU drops, goodput and inference SLO burn in recorded or live series"),
-    "record": ("fleetscope.analyzers.record_cli", "archive a Prometheus window or a recording as one Parquet file for analyze"),
+    "record-gpu": ("fleetscope.exporters.gpu.record_cli", "record every NVML answer of this machine into a "
+                                                          "JSON fixture"),
+    "generate": ("fleetscope.generate", "write the Prometheus rules and Grafana dashboards (--check: fail if "
+                                        "stale)"),
+    "simulate": ("fleetscope.simulate.cli", "simulate a GPU or Trainium cluster training or serving (vLLM): "
+                                            "recorded series or live /metrics, with faults"),
+    "analyze": ("fleetscope.analyzers.cli", "find failing nodes, stragglers, hangs, MFU drops, goodput and "
+                                            "inference SLO burn in recorded or live series"),
+    "record": ("fleetscope.analyzers.record_cli", "archive a Prometheus window or a recording as one Parquet "
+                                                  "file for analyze"),
     "evaluate": ("fleetscope.analyzers.evaluate_cli", "score the detectors against simulated scenarios"),
     "serve": ("fleetscope.service.cli", "run the live analysis service (API, web page, verdict metrics)"),
-    "plan": ("fleetscope.service.plan_cli", "turn failing-node findings into drain commands (at most max(1, floor(F x nodes)) at once; prints, runs nothing without --execute)"),
+    "plan": ("fleetscope.service.plan_cli", "turn failing-node findings into drain commands (at most max(1, "
+                                            "floor(F x nodes)) at once; prints, runs nothing without "
+                                            "--execute)"),
     "demo": ("fleetscope.demo.cli", "run a simulated cluster with Prometheus and the live service"),
 }  # fmt: skip
 

@@ -420,9 +420,13 @@ EFA_RDMA_WRITE_WR_ERR = METRICS["efa_rdma_write_wr_err_total"]
 EFA_RDMA_READ_BYTES = METRICS["efa_rdma_read_bytes_total"]
 EFA_RDMA_WRITE_BYTES = METRICS["efa_rdma_write_bytes_total"]
 EFA_LIFESPAN = _m(
-    "efa_lifespan_seconds", "gauge", "EFA hw counters lifespan (sysfs `lifespan`).", "s",
-    EFA_LABELS, "efa",
-)  # fmt: skip
+    "efa_lifespan_seconds",
+    "gauge",
+    "EFA hw counters lifespan (sysfs `lifespan`).",
+    "s",
+    EFA_LABELS,
+    "efa",
+)
 
 # --------------------------------------------------------------------------------------------
 # Storage: lustre collector (FSx for Lustre client) and optional CloudWatch source
@@ -430,26 +434,45 @@ EFA_LIFESPAN = _m(
 
 LUSTRE_LABELS: tuple[str, ...] = (NODE_LABEL, "fs", "mount")
 LUSTRE_CLIENT_READ_BYTES = _m(
-    "lustre_client_read_bytes_total", "counter", "Bytes read by this Lustre client (llite stats).",
-    "bytes", LUSTRE_LABELS, "lustre",
-)  # fmt: skip
+    "lustre_client_read_bytes_total",
+    "counter",
+    "Bytes read by this Lustre client (llite stats).",
+    "bytes",
+    LUSTRE_LABELS,
+    "lustre",
+)
 LUSTRE_CLIENT_WRITE_BYTES = _m(
-    "lustre_client_write_bytes_total", "counter",
-    "Bytes written by this Lustre client (llite stats).", "bytes", LUSTRE_LABELS, "lustre",
-)  # fmt: skip
+    "lustre_client_write_bytes_total",
+    "counter",
+    "Bytes written by this Lustre client (llite stats).",
+    "bytes",
+    LUSTRE_LABELS,
+    "lustre",
+)
 LUSTRE_CLIENT_OPERATIONS = _m(
-    "lustre_client_operations_total", "counter", "Operations by type (llite stats).", "ops",
-    LUSTRE_LABELS + ("operation",), "lustre",
-)  # fmt: skip
+    "lustre_client_operations_total",
+    "counter",
+    "Operations by type (llite stats).",
+    "ops",
+    LUSTRE_LABELS + ("operation",),
+    "lustre",
+)
 LUSTRE_CLIENT_OPERATION_SECONDS = _m(
-    "lustre_client_operation_seconds_total", "counter",
-    "Time spent in operations by type, where the stats carry usecs.", "s",
-    LUSTRE_LABELS + ("operation",), "lustre",
-)  # fmt: skip
+    "lustre_client_operation_seconds_total",
+    "counter",
+    "Time spent in operations by type, where the stats carry usecs.",
+    "s",
+    LUSTRE_LABELS + ("operation",),
+    "lustre",
+)
 LUSTRE_CLIENT_HEALTHY = _m(
-    "lustre_client_healthy", "gauge", "1 if Lustre health_check says healthy, else 0.", "bool",
-    (NODE_LABEL,), "lustre",
-)  # fmt: skip
+    "lustre_client_healthy",
+    "gauge",
+    "1 if Lustre health_check says healthy, else 0.",
+    "bool",
+    (NODE_LABEL,),
+    "lustre",
+)
 
 #: llite metadata operations (the ones whose latency matters at checkpoint and startup).
 LUSTRE_METADATA_OPERATIONS: tuple[str, ...] = (
@@ -670,14 +693,19 @@ def _neuron(name: str, type: MetricType, help: str, unit: str, labels: tuple[str
 
 
 NEURONCORE_UTILIZATION = _neuron(
-    "neuroncore_utilization_ratio", "gauge", "NeuronCore utilization ratio (0-1) during the report period.",
-    "ratio", NEURON_CORE_LABELS,
-)  # fmt: skip
+    "neuroncore_utilization_ratio",
+    "gauge",
+    "NeuronCore utilization ratio (0-1) during the report period.",
+    "ratio",
+    NEURON_CORE_LABELS,
+)
 NEURON_RUNTIME_MEMORY_USED = _neuron(
-    "neuron_runtime_memory_used_bytes", "gauge",
+    "neuron_runtime_memory_used_bytes",
+    "gauge",
     "Memory used by the Neuron application, on the host or on the Neuron devices (memory_location).",
-    "bytes", NEURON_RUNTIME_LABELS + ("memory_location",),
-)  # fmt: skip
+    "bytes",
+    NEURON_RUNTIME_LABELS + ("memory_location",),
+)
 
 
 def neuroncore_memory_metric_name(kind: str) -> str:
@@ -687,40 +715,59 @@ def neuroncore_memory_metric_name(kind: str) -> str:
 
 for _kind in NEURON_CORE_MEMORY_KINDS:
     _neuron(
-        neuroncore_memory_metric_name(_kind), "gauge", f"NeuronCore memory utilization for {_kind} (bytes).",
-        "bytes", NEURON_CORE_LABELS,
-    )  # fmt: skip
+        neuroncore_memory_metric_name(_kind),
+        "gauge",
+        f"NeuronCore memory utilization for {_kind} (bytes).",
+        "bytes",
+        NEURON_CORE_LABELS,
+    )
 NEURONCORE_MEMORY_TENSORS = METRICS[neuroncore_memory_metric_name("tensors")]
 
 NEURON_EXECUTION_ERRORS = _neuron(
-    "execution_errors_total", "counter", "Execution errors of the Neuron application, by error_type.",
-    "errors", NEURON_RUNTIME_LABELS + ("error_type",),
-)  # fmt: skip
+    "execution_errors_total",
+    "counter",
+    "Execution errors of the Neuron application, by error_type.",
+    "errors",
+    NEURON_RUNTIME_LABELS + ("error_type",),
+)
 NEURON_EXECUTION_STATUS = _neuron(
-    "execution_status_total", "counter", "Executions of the Neuron application, by outcome (status_type).",
-    "executions", NEURON_RUNTIME_LABELS + ("status_type",),
-)  # fmt: skip
+    "execution_status_total",
+    "counter",
+    "Executions of the Neuron application, by outcome (status_type).",
+    "executions",
+    NEURON_RUNTIME_LABELS + ("status_type",),
+)
 NEURON_EXECUTION_LATENCY = _neuron(
-    "execution_latency_seconds", "gauge",
+    "execution_latency_seconds",
+    "gauge",
     "Execution latency percentiles (p0 ... p100) over the report period, as the Neuron Runtime measures it.",
-    "s", NEURON_RUNTIME_LABELS + ("percentile",),
-)  # fmt: skip
+    "s",
+    NEURON_RUNTIME_LABELS + ("percentile",),
+)
 NEURON_RUNTIME_VCPU_USAGE = _neuron(
-    "neuron_runtime_vcpu_usage_ratio", "gauge", "vCPU utilization ratio of the Neuron application (usage_type).",
-    "ratio", NEURON_RUNTIME_LABELS + ("usage_type",),
-)  # fmt: skip
+    "neuron_runtime_vcpu_usage_ratio",
+    "gauge",
+    "vCPU utilization ratio of the Neuron application (usage_type).",
+    "ratio",
+    NEURON_RUNTIME_LABELS + ("usage_type",),
+)
 NEURON_HW_ECC_EVENTS = _neuron(
-    "hardware_ecc_events_total", "counter",
+    "hardware_ecc_events_total",
+    "counter",
     "ECC events of a Neuron device's DRAM (mem_*) and SRAM (sram_*), corrected or uncorrected (event_type).",
-    "events", NEURON_DEVICE_LABELS + ("event_type",),
-)  # fmt: skip
+    "events",
+    NEURON_DEVICE_LABELS + ("event_type",),
+)
 NEURON_SYSTEM_VCPU_COUNT = _neuron(
     "system_vcpu_count", "gauge", "vCPUs of the instance.", "vcpus", NEURON_SYSTEM_LABELS
 )
 NEURON_SYSTEM_VCPU_USAGE = _neuron(
-    "system_vcpu_usage_ratio", "gauge", "System CPU utilization ratio (usage_type user or system).", "ratio",
+    "system_vcpu_usage_ratio",
+    "gauge",
+    "System CPU utilization ratio (usage_type user or system).",
+    "ratio",
     NEURON_SYSTEM_LABELS + ("usage_type",),
-)  # fmt: skip
+)
 NEURON_SYSTEM_MEMORY_TOTAL = _neuron(
     "system_memory_total_bytes", "gauge", "Host memory size.", "bytes", NEURON_SYSTEM_LABELS
 )
@@ -734,39 +781,59 @@ NEURON_SYSTEM_SWAP_USED = _neuron(
     "system_swap_used_bytes", "gauge", "Host swap in use.", "bytes", NEURON_SYSTEM_LABELS
 )
 NEURON_INSTANCE_INFO = _neuron(
-    "instance_info", "gauge", "EC2 instance information; the value is always 1.", "",
+    "instance_info",
+    "gauge",
+    "EC2 instance information; the value is always 1.",
+    "",
     NEURON_INSTANCE_LABELS + (NODE_LABEL,),
-)  # fmt: skip
+)
 NEURON_HARDWARE_INFO = _neuron(
-    "neuron_hardware_info", "gauge", "Neuron hardware information; the value is always 1.", "",
+    "neuron_hardware_info",
+    "gauge",
+    "Neuron hardware information; the value is always 1.",
+    "",
     NEURON_INSTANCE_LABELS
-    + (NODE_LABEL, "neuron_device_count", "neuroncore_per_device_count", "neuron_device_type", "neuroncore_version",
-       "neuron_device_memory_size"),
-)  # fmt: skip
+    + (
+        NODE_LABEL,
+        "neuron_device_count",
+        "neuroncore_per_device_count",
+        "neuron_device_type",
+        "neuroncore_version",
+        "neuron_device_memory_size",
+    ),
+)
 # fleetscope's own Neuron series: who holds each device, the supervisor's health and the device
 # count a rule can compare.
 NEURON_DEVICE_INFO = _neuron(
-    "fleetscope_neuron_device_info", "gauge",
+    "fleetscope_neuron_device_info",
+    "gauge",
     "Who holds a Neuron device (pod, namespace, container, Slurm hpc_job; empty when unknown), one per "
     "device the latest report lists; the value is always 1. Join the device's counters on "
-    "(Hostname, neuron_device_index).", "",
+    "(Hostname, neuron_device_index).",
+    "",
     NEURON_DEVICE_LABELS + NEURON_ATTRIBUTION_LABELS,
-)  # fmt: skip
+)
 NEURON_DEVICES = _neuron(
-    "fleetscope_neuron_devices", "gauge",
-    "Neuron devices the latest report lists (neuron_hw_counters, else neuron_hardware_info).", "devices",
+    "fleetscope_neuron_devices",
+    "gauge",
+    "Neuron devices the latest report lists (neuron_hw_counters, else neuron_hardware_info).",
+    "devices",
     (NODE_LABEL,),
-)  # fmt: skip
+)
 NEURON_MONITOR_LAST_REPORT = _neuron(
-    "fleetscope_neuron_monitor_last_report_timestamp_seconds", "gauge",
-    "Unix time the latest good neuron-monitor report was read (absent before the first).", "s",
+    "fleetscope_neuron_monitor_last_report_timestamp_seconds",
+    "gauge",
+    "Unix time the latest good neuron-monitor report was read (absent before the first).",
+    "s",
     (NODE_LABEL,),
-)  # fmt: skip
+)
 NEURON_MONITOR_RESTARTS = _neuron(
-    "fleetscope_neuron_monitor_restarts_total", "counter",
-    "Times the supervised neuron-monitor was restarted (it exited, hung or printed garbage).", "restarts",
+    "fleetscope_neuron_monitor_restarts_total",
+    "counter",
+    "Times the supervised neuron-monitor was restarted (it exited, hung or printed garbage).",
+    "restarts",
     (NODE_LABEL, "reason"),
-)  # fmt: skip
+)
 #: Why the supervisor restarted neuron-monitor (``reason`` of :data:`NEURON_MONITOR_RESTARTS`).
 NEURON_RESTART_REASONS: tuple[str, ...] = ("exited", "hung", "garbage")
 # Peak FLOP/s of a NeuronCore is served as fleetscope_gpu_peak_flops (gpu = the NeuronCore index),
@@ -777,17 +844,29 @@ NEURON_RESTART_REASONS: tuple[str, ...] = ("exited", "hung", "garbage")
 # --------------------------------------------------------------------------------------------
 
 COLLECTOR_SUCCESS = _m(
-    "fleetscope_collector_success", "gauge",
-    "1 if the collector's last scrape succeeded, else 0.", "bool", ("collector",), "exporter",
-)  # fmt: skip
+    "fleetscope_collector_success",
+    "gauge",
+    "1 if the collector's last scrape succeeded, else 0.",
+    "bool",
+    ("collector",),
+    "exporter",
+)
 COLLECTOR_DURATION = _m(
-    "fleetscope_collector_duration_seconds", "gauge",
-    "How long the collector took on this scrape.", "s", ("collector",), "exporter",
-)  # fmt: skip
+    "fleetscope_collector_duration_seconds",
+    "gauge",
+    "How long the collector took on this scrape.",
+    "s",
+    ("collector",),
+    "exporter",
+)
 EXPORTER_BUILD_INFO = _m(
-    "fleetscope_exporter_build_info", "gauge", "Build information; the value is always 1.", "",
-    ("version",), "exporter",
-)  # fmt: skip
+    "fleetscope_exporter_build_info",
+    "gauge",
+    "Build information; the value is always 1.",
+    "",
+    ("version",),
+    "exporter",
+)
 
 # --------------------------------------------------------------------------------------------
 # Analyzer verdicts (the live service's /metrics)
@@ -795,18 +874,29 @@ EXPORTER_BUILD_INFO = _m(
 
 NODE_STATES: tuple[str, ...] = ("healthy", "degraded", "failing")
 NODE_HEALTH = _m(
-    "fleetscope_node_health", "gauge", "1 for the node's current state, 0 for the others.", "bool",
-    (NODE_LABEL, "state"), "service",
-)  # fmt: skip
+    "fleetscope_node_health",
+    "gauge",
+    "1 for the node's current state, 0 for the others.",
+    "bool",
+    (NODE_LABEL, "state"),
+    "service",
+)
 STRAGGLER_SCORE = _m(
-    "fleetscope_straggler_score", "gauge",
-    "Own compute time divided by the peer median (1 = normal).", "ratio",
-    ("job_id", "rank", NODE_LABEL, "gpu"), "service",
-)  # fmt: skip
+    "fleetscope_straggler_score",
+    "gauge",
+    "Own compute time divided by the peer median (1 = normal).",
+    "ratio",
+    ("job_id", "rank", NODE_LABEL, "gpu"),
+    "service",
+)
 FINDINGS = _m(
-    "fleetscope_findings", "gauge", "Open findings by kind and severity.", "findings",
-    ("kind", "severity"), "service",
-)  # fmt: skip
+    "fleetscope_findings",
+    "gauge",
+    "Open findings by kind and severity.",
+    "findings",
+    ("kind", "severity"),
+    "service",
+)
 
 FINDING_KINDS: tuple[str, ...] = (
     "failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
@@ -818,24 +908,37 @@ SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 # The live service's own health, beside its verdicts (so a rule can tell stale verdicts apart).
 SERVICE_ANALYSIS_SUCCESS = _m(
-    "fleetscope_service_analysis_success", "gauge",
+    "fleetscope_service_analysis_success",
+    "gauge",
     "1 if the last analysis cycle succeeded, 0 if it failed (Prometheus down, slow or erroring).",
-    "bool", (), "service",
-)  # fmt: skip
+    "bool",
+    (),
+    "service",
+)
 SERVICE_LAST_ANALYSIS = _m(
-    "fleetscope_service_last_analysis_timestamp_seconds", "gauge",
+    "fleetscope_service_last_analysis_timestamp_seconds",
+    "gauge",
     "Unix time the verdicts were last computed successfully (absent before the first analysis).",
-    "s", (), "service",
-)  # fmt: skip
+    "s",
+    (),
+    "service",
+)
 SERVICE_ANALYSIS_DURATION = _m(
-    "fleetscope_service_analysis_duration_seconds", "gauge",
-    "Wall time of the last analysis cycle.", "s", (), "service",
-)  # fmt: skip
+    "fleetscope_service_analysis_duration_seconds",
+    "gauge",
+    "Wall time of the last analysis cycle.",
+    "s",
+    (),
+    "service",
+)
 SERVICE_VERDICTS_STALE = _m(
-    "fleetscope_service_verdicts_stale", "gauge",
+    "fleetscope_service_verdicts_stale",
+    "gauge",
     "1 when the verdicts served are older than the staleness limit or the last cycle failed.",
-    "bool", (), "service",
-)  # fmt: skip
+    "bool",
+    (),
+    "service",
+)
 
 
 def metrics_by_origin(origin: str) -> list[Metric]:
@@ -844,10 +947,13 @@ def metrics_by_origin(origin: str) -> list[Metric]:
 
 
 COLLECTOR_ERRORS = _m(
-    "fleetscope_collector_errors_total", "counter",
+    "fleetscope_collector_errors_total",
+    "counter",
     "Inputs a collector skipped (unreadable or unparsable files, rejected rank files, ...).",
-    "errors", ("collector", "reason"), "exporter",
-)  # fmt: skip
+    "errors",
+    ("collector", "reason"),
+    "exporter",
+)
 
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -886,7 +992,8 @@ HISTOGRAM_SUFFIXES: tuple[str, ...] = ("_bucket", "_sum", "_count")
 
 
 class Histogram(Metric):
-    """A histogram family; ``bucket``, ``sum`` and ``observations`` are its ``_bucket``, ``_sum`` and ``_count`` series (also in :data:`METRICS`)."""
+    """A histogram family; ``bucket``, ``sum`` and ``observations`` are its ``_bucket``, ``_sum`` and
+    ``_count`` series (also in :data:`METRICS`)."""
 
     bucket: Metric
     sum: Metric
@@ -940,9 +1047,11 @@ VLLM_NUM_REQUESTS_SWAPPED = _vllm(
 )
 #: V0 and V1 up to v0.10 (V1 deprecated it in 0.9 for :data:`VLLM_KV_CACHE_USAGE`, later hidden).
 VLLM_GPU_CACHE_USAGE = _vllm(
-    "vllm:gpu_cache_usage_perc", "gauge",
-    "GPU KV-cache usage, 1 = 100% (V0; V1 until its rename to vllm:kv_cache_usage_perc).", "ratio",
-)  # fmt: skip
+    "vllm:gpu_cache_usage_perc",
+    "gauge",
+    "GPU KV-cache usage, 1 = 100% (V0; V1 until its rename to vllm:kv_cache_usage_perc).",
+    "ratio",
+)
 #: V1 from v0.9 (the rename of :data:`VLLM_GPU_CACHE_USAGE`). Queries read ``kv or gpu``.
 VLLM_KV_CACHE_USAGE = _vllm(
     "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = 100% (V1 from v0.9).", "ratio"
@@ -951,9 +1060,11 @@ VLLM_CPU_CACHE_USAGE = _vllm(
     "vllm:cpu_cache_usage_perc", "gauge", "CPU (swap) KV-cache usage, 1 = 100% (V0 only).", "ratio"
 )
 VLLM_NUM_PREEMPTIONS = _vllm(
-    "vllm:num_preemptions_total", "counter",
-    "Requests preempted by the engine (KV cache full), cumulative (V0, V1).", "preemptions",
-)  # fmt: skip
+    "vllm:num_preemptions_total",
+    "counter",
+    "Requests preempted by the engine (KV cache full), cumulative (V0, V1).",
+    "preemptions",
+)
 VLLM_PROMPT_TOKENS = _vllm(
     "vllm:prompt_tokens_total", "counter", "Prefill (prompt) tokens processed (V0, V1).", "tokens"
 )
@@ -961,10 +1072,12 @@ VLLM_GENERATION_TOKENS = _vllm(
     "vllm:generation_tokens_total", "counter", "Generation (output) tokens processed (V0, V1).", "tokens"
 )
 VLLM_REQUEST_SUCCESS = _vllm(
-    "vllm:request_success_total", "counter",
-    "Finished requests by finished_reason (stop, length, abort) (V0, V1).", "requests",
+    "vllm:request_success_total",
+    "counter",
+    "Finished requests by finished_reason (stop, length, abort) (V0, V1).",
+    "requests",
     ("finished_reason",),
-)  # fmt: skip
+)
 VLLM_PREFIX_CACHE_QUERIES = _vllm(
     "vllm:prefix_cache_queries_total", "counter", "Prefix-cache queries in tokens (V1 from v0.9).", "tokens"
 )
@@ -998,10 +1111,13 @@ VLLM_REQUEST_GENERATION_TOKENS = _vllm_hist(
 #: vLLM's OpenAI server instruments its FastAPI app (prometheus-fastapi-instrumentator): requests
 #: by ``handler``, ``method`` and ``status`` class (``2xx``, ``4xx``, ``5xx``). No ``model_name``.
 VLLM_HTTP_REQUESTS = _m(
-    "http_requests_total", "counter",
+    "http_requests_total",
+    "counter",
     "HTTP requests of vLLM's OpenAI-compatible server by handler, method and status class.",
-    "requests", ("handler", "method", "status"), "vllm",
-)  # fmt: skip
+    "requests",
+    ("handler", "method", "status"),
+    "vllm",
+)
 
 #: Series each vLLM engine generation serves (what the recorded pages are checked against).
 VLLM_V0_SERIES: tuple[Metric, ...] = (
@@ -1092,9 +1208,11 @@ TRITON_INFERENCE_COUNT = _triton(
     "nv_inference_count", "counter", "Inferences performed (a batch of n counts n).", "inferences"
 )
 TRITON_EXEC_COUNT = _triton(
-    "nv_inference_exec_count", "counter", "Model executions (inference count / exec count = batch size).",
+    "nv_inference_exec_count",
+    "counter",
+    "Model executions (inference count / exec count = batch size).",
     "executions",
-)  # fmt: skip
+)
 TRITON_REQUEST_DURATION_US = _triton(
     "nv_inference_request_duration_us", "counter", "Cumulative end-to-end request time.", "us"
 )
@@ -1115,16 +1233,23 @@ TRITON_PENDING_REQUEST_COUNT = _triton(
 )
 #: Triton's own GPU gauges (per ``gpu_uuid``); fleetscope joins DCGM series instead.
 TRITON_GPU_UTILIZATION = _m(
-    "nv_gpu_utilization", "gauge", "GPU utilization rate (0.0 - 1.0), Triton's view.", "ratio",
-    ("gpu_uuid",), "triton",
-)  # fmt: skip
+    "nv_gpu_utilization",
+    "gauge",
+    "GPU utilization rate (0.0 - 1.0), Triton's view.",
+    "ratio",
+    ("gpu_uuid",),
+    "triton",
+)
 #: TensorRT-LLM backend gauges (tensorrtllm_backend README, Triton 23.11+): KV-cache blocks by
 #: ``kv_cache_block_type`` (max, free, used, tokens_per) and requests by ``request_type`` (active,
 #: max, scheduled, context).
 TRTLLM_KV_CACHE_BLOCK_STATISTICS = _triton(
-    "nv_trt_llm_kv_cache_block_statistics", "gauge", "TRT LLM KV cache block metrics.", "blocks",
+    "nv_trt_llm_kv_cache_block_statistics",
+    "gauge",
+    "TRT LLM KV cache block metrics.",
+    "blocks",
     ("kv_cache_block_type",),
-)  # fmt: skip
+)
 TRTLLM_REQUEST_STATISTICS = _triton(
     "nv_trt_llm_request_statistics", "gauge", "TRT LLM request metrics.", "requests", ("request_type",)
 )

@@ -33,7 +33,10 @@ def _gpu_peak(dtype: str) -> str:
 
 def rank_mfu(window: str = "5m", dtype: str = "bf16") -> str:
     """MFU of each rank: its model FLOP/s over the dense peak of the GPU it runs on."""
-    return f"rate({contract.TRAINING_MODEL_FLOPS}[{window}]) / on ({_NODE}, gpu) group_left () {_gpu_peak(dtype)}"
+    return (
+        f"rate({contract.TRAINING_MODEL_FLOPS}[{window}]) / on ({_NODE}, gpu) group_left () "
+        f"{_gpu_peak(dtype)}"
+    )
 
 
 def job_mfu(window: str = "5m", dtype: str = "bf16") -> str:
@@ -138,7 +141,8 @@ _MODEL = contract.INFERENCE_MODEL_LABEL
 
 
 def _tag(expr: str, server: str, model_from: str = "") -> str:
-    """``expr`` with ``server="<server>"`` and, when ``model_from`` names a label, ``model`` copied from it."""
+    """``expr`` with ``server="<server>"`` and, when ``model_from`` names a label, ``model`` copied from
+    it."""
     out = f'label_replace({expr}, "{_SERVER}", "{server}", "", "")'
     if model_from:
         out = f'label_replace({out}, "{_MODEL}", "$1", "{model_from}", "(.*)")'
@@ -203,8 +207,8 @@ def model_error_ratio(window: str = "5m") -> str:
     # target's error rate is 0, not absent (a healthy replica has an error ratio of 0).
     errors = f'(sum by ({target}) (rate({http}{{handler=~"/v1/.*", status="5xx"}}[{window}])) or 0 * {total})'
     per_model = (
-        f"sum by ({_MODEL_NAME}) ({errors} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target})"
-        f" / (sum by ({_MODEL_NAME}) ({total} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target}) > 0)"
+        f"sum by ({_MODEL_NAME}) ({errors} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target}) / "
+        f"(sum by ({_MODEL_NAME}) ({total} * on ({target}) group_left ({_MODEL_NAME}) {model_of_target}) > 0)"
     )
     vllm = _tag(per_model, "vllm", _MODEL_NAME)
     tgi = _tag(
@@ -250,7 +254,10 @@ def vllm_itl_slow_ratio(seconds: float, window: str = "5m") -> str:
 def instance_hostname(expr: str) -> str:
     """``expr`` with ``Hostname`` set from the host part of ``instance`` (Slurm/EC2 static targets:
     ``node-7:8000`` -> ``node-7``; an IPv6 ``[::1]:8000`` keeps its brackets off)."""
-    return f'label_replace({expr}, "{_NODE}", "$1", "{contract.INSTANCE_LABEL}", "\\\\[?([^\\\\]]+?)\\\\]?(?::[0-9]+)?")'
+    return (
+        f'label_replace({expr}, "{_NODE}", "$1", "{contract.INSTANCE_LABEL}", '
+        '"\\\\[?([^\\\\]]+?)\\\\]?(?::[0-9]+)?")'
+    )
 
 
 #: Kubernetes pod identity is (namespace, pod), and only a non-empty one identifies anything: a

@@ -68,7 +68,8 @@ _ENTRIES: tuple[tuple[int, XidClass, str, str, str], ...] = (
      "drain the node; reset the GPU (nvidia-smi -r) to retire the failing memory, run dcgmi diag -r 3; "
      "RMA the GPU if uncorrectable errors repeat"),
     (54, "drain", "Auxiliary power is not connected to the GPU board",
-     "the GPU board's auxiliary power is not connected", "drain the node and check the GPU's power connectors"),
+     "the GPU board's auxiliary power is not connected", "drain the node and check the GPU's power "
+                                                         "connectors"),
     (62, "drain", "Internal micro-controller halt", "the GPU's internal micro-controller halted",
      _RESET_GPU),
     (64, "drain", "GPU memory remapping failure", "the GPU could not remap a failing memory row",
@@ -78,8 +79,8 @@ _ENTRIES: tuple[tuple[int, XidClass, str, str, str], ...] = (
      "an NVLink fault on this GPU, or on its peer (a peer's failure also logs XID 74 on this end)", _NVLINK),
     (79, "drain", "GPU has fallen off the bus",
      "the GPU is unreachable over PCIe (hardware, power or thermal fault)",
-     "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, RMA the "
-     "GPU if XID 79 repeats"),
+     "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag "
+     "-r 3, RMA the GPU if XID 79 repeats"),
     (95, "drain", "Uncontained memory error",
      "an uncontained memory error (other GPUs may log it too, as a consequence)", _RESET_GPU),
     (109, "drain", "Context Switch Timeout Error", "a context switch timed out (GPU or driver hang)",
@@ -96,9 +97,10 @@ _ENTRIES: tuple[tuple[int, XidClass, str, str, str], ...] = (
     (145, "drain", "NVLink RLW error", "an NVLink5 RLW fault (the subcode tells fatal from not)", _NVLINK),
     (146, "drain", "NVLink TLW error", "an NVLink5 TLW fault (the subcode tells fatal from not)", _NVLINK),
     (147, "drain", "NVLink TREX error", "an NVLink5 TREX fault (the subcode tells fatal from not)", _NVLINK),
-    (148, "drain", "NVLink NVLPW_CTRL error", "an NVLink5 NVLPW_CTRL fault (the subcode tells fatal from not)",
+    (148, "drain", "NVLink NVLPW_CTRL error", "an NVLink5 NVLPW_CTRL fault (the subcode tells fatal from "
+                                              "not)",
      _NVLINK),
-    (149, "drain", "NVLink NETIR error", "an NVLink5 NETIR fault (the subcode tells fatal from not)", _NVLINK),
+    (149, "drain", "NVLink NETIR error", "an NVLink5 NETIR fault (the subcode tells fatal from not)", _NVLINK),  # noqa: E501
     (150, "drain", "NVLink MSE error", "an NVLink5 MSE fault (the subcode tells fatal from not)", _NVLINK),
     (151, "drain", "Key rotation error (confidential computing)",
      "a confidential-computing key rotation failed", "drain the node and restart its VM"),

@@ -10,7 +10,8 @@ What the conversion does (tests/fixtures/bytedance/README.md says the same):
 
 * every rank of the job is written (``world_size`` ranks: the traced rank's timings copied to its
   tensor- and sequence-parallel siblings), 8 ranks per node (``bd-<trace>-node-NN``, gpu = rank % 8);
-* the sampled steps are replayed back to back, in their order, over and over until ``--minutes`` (AR and ST 40, SE 20);
+* the sampled steps are replayed back to back, in their order, over and over until ``--minutes`` (AR and ST
+40, SE 20);
   each step lasts its recorded wall time (the last operation's end over all ranks: synchronous
   training ends a step together) and adds to each rank's counters its own ``forward`` (the
   forward-compute operations), ``backward`` (backward-compute) and ``optimizer`` seconds (the
@@ -93,8 +94,16 @@ def read_trace(raw: Path, name: str) -> Trace:
     fwd = d[d["optype"] == "forward-compute"]
     mbs = fwd.groupby(["dp_rank", "stage"], observed=True)["mb_id"].nunique()
     micro = np.array([int(mbs.get((dp, pp), 1)) for dp, pp in workers])
-    return Trace(name, layout, workers, wall, phase(("forward-compute",)), phase(("backward-compute",)),
-                 phase(OPTIMIZER_OPS), micro)  # fmt: skip
+    return Trace(
+        name,
+        layout,
+        workers,
+        wall,
+        phase(("forward-compute",)),
+        phase(("backward-compute",)),
+        phase(OPTIMIZER_OPS),
+        micro,
+    )
 
 
 def global_rank(layout: dict[str, int], dp: int, stage: int, tp: int, dsp: int) -> int:
@@ -122,9 +131,14 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
     lay = tr.layout
     out: dict[str, dict] = {
         n: {}
-        for n in (c.TRAINING_STEPS.name, c.TRAINING_STEP_SECONDS.name, c.TRAINING_PHASE_SECONDS.name,
-                  c.TRAINING_TOKENS.name, c.TRAINING_MODEL_FLOPS.name)
-    }  # fmt: skip
+        for n in (
+            c.TRAINING_STEPS.name,
+            c.TRAINING_STEP_SECONDS.name,
+            c.TRAINING_PHASE_SECONDS.name,
+            c.TRAINING_TOKENS.name,
+            c.TRAINING_MODEL_FLOPS.name,
+        )
+    }
     if layout:
         out[c.TRAINING_INFO.name] = {}
     steps_c = done.astype(float)
@@ -134,9 +148,13 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
         for dsp in range(lay["dsp_size"]):
             for tp in range(lay["tp_size"]):
                 r = global_rank(lay, dp, stage, tp, dsp)
-                base = (("job_id", job), ("rank", str(r)), ("local_rank", str(r % GPUS_PER_NODE)),
-                        (c.NODE_LABEL, f"bd-{tr.name.lower()}-node-{r // GPUS_PER_NODE:02d}"),
-                        ("gpu", str(r % GPUS_PER_NODE)))  # fmt: skip
+                base = (
+                    ("job_id", job),
+                    ("rank", str(r)),
+                    ("local_rank", str(r % GPUS_PER_NODE)),
+                    (c.NODE_LABEL, f"bd-{tr.name.lower()}-node-{r // GPUS_PER_NODE:02d}"),
+                    ("gpu", str(r % GPUS_PER_NODE)),
+                )
                 out[c.TRAINING_STEPS.name][base] = (ts, steps_c)
                 out[c.TRAINING_STEP_SECONDS.name][base] = (ts, np.round(wall_c, 3))
                 for ph, v in (("forward", fwd), ("backward", bwd), ("optimizer", opt)):
@@ -144,8 +162,13 @@ def convert(tr: Trace, *, minutes: float, scrape: float, tokens_per_mb: int, lay
                 out[c.TRAINING_TOKENS.name][base] = (ts, steps_c * tr.microbatches[w] * tokens_per_mb)
                 out[c.TRAINING_MODEL_FLOPS.name][base] = (ts, steps_c * flops_step)
                 if layout:
-                    info = (*base, ("flops_convention", "megatron"), (c.PIPELINE_STAGE_LABEL, str(stage)),
-                            (c.DATA_PARALLEL_RANK_LABEL, str(dp)), (c.TENSOR_PARALLEL_RANK_LABEL, str(tp)))  # fmt: skip
+                    info = (
+                        *base,
+                        ("flops_convention", "megatron"),
+                        (c.PIPELINE_STAGE_LABEL, str(stage)),
+                        (c.DATA_PARALLEL_RANK_LABEL, str(dp)),
+                        (c.TENSOR_PARALLEL_RANK_LABEL, str(tp)),
+                    )
                     if lay["dsp_size"] > 1:
                         info = (*info, (c.CONTEXT_PARALLEL_RANK_LABEL, str(dsp)))
                     out[c.TRAINING_INFO.name][info] = (ts, np.ones(len(ts)))
@@ -178,11 +201,18 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         for layout in (False, True):
             path = args.out / f"trace-{name}{'-layout' if layout else ''}.om.gz"
-            samples = convert(tr, minutes=args.minutes or MINUTES.get(name, 40.0), scrape=args.scrape,
-                              tokens_per_mb=args.tokens_per_microbatch, layout=layout)  # fmt: skip
+            samples = convert(
+                tr,
+                minutes=args.minutes or MINUTES.get(name, 40.0),
+                scrape=args.scrape,
+                tokens_per_mb=args.tokens_per_microbatch,
+                layout=layout,
+            )
             write_samples(samples, path)
-            print(f"{path}: {tr.layout['world_size']} ranks, {len(tr.wall)} sampled steps, "
-                  f"{path.stat().st_size // 1024} KB")  # fmt: skip
+            print(
+                f"{path}: {tr.layout['world_size']} ranks, {len(tr.wall)} sampled steps, "
+                f"{path.stat().st_size // 1024} KB"
+            )
     return 0
 
 

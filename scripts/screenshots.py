@@ -76,12 +76,21 @@ def chromium_screenshot(url: str, out: Path, width: int, height: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
             [
-                CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                "--virtual-time-budget=10000", f"--screenshot={out}", url,
+                CHROMIUM,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "--virtual-time-budget=10000",
+                f"--screenshot={out}",
+                url,
             ],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
 
 # --- the web page during the demo ------------------------------------------------------------
@@ -89,18 +98,39 @@ def web_page(out: Path, fault: str, workload: str = "training") -> None:
     port = free_port()
     demo = subprocess.Popen(
         [
-            str(VENV_BIN / "fleetscope"), "demo", "--fast", "--workload", workload, "--fault", fault,
-            "--fault-at", "60", "--fault-node", "1", "--duration", "900", "--listen", f"127.0.0.1:{port}",
-            "--prometheus-port", str(free_port()), "--alertmanager-port", str(free_port()),
-            "--base-port", str(20000 + free_port() % 20000),
+            str(VENV_BIN / "fleetscope"),
+            "demo",
+            "--fast",
+            "--workload",
+            workload,
+            "--fault",
+            fault,
+            "--fault-at",
+            "60",
+            "--fault-node",
+            "1",
+            "--duration",
+            "900",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--prometheus-port",
+            str(free_port()),
+            "--alertmanager-port",
+            str(free_port()),
+            "--base-port",
+            str(20000 + free_port() % 20000),
         ],
-        stdout=sys.stdout, stderr=sys.stderr,
-    )  # fmt: skip
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         if workload == "inference":
-            wait_for(lambda: get_json(f"{base}/api/v1/findings?kind=failing_replica")["findings"],
-                     timeout=600, what="the failing replica's finding")  # fmt: skip
+            wait_for(
+                lambda: get_json(f"{base}/api/v1/findings?kind=failing_replica")["findings"],
+                timeout=600,
+                what="the failing replica's finding",
+            )
             # Its replica stops serving a few scrapes after the XID: wait until the page can say so.
             with contextlib.suppress(SystemExit):
                 wait_for(
@@ -159,11 +189,15 @@ def running_prometheus(config: Path, data: Path):
     port = free_port()
     prom = subprocess.Popen(
         [
-            "prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=2).status == 200, 60, "prometheus")
@@ -187,17 +221,23 @@ def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
 
     dash, panel = panel_by_title(title)
     spec = ScenarioSpec(
-        name="screenshot", nodes=4, duration_s=1800, step_s=15, seed=7,
+        name="screenshot",
+        nodes=4,
+        duration_s=1800,
+        step_s=15,
+        seed=7,
         faults=[FaultSpec(kind="thermal_throttle", at_s=600, node=1, gpu=3, slowdown=0.25)],
-    )  # fmt: skip
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         recording = work / "recording.om"
         write_openmetrics(simulate(spec), recording)
         subprocess.run(
             ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(recording), str(work / "data")],
-            check=True, capture_output=True, timeout=600,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         config = work / "prometheus.yml"
         config.write_text(json.dumps({"global": {"scrape_interval": "15s"}, "scrape_configs": []}))
         start, end, step = spec.start + 60, spec.start + spec.duration_s, 15.0
@@ -209,11 +249,22 @@ def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
             with running_prometheus(config, work / "data") as base:
                 rules = [str(p) for p in sorted((ROOT / "alerts").glob("*.rules.yml"))]
                 subprocess.run(
-                    ["promtool", "tsdb", "create-blocks-from", "rules", f"--start={int(spec.start)}",
-                     f"--end={int(end)}", "--eval-interval=15s", f"--url={base}",
-                     f"--output-dir={work / 'data'}", *rules],
-                    check=True, capture_output=True, timeout=600,
-                )  # fmt: skip
+                    [
+                        "promtool",
+                        "tsdb",
+                        "create-blocks-from",
+                        "rules",
+                        f"--start={int(spec.start)}",
+                        f"--end={int(end)}",
+                        "--eval-interval=15s",
+                        f"--url={base}",
+                        f"--output-dir={work / 'data'}",
+                        *rules,
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=600,
+                )
         series = []
         with running_prometheus(config, work / "data") as base:
             for expr, legend_format in exprs:
@@ -238,12 +289,14 @@ def dashboard_panel(out: Path, title: str, variables: dict[str, str]) -> None:
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
     ax.legend(fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.12), frameon=False)
     fig.text(
-        0.01, 0.01,
-        "Drawn with matplotlib (scripts/screenshots.py) from this panel's PromQL in dashboards/*.json, over a simulated\n"
-        "30-minute recording backfilled into a real Prometheus; GPU 3 of this node thermally throttled from 10:10. "
-        "Not a Grafana screenshot.",
-        fontsize=7, color="#9fa7b3",
-    )  # fmt: skip
+        0.01,
+        0.01,
+        "Drawn with matplotlib (scripts/screenshots.py) from this panel's PromQL in dashboards/*.json, over "
+        "a simulated\n30-minute recording backfilled into a real Prometheus; GPU 3 of this node thermally "
+        "throttled from 10:10. Not a Grafana screenshot.",
+        fontsize=7,
+        color="#9fa7b3",
+    )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(out)
     print(f"wrote {out}")
@@ -255,9 +308,12 @@ def main() -> int:
     p.add_argument("--fault", default="gpu_lost", help="fault the demo injects for the web pages (gpu_lost)")
     p.add_argument("--panel-title", default="SM clock", help="the panel to draw (default: SM clock)")
     p.add_argument(
-        "--var", action="append", default=[], metavar="NAME=VALUE",
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="a dashboard variable (default Hostname = the throttled node)",
-    )  # fmt: skip
+    )
     args = p.parse_args()
     IMG.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "web"):

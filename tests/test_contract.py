@@ -12,5 +12,9 @@ def test_a_metric_pickles_with_its_metadata() -> None:
     back = pickle.loads(pickle.dumps(c.DCGM_FI_DEV_GPU_TEMP))
     assert back == c.DCGM_FI_DEV_GPU_TEMP and isinstance(back, c.Metric)
     assert (back.type, back.help, back.unit, back.labels, back.origin) == (
-        c.DCGM_FI_DEV_GPU_TEMP.type, c.DCGM_FI_DEV_GPU_TEMP.help, c.DCGM_FI_DEV_GPU_TEMP.unit, c.DCGM_FI_DEV_GPU_TEMP.labels, c.DCGM_FI_DEV_GPU_TEMP.origin,
-    )  # fmt: skip
+        c.DCGM_FI_DEV_GPU_TEMP.type,
+        c.DCGM_FI_DEV_GPU_TEMP.help,
+        c.DCGM_FI_DEV_GPU_TEMP.unit,
+        c.DCGM_FI_DEV_GPU_TEMP.labels,
+        c.DCGM_FI_DEV_GPU_TEMP.origin,
+    )

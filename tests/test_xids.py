@@ -90,13 +90,26 @@ def test_promql_regex() -> None:
 def test_generated_drain_rule_matches_exactly_the_drain_class() -> None:
     rules = yaml.safe_load((ROOT / "alerts" / "fleetscope-gpu.rules.yml").read_text())
     alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    for name, klass in (("FleetscopeGpuXidDrain", "drain"), ("FleetscopeGpuXidWatch", "watch"),
-                        ("FleetscopeGpuXidApplication", "application")):  # fmt: skip
+    for name, klass in (
+        ("FleetscopeGpuXidDrain", "drain"),
+        ("FleetscopeGpuXidWatch", "watch"),
+        ("FleetscopeGpuXidApplication", "application"),
+    ):
         assert f'xid=~"{xids.promql_regex(xids.codes(klass))}"' in alerts[name]
 
 
 def test_the_contract_no_longer_carries_xid_or_hardware_names() -> None:
     """XIDs live in fleetscope.xids and hardware facts in fleetscope.hardware, each in one place."""
-    gone = ("XID_DRAIN", "XID_WATCH", "XID_APPLICATION", "xid_class", "promql_regex", "XidClass",
-            "peak_flops", "PEAK_FLOPS_TABLE", "RECOVERY_ACTIONS", "CLOCK_EVENT_HW_THERMAL")  # fmt: skip
+    gone = (
+        "XID_DRAIN",
+        "XID_WATCH",
+        "XID_APPLICATION",
+        "xid_class",
+        "promql_regex",
+        "XidClass",
+        "peak_flops",
+        "PEAK_FLOPS_TABLE",
+        "RECOVERY_ACTIONS",
+        "CLOCK_EVENT_HW_THERMAL",
+    )
     assert [name for name in gone if hasattr(contract, name)] == []

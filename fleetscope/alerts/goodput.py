@@ -5,7 +5,8 @@ backfilled with them; names in ``fleetscope.alerts.names``), each from raw serie
 step-time goodput, the age of the newest successful checkpoint, the GPU-hours a failure now would
 lose, the mean save time over an hour and a day, and the checkpoint write bandwidth.
 Alerts (:func:`group`): no successful checkpoint within the budget, saves slowing down
-(file-system trouble), and too many GPU-hours at risk. The series come from ``fleetscope.telemetry`` (docs/telemetry.md).
+(file-system trouble), and too many GPU-hours at risk. The series come from ``fleetscope.telemetry``
+(docs/telemetry.md).
 """
 
 from __future__ import annotations

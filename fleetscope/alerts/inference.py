@@ -37,12 +37,18 @@ _REPLICA = "The vLLM engine of {{ $labels.model_name }} at {{ $labels.instance }
 # ---- SLI expressions (the dashboards read the recorded names) --------------------------------
 def ttft_slow(cfg: Thresholds, window: str) -> str:
     """Share of requests of each model whose first token came later than the SLO threshold."""
-    return f"max by ({c.INFERENCE_MODEL_LABEL}, {c.INFERENCE_SERVER_LABEL}) ({queries.vllm_ttft_slow_ratio(cfg.inference_ttft_seconds, window)})"
+    return (
+        f"max by ({c.INFERENCE_MODEL_LABEL}, {c.INFERENCE_SERVER_LABEL}) "
+        f"({queries.vllm_ttft_slow_ratio(cfg.inference_ttft_seconds, window)})"
+    )
 
 
 def itl_slow(cfg: Thresholds, window: str) -> str:
     """Share of inter-token gaps of each model longer than the SLO threshold (V0 or V1 names)."""
-    return f"max by ({c.INFERENCE_MODEL_LABEL}, {c.INFERENCE_SERVER_LABEL}) ({queries.vllm_itl_slow_ratio(cfg.inference_itl_seconds, window)})"
+    return (
+        f"max by ({c.INFERENCE_MODEL_LABEL}, {c.INFERENCE_SERVER_LABEL}) "
+        f"({queries.vllm_itl_slow_ratio(cfg.inference_itl_seconds, window)})"
+    )
 
 
 def errors(cfg: Thresholds, window: str) -> str:
@@ -107,10 +113,18 @@ def _http(minutes: int, *failing: tuple[float, int]) -> tuple[Series, ...]:
     regimes = [(0.0, rest)] + parts if rest > 0 else parts
     route = {"handler": "/v1/chat/completions", "method": "POST"}
     return (
-        Series(c.VLLM_HTTP_REQUESTS, {**route, "status": "2xx", **_TARGET}, _regimes(*((600 * (1 - s), m) for s, m in regimes))),
-        Series(c.VLLM_HTTP_REQUESTS, {**route, "status": "5xx", **_TARGET}, _regimes(*((600 * s, m) for s, m in regimes))),
+        Series(
+            c.VLLM_HTTP_REQUESTS,
+            {**route, "status": "2xx", **_TARGET},
+            _regimes(*((600 * (1 - s), m) for s, m in regimes)),
+        ),
+        Series(
+            c.VLLM_HTTP_REQUESTS,
+            {**route, "status": "5xx", **_TARGET},
+            _regimes(*((600 * s, m) for s, m in regimes)),
+        ),
         _engine(c.VLLM_NUM_REQUESTS_RUNNING, f"40x{minutes}"),
-    )  # fmt: skip
+    )
 
 
 def _minutes(window: str) -> int:
@@ -119,7 +133,10 @@ def _minutes(window: str) -> int:
 
 
 # ---- rules -------------------------------------------------------------------------------------
-_SLOS: tuple[tuple[str, str, Callable[[Thresholds, str], str], Callable[[str], str], Callable[..., tuple[Series, ...]]], ...] = (
+_Slo = tuple[
+    str, str, Callable[[Thresholds, str], str], Callable[[str], str], Callable[..., tuple[Series, ...]]
+]
+_SLOS: tuple[_Slo, ...] = (
     ("Ttft", "time to first token", ttft_slow, names.inference_ttft_slow, _ttft),
     ("Itl", "inter-token latency", itl_slow, names.inference_itl_slow, _itl),
     ("Errors", "error ratio", errors, names.inference_errors, _http),
@@ -164,12 +181,16 @@ def recordings(cfg: Thresholds) -> tuple[Recording, ...]:
             names.INFERENCE_REPLICA_NODE,
             replica_node(),
             (
-                Case("a V1 engine on ip-10-1-0-11:8000", (_engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10"),), "10m",
-                     (Fire(replica, 1),)),
+                Case(
+                    "a V1 engine on ip-10-1-0-11:8000",
+                    (_engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10"),),
+                    "10m",
+                    (Fire(replica, 1),),
+                ),
                 Case("no serving target", (Series("up", _TARGET, "1x10"),), "10m"),
             ),
         )
-    )  # fmt: skip
+    )
     return tuple(out)
 
 
@@ -204,10 +225,23 @@ def _slo_alerts(cfg: Thresholds) -> list[Alert]:
         objective = _objective(cfg, key)
         budget = 1 - objective
         what = _what(cfg, key)
-        page = (
-            f"{_burn(cfg, name, budget, cfg.slo_page_fast_long_window, cfg.slo_page_fast_short_window, cfg.slo_page_fast_burn)}"
-            f" or {_burn(cfg, name, budget, cfg.slo_page_slow_long_window, cfg.slo_page_slow_short_window, cfg.slo_page_slow_burn)}"
+        page_fast = _burn(
+            cfg,
+            name,
+            budget,
+            cfg.slo_page_fast_long_window,
+            cfg.slo_page_fast_short_window,
+            cfg.slo_page_fast_burn,
         )
+        page_slow = _burn(
+            cfg,
+            name,
+            budget,
+            cfg.slo_page_slow_long_window,
+            cfg.slo_page_slow_short_window,
+            cfg.slo_page_slow_burn,
+        )
+        page = f"{page_fast} or {page_slow}"
         ticket = _burn(
             cfg, name, budget, cfg.slo_ticket_long_window, cfg.slo_ticket_short_window, cfg.slo_ticket_burn
         )
@@ -227,14 +261,29 @@ def _slo_alerts(cfg: Thresholds) -> list[Alert]:
                 expr=page,
                 severity="critical",
                 summary=f"A served model burns its {title} error budget fast.",
-                description=f'{_MODEL} ({{{{ $labels.server }}}}) burns its {title} SLO budget {{{{ printf "%.1f" $value }}}} times '
+                description=f"{_MODEL} ({{{{ $labels.server }}}}) burns its {title} SLO budget "
+                f'{{{{ printf "%.1f" $value }}}} times '
                 f"faster than sustainable ({slo}): at {num(cfg.slo_page_fast_burn)}x over "
-                f"{cfg.slo_page_fast_long_window} or {num(cfg.slo_page_slow_burn)}x over {cfg.slo_page_slow_long_window} "
-                "the month's budget is gone in days.",
+                f"{cfg.slo_page_fast_long_window} or {num(cfg.slo_page_slow_burn)}x over "
+                f"{cfg.slo_page_slow_long_window} the month's budget is gone in days.",
                 cases=(
-                    Case(f"{num(fast * 100)}%: the 1h/5m pair", data(10, (fast, 10)), "10m", (Fire(_SLI, fast / budget),)),
-                    Case(f"{num(slow_only * 100)}%: only the 6h/30m pair", data(10, (slow_only, 10)), "10m", (Fire(_SLI, slow_only / budget),)),
-                    Case(f"{num(spike * 100)}% for 5 minutes, 35 minutes ago: cleared", data(40, (spike, 5), (0.0, 35)), "40m"),
+                    Case(
+                        f"{num(fast * 100)}%: the 1h/5m pair",
+                        data(10, (fast, 10)),
+                        "10m",
+                        (Fire(_SLI, fast / budget),),
+                    ),
+                    Case(
+                        f"{num(slow_only * 100)}%: only the 6h/30m pair",
+                        data(10, (slow_only, 10)),
+                        "10m",
+                        (Fire(_SLI, slow_only / budget),),
+                    ),
+                    Case(
+                        f"{num(spike * 100)}% for 5 minutes, 35 minutes ago: cleared",
+                        data(40, (spike, 5), (0.0, 35)),
+                        "40m",
+                    ),
                     Case(f"{num(budget * 100)}%: on budget", data(10, (budget, 10)), "10m"),
                 ),
             ),
@@ -243,14 +292,20 @@ def _slo_alerts(cfg: Thresholds) -> list[Alert]:
                 expr=ticket,
                 severity="warning",
                 summary=f"A served model spends its {title} error budget faster than it lasts.",
-                description=f'{_MODEL} ({{{{ $labels.server }}}}) has burnt its {title} SLO budget {{{{ printf "%.1f" $value }}}} '
+                description=f"{_MODEL} ({{{{ $labels.server }}}}) has burnt its {title} SLO budget "
+                f'{{{{ printf "%.1f" $value }}}} '
                 f"times the sustainable rate over {cfg.slo_ticket_long_window} ({slo}).",
                 cases=(
-                    Case(f"{num(ticket_share * 100)}%", data(10, (ticket_share, 10)), "10m", (Fire(_SLI, ticket_share / budget),)),
+                    Case(
+                        f"{num(ticket_share * 100)}%",
+                        data(10, (ticket_share, 10)),
+                        "10m",
+                        (Fire(_SLI, ticket_share / budget),),
+                    ),
                     Case(f"{num(budget * 50)}%: within budget", data(10, (budget / 2, 10)), "10m"),
                 ),
             ),
-        ]  # fmt: skip
+        ]
     return alerts
 
 
@@ -277,9 +332,10 @@ def group(cfg: Thresholds) -> Group:
             for_="10m",
             severity="warning",
             summary="A vLLM engine's KV cache is full and it preempts requests.",
-            description=f'{_REPLICA} uses {{{{ printf "%.0f%%" $value }}}} of its KV cache and preempts more than '
-            f"{num(cfg.inference_preemptions_per_second)} requests/s: preempted requests are recomputed, first "
-            "tokens slow down. Compare its flags and GPUs' memory with its peers', or add replicas if all are full.",
+            description=f'{_REPLICA} uses {{{{ printf "%.0f%%" $value }}}} of its KV cache and preempts '
+            f"more than {num(cfg.inference_preemptions_per_second)} requests/s: preempted requests are "
+            "recomputed, first tokens slow down. Compare its flags and GPUs' memory with its peers', or add "
+            "replicas if all are full.",
             cases=(
                 Case(
                     "95% full, preempting 0.1/s",
@@ -319,7 +375,8 @@ def group(cfg: Thresholds) -> Group:
             summary="Requests pile up in a serving replica's queue.",
             description="The serving target {{ $labels.instance }} has "
             f'{{{{ printf "%.0f" $value }}}} requests waiting and the queue grew over the last {grow}: '
-            "requests arrive faster than it serves them (a slow replica, an unfair load balancer, or too few replicas).",
+            "requests arrive faster than it serves them (a slow replica, an unfair load balancer, or too few "
+            "replicas).",
             cases=(
                 Case(
                     "waiting grows by 2 a minute", (_engine(waiting, "0+2x30"),), "30m", (Fire(engine, 60),)
@@ -334,8 +391,10 @@ def group(cfg: Thresholds) -> Group:
             for_="5m",
             severity="warning",
             summary="A serving replica is down.",
-            description="The serving target {{ $labels.instance }} (job {{ $labels.job }}) reported engine series "
-            f"in the last {look} and cannot be scraped now: its share of the traffic moves to the other replicas.",
+            description="The serving target {{ $labels.instance }} (job {{ $labels.job }}) reported engine "
+            "series "
+            f"in the last {look} and cannot be scraped now: its share of the traffic moves to the other "
+            "replicas.",
             cases=(
                 Case(
                     "vLLM target down for 10 minutes",

@@ -39,8 +39,8 @@ def group(cfg: Thresholds) -> Group:
         Alert(
             name="FleetscopeEfaRetransmitRatioHigh",
             expr=(
-                f"{names.EFA_RETRANS_RATIO} * 100 > {ratio_pct}"
-                f" and on ({', '.join(_EFA_ID)}) rate({c.EFA_TX_PKTS}[{rw}]) > {num(cfg.efa_min_tx_pkts_per_second)}"
+                f"{names.EFA_RETRANS_RATIO} * 100 > {ratio_pct} and on ({', '.join(_EFA_ID)}) "
+                f"rate({c.EFA_TX_PKTS}[{rw}]) > {num(cfg.efa_min_tx_pkts_per_second)}"
             ),
             for_="10m",
             severity="warning",
@@ -112,8 +112,8 @@ def group(cfg: Thresholds) -> Group:
         Alert(
             name="FleetscopeEfaDeviceIdle",
             expr=(
-                f"rate({c.EFA_TX_BYTES}[{rw}]) == 0 and on ({c.NODE_LABEL})"
-                f" max by ({c.NODE_LABEL}) (rate({c.EFA_TX_BYTES}[{rw}])) > {num(cfg.efa_busy_tx_bytes_per_second)}"
+                f"rate({c.EFA_TX_BYTES}[{rw}]) == 0 and on ({c.NODE_LABEL}) max by ({c.NODE_LABEL}) "
+                f"(rate({c.EFA_TX_BYTES}[{rw}])) > {num(cfg.efa_busy_tx_bytes_per_second)}"
             ),
             for_="10m",
             severity="warning",

@@ -55,7 +55,10 @@ def group(cfg: Thresholds) -> Group:
     devices = f"max by ({c.NODE_LABEL}) ({c.NEURON_DEVICES})"
     dev = _device_labels()
     rt = _runtime_labels()
-    desc_dev = "Neuron device {{ $labels.neuron_device_index }} of {{ $labels.Hostname }} ({{ $labels.instance_id }})"
+    desc_dev = (
+        "Neuron device {{ $labels.neuron_device_index }} of {{ $labels.Hostname }} "
+        "({{ $labels.instance_id }})"
+    )
     alerts = (
         Alert(
             name="FleetscopeNeuronEccUncorrectable",

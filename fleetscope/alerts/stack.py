@@ -41,8 +41,8 @@ def group(cfg: Thresholds) -> Group:
             for_="15m",
             severity="warning",
             summary="A fleetscope collector keeps failing.",
-            description="Collector {{ $labels.collector }} of the exporter at {{ $labels.instance }} has failed "
-            "every scrape for 15m; the other collectors still report.",
+            description="Collector {{ $labels.collector }} of the exporter at {{ $labels.instance }} has "
+            "failed every scrape for 15m; the other collectors still report.",
             cases=(
                 Case(
                     "failing", (Series(c.COLLECTOR_SUCCESS, collector, "0x20"),), "20m", (Fire(collector, 0),)

@@ -63,8 +63,13 @@ def lustre(metric: str, values: str, host: str = HOST, **extra: str) -> Series:
 def rank_labels(rank: int, job: str = JOB) -> Labels:
     """Training labels of a rank: 8 ranks per node, rank r on GPU r % 8."""
     host = HOST if rank < 8 else PEER
-    return {"job_id": job, "rank": str(rank), "local_rank": str(rank % 8), contract.NODE_LABEL: host,
-            "gpu": str(rank % 8)}  # fmt: skip
+    return {
+        "job_id": job,
+        "rank": str(rank),
+        "local_rank": str(rank % 8),
+        contract.NODE_LABEL: host,
+        "gpu": str(rank % 8),
+    }
 
 
 def rank(metric: str, values: str, r: int, job: str = JOB, **extra: str) -> Series:

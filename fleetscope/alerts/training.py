@@ -13,7 +13,8 @@ _JOB = "Job {{ $labels.job_id }}"
 
 
 def rank_compute_vs_median(selector: str = "") -> str:
-    """Each rank's compute time over its job's median rank (1 = typical); ``selector`` like ``{job_id="1"}``."""
+    """Each rank's compute time over its job's median rank (1 = typical); ``selector`` like
+    ``{job_id="1"}``."""
     series = f"{names.RANK_COMPUTE}{selector}"
     return f"{series} / on (job_id) group_left () quantile by (job_id) (0.5, {series})"
 
@@ -42,15 +43,16 @@ def group(cfg: Thresholds) -> Group:
         Alert(
             name="FleetscopeTrainingJobStalled",
             expr=(
-                f"time() - max by (job_id) ({c.TRAINING_LAST_STEP_TIMESTAMP})"
-                f" > clamp_min({num(cfg.stall_step_multiple)} * quantile_over_time(0.5, {names.JOB_STEP_SECONDS}[{base}]),"
-                f" {num(cfg.stall_min_seconds)})"
+                f"time() - max by (job_id) ({c.TRAINING_LAST_STEP_TIMESTAMP}) > "
+                f"clamp_min({num(cfg.stall_step_multiple)} * quantile_over_time(0.5, "
+                f"{names.JOB_STEP_SECONDS}[{base}]), {num(cfg.stall_min_seconds)})"
             ),
             severity="critical",
             summary="A training job has stopped making steps.",
             description=f'{_JOB} has completed no step for {{{{ printf "%.0f" $value }}}} s, more than '
-            f"{num(cfg.stall_step_multiple)} times its usual step time (and at least {num(cfg.stall_min_seconds)} s): "
-            "a hung collective, a dead rank or stuck I/O holds every GPU of the job.",
+            f"{num(cfg.stall_step_multiple)} times its usual step time (and at least "
+            f"{num(cfg.stall_min_seconds)} s): a hung collective, a dead rank or stuck I/O holds every GPU "
+            "of the job.",
             cases=(
                 Case(
                     "no step for 15 minutes",
@@ -151,7 +153,8 @@ def group(cfg: Thresholds) -> Group:
             severity="warning",
             summary="A rank computes much slower than its peers and holds the job back.",
             description="Rank {{ $labels.rank }} of job {{ $labels.job_id }} (GPU {{ $labels.gpu }} on "
-            '{{ $labels.Hostname }}) spends {{ printf "%.2f" $value }} times its peers\' median compute time.',
+            '{{ $labels.Hostname }}) spends {{ printf "%.2f" $value }} times its peers\' median compute '
+            "time.",
             cases=(
                 Case(
                     "rank 2 at 1.4x",

@@ -29,5 +29,9 @@ class Carry:
         best = dict(self.rank_best)
         for key, level in other.rank_best.items():
             best[key] = min(level, best.get(key, level))
-        return Carry(mfu_base=out, step_base={**other.step_base, **self.step_base}, rank_best=best,
-                     nodes_seen=self.nodes_seen | other.nodes_seen)  # fmt: skip
+        return Carry(
+            mfu_base=out,
+            step_base={**other.step_base, **self.step_base},
+            rank_best=best,
+            nodes_seen=self.nodes_seen | other.nodes_seen,
+        )

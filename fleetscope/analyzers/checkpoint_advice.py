@@ -10,7 +10,8 @@ FGCS 22(3)) added the higher-order correction used here,
 ``M`` comes from the fleet: the window's infrastructure failures per node-hour, times the job's
 nodes (``goodput.infra_failures``: each critical ``failing_node`` finding, one per broken node, and
 each restart after a ``job_hang``; restarts without an infrastructure cause -- user code, OOM, a
-NaN loss, an operator -- are no draw from the hardware's failure rate and are not counted). A window without a failure says little about the rate, so the advisor then
+NaN loss, an operator -- are no draw from the hardware's failure rate and are not counted). A window without a
+failure says little about the rate, so the advisor then
 uses a prior of one failure per 250 node-days (``failure_prior_node_days`` in the analyzer config),
 between the published rates of large GPU training fleets: Llama 3's 419 unexpected interruptions
 in 54 days on 16,384 H100 GPUs (one per 264 node-days) and StepFun's fault trace, 584 node faults
@@ -49,8 +50,16 @@ def waste(work_s: float, save_s: float, mtbf_s: float) -> float:
     return save_s / period + (period / 2.0) / mtbf_s
 
 
-def advise(save_s: float, saves: int, nodes: int, gpus: float, failures: int, node_hours: float,
-           current_s: float | None, prior_node_days: float = PRIOR_NODE_DAYS) -> CheckpointAdvice:  # fmt: skip
+def advise(
+    save_s: float,
+    saves: int,
+    nodes: int,
+    gpus: float,
+    failures: int,
+    node_hours: float,
+    current_s: float | None,
+    prior_node_days: float = PRIOR_NODE_DAYS,
+) -> CheckpointAdvice:
     """The advice for a job of ``nodes`` nodes (``gpus`` GPUs) whose saves take ``save_s`` and that
     checkpoints every ``current_s`` (wall time between saves; None: unknown); without a failure
     in the window, one per ``prior_node_days``."""
@@ -60,11 +69,19 @@ def advise(save_s: float, saves: int, nodes: int, gpus: float, failures: int, no
     y, d = young(save_s, mtbf), daly(save_s, mtbf)
     rec_work = max(d, save_s)
     adv = CheckpointAdvice(
-        save_s=round(save_s, 2), saves=saves, nodes=nodes, failures=failures, node_hours=round(node_hours, 2),
-        failures_per_node_hour=rate, prior=prior, mtbf_s=round(mtbf, 1), young_s=round(y + save_s, 1),
-        daly_s=round(d + save_s, 1), recommended_s=round(rec_work + save_s, 1),
+        save_s=round(save_s, 2),
+        saves=saves,
+        nodes=nodes,
+        failures=failures,
+        node_hours=round(node_hours, 2),
+        failures_per_node_hour=rate,
+        prior=prior,
+        mtbf_s=round(mtbf, 1),
+        young_s=round(y + save_s, 1),
+        daly_s=round(d + save_s, 1),
+        recommended_s=round(rec_work + save_s, 1),
         waste_recommended=round(waste(rec_work, save_s, mtbf), 5),
-    )  # fmt: skip
+    )
     if current_s is not None and current_s > save_s:
         adv.current_s = round(current_s, 1)
         adv.waste_current = round(waste(current_s - save_s, save_s, mtbf), 5)

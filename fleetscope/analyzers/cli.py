@@ -24,17 +24,27 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--input", "-i", metavar="FILE",
-                     help="recorded OpenMetrics file (gzip allowed) or a fleetscope record Parquet archive")  # fmt: skip
+    src.add_argument(
+        "--input",
+        "-i",
+        metavar="FILE",
+        help="recorded OpenMetrics file (gzip allowed) or a fleetscope record Parquet archive",
+    )
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible API base URL")
-    p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
-                   "(with --input: the file's first sample)")  # fmt: skip
+    p.add_argument(
+        "--start",
+        help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
+        "(with --input: the file's first sample)",
+    )
     p.add_argument("--end", help="window end (default now; with --input: the file's last sample)")
     p.add_argument(
         "--step", type=float, help="grid step in seconds (default 15; with --input: the file's spacing)"
     )
-    p.add_argument("--format", choices=["text", "json", "html"],
-                   help="output format (default text on a terminal, json otherwise)")  # fmt: skip
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "html"],
+        help="output format (default text on a terminal, json otherwise)",
+    )
     p.add_argument("--output", "-o", help="write the report here instead of stdout")
     p.add_argument(
         "--config", help="YAML/JSON file of detector thresholds to override (see docs/analyzers.md)"
@@ -46,17 +56,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds the whole Prometheus load may take, all queries and answers together (default 30)",
     )
     add_prometheus_access(p)
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
-    p.add_argument("--chunk", metavar="DURATION", default="auto",
-                   help="analyze the window in time chunks of this length (e.g. 1h), holding one chunk "
-                        "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
-                        "'auto' (default): 1h chunks for a window longer than 2h (a recording is "
-                        "converted to an archive first); 'off': in one piece")  # fmt: skip
-    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
-                   help="streamed: load the next chunk while this one is analyzed (about 1.4x faster "
-                        "on two cores, two chunks in memory at the peak instead of one; default: for "
-                        "windows of more than 4 chunks)")  # fmt: skip
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+    p.add_argument(
+        "--chunk",
+        metavar="DURATION",
+        default="auto",
+        help="analyze the window in time chunks of this length (e.g. 1h), holding one chunk "
+        "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
+        "'auto' (default): 1h chunks for a window longer than 2h (a recording is "
+        "converted to an archive first); 'off': in one piece",
+    )
+    p.add_argument(
+        "--prefetch",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="streamed: load the next chunk while this one is analyzed (about 1.4x faster "
+        "on two cores, two chunks in memory at the peak instead of one; default: for "
+        "windows of more than 4 chunks)",
+    )
 
 
 def load_config(path: str | None) -> DetectorConfig:
@@ -89,12 +111,25 @@ def run(args: argparse.Namespace) -> int:
     show = show_progress(args)
     t0 = time.monotonic()
     region, headers = prometheus_access(args) if args.prometheus else (None, {})
-    source = open_source(args.input, args.prometheus, LOADED, timeout=args.timeout, sigv4_region=region,
-                         headers=headers, max_answer_bytes=args.max_answer_bytes)  # fmt: skip
-    report = analyze_source(source, config, lambda label: ProgressBar(label, show),
-                            start=parse_time(args.start) if args.start else None,
-                            end=parse_time(args.end) if args.end else None, step=args.step,
-                            chunk=args.chunk, prefetch=args.prefetch)  # fmt: skip
+    source = open_source(
+        args.input,
+        args.prometheus,
+        LOADED,
+        timeout=args.timeout,
+        sigv4_region=region,
+        headers=headers,
+        max_answer_bytes=args.max_answer_bytes,
+    )
+    report = analyze_source(
+        source,
+        config,
+        lambda label: ProgressBar(label, show),
+        start=parse_time(args.start) if args.start else None,
+        end=parse_time(args.end) if args.end else None,
+        step=args.step,
+        chunk=args.chunk,
+        prefetch=args.prefetch,
+    )
     return _write(args, report, show, t0)
 
 

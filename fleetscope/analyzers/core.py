@@ -92,10 +92,16 @@ def one_finding_per_incident(findings: list[Finding], lookback_s: float) -> list
     out = []
     for f in findings:
         cause = next(
-            (x for x in failing if f.kind == "straggler" and f.node == x.node and f.start <= x.start + lookback_s
-             and (f.end is None or f.end >= x.start - lookback_s)),
+            (
+                x
+                for x in failing
+                if f.kind == "straggler"
+                and f.node == x.node
+                and f.start <= x.start + lookback_s
+                and (f.end is None or f.end >= x.start - lookback_s)
+            ),
             None,
-        )  # fmt: skip
+        )
         if cause is None:
             out.append(f)
             continue
@@ -143,9 +149,17 @@ def analyze_prometheus(
     from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES, load_prometheus
 
     frames = load_prometheus(
-        url, start, end, step, LOADED, timeout=timeout, sigv4_region=sigv4_region, headers=headers,
-        progress=progress, max_answer_bytes=max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES,
-    )  # fmt: skip
+        url,
+        start,
+        end,
+        step,
+        LOADED,
+        timeout=timeout,
+        sigv4_region=sigv4_region,
+        headers=headers,
+        progress=progress,
+        max_answer_bytes=max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES,
+    )
     return analyze(frames, config)
 
 
@@ -188,8 +202,15 @@ def _scores(signals: Signals) -> list[StragglerScore]:
         ok = np.nonzero(np.isfinite(col))[0]
         if not ok.size or not r.present[-1, k]:
             continue
-        out.append(StragglerScore(job_id=str(jobs[k]), rank=int(float(ranks[k])), node=str(nodes[k]),
-                                  gpu=str(gpus[k]), score=round(float(col[ok[-1]]), 4)))  # fmt: skip
+        out.append(
+            StragglerScore(
+                job_id=str(jobs[k]),
+                rank=int(float(ranks[k])),
+                node=str(nodes[k]),
+                gpu=str(gpus[k]),
+                score=round(float(col[ok[-1]]), 4),
+            )
+        )
     out.sort(key=lambda s: (s.job_id, s.rank))
     return out
 
@@ -202,8 +223,7 @@ def job_summaries(signals: Signals, findings: Sequence[Finding]) -> dict[str, Jo
         cols = (r.keys["job_id"].to_numpy() == job) & r.present[-1]
         series, unit, _ = signals.job_mfu(job)
         last = series[np.isfinite(series)]
-        summary = JobSummary(job_id=job, ranks=int(cols.sum()),
-                             nodes=sorted(set(r.keys[cols][c.NODE_LABEL])))  # fmt: skip
+        summary = JobSummary(job_id=job, ranks=int(cols.sum()), nodes=sorted(set(r.keys[cols][c.NODE_LABEL])))
         if last.size:
             if unit == "MFU":
                 summary.mfu = round(float(last[-1]), 4)
@@ -219,8 +239,12 @@ def job_summaries(signals: Signals, findings: Sequence[Finding]) -> dict[str, Jo
             steps = np.nanmax(np.nansum(np.nan_to_num(r.steps[-w:, jcols]), axis=0)) if jcols.any() else 0
         if steps > 0:
             summary.step_seconds = round(float(w * feat.step / steps), 3)
-        summary.stragglers = sorted({f.rank for f in findings
-                                     if f.kind == "straggler" and f.job_id == job and f.rank is not None
-                                     and f.end is None})  # fmt: skip
+        summary.stragglers = sorted(
+            {
+                f.rank
+                for f in findings
+                if f.kind == "straggler" and f.job_id == job and f.rank is not None and f.end is None
+            }
+        )
         jobs[job] = summary
     return jobs

@@ -41,8 +41,17 @@ if TYPE_CHECKING:
 MATCH_BEFORE_S = 120.0
 #: The goodput account's bound: every category within this share of the window's GPU-hours.
 GOODPUT_BOUND = 0.02
-KINDS = ("failing_node", "straggler", "mfu_drop", "job_hang", "monitoring_gap", "membership_change",
-         "slow_replica", "failing_replica", "capacity")  # fmt: skip
+KINDS = (
+    "failing_node",
+    "straggler",
+    "mfu_drop",
+    "job_hang",
+    "monitoring_gap",
+    "membership_change",
+    "slow_replica",
+    "failing_replica",
+    "capacity",
+)
 
 
 @dataclass
@@ -164,10 +173,14 @@ class Report:
         for kind, ds in sorted(by.items()):
             got = [d for d, _ in ds if d is not None]
             must = sum(1 for _, req in ds if req)
-            out[kind] = {"faults": len(ds), "must_find": must, "detected": len(got),
-                         "missed": must - len(got),
-                         "max_delay_s": max(got) if got else None,
-                         "mean_delay_s": sum(got) / len(got) if got else None}  # fmt: skip
+            out[kind] = {
+                "faults": len(ds),
+                "must_find": must,
+                "detected": len(got),
+                "missed": must - len(got),
+                "max_delay_s": max(got) if got else None,
+                "mean_delay_s": sum(got) / len(got) if got else None,
+            }
         return out
 
     def goodput(self) -> dict[str, dict[str, Any]]:
@@ -180,8 +193,11 @@ class Report:
                 continue
             worst = {k: max(abs(e.get(k, 0.0)) for e in errs) for k in errs[0]}
             bad = {k: v for k, v in worst.items() if k not in ("productive", "whole")}
-            out[fam] = {"jobs": len(errs), "max_error": {k: round(v, 5) for k, v in worst.items()},
-                        "within_bound": all(v <= GOODPUT_BOUND for v in bad.values())}  # fmt: skip
+            out[fam] = {
+                "jobs": len(errs),
+                "max_error": {k: round(v, 5) for k, v in worst.items()},
+                "within_bound": all(v <= GOODPUT_BOUND for v in bad.values()),
+            }
         return out
 
     def goodput_sums_to_whole(self, tolerance: float = 1e-9) -> bool:
@@ -196,40 +212,61 @@ class Report:
             "delays": self.delays(),
             "goodput": self.goodput(),
             "goodput_sums_to_whole": self.goodput_sums_to_whole(),
-            "details": [{
-                "scenario": r.name, "family": r.family, "nodes": r.nodes, "seconds": round(r.seconds, 2),
-                "faults": [f["kind"] for f in r.faults],
-                "missed": [e for e, f in r.matched if f is None],
-                "false_positives": [f.to_dict() for f in r.false_positives],
-            } for r in self.results],
-        }  # fmt: skip
+            "details": [
+                {
+                    "scenario": r.name,
+                    "family": r.family,
+                    "nodes": r.nodes,
+                    "seconds": round(r.seconds, 2),
+                    "faults": [f["kind"] for f in r.faults],
+                    "missed": [e for e, f in r.matched if f is None],
+                    "false_positives": [f.to_dict() for f in r.false_positives],
+                }
+                for r in self.results
+            ],
+        }
 
     def render(self) -> str:
         kinds, fams, faults = self.per_kind(), self.per_family(), self.delays()
         kw = max(len("KIND"), *map(len, kinds)) + 2
-        lines = [f"{len(self.results)} scenarios", "",
-                 f"{'KIND':<{kw}}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}{'PRECISION':>11}{'RECALL':>8}"
-                 f"{'CAUSE OK':>10}"]  # fmt: skip
+        lines = [
+            f"{len(self.results)} scenarios",
+            "",
+            f"{'KIND':<{kw}}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}{'PRECISION':>11}{'RECALL':>8}"
+            f"{'CAUSE OK':>10}",
+        ]
         for kind, k in kinds.items():
-            lines.append(f"{kind:<{kw}}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
-                         f"{k['precision']:>11.3f}{k['recall']:>8.3f}{k['cause_accuracy']:>10.3f}")  # fmt: skip
+            lines.append(
+                f"{kind:<{kw}}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}{k['false_positives']:>5}"
+                f"{k['precision']:>11.3f}{k['recall']:>8.3f}{k['cause_accuracy']:>10.3f}"
+            )
         fw = max(len("FAMILY"), *map(len, fams)) + 2
-        lines += ["", f"{'FAMILY':<{fw}}{'SCENARIOS':>10}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}"
-                  f"{'PRECISION':>11}{'RECALL':>8}"]  # fmt: skip
+        lines += [
+            "",
+            f"{'FAMILY':<{fw}}{'SCENARIOS':>10}{'EXPECTED':>9}{'FOUND':>7}{'FINDINGS':>9}{'FP':>5}"
+            f"{'PRECISION':>11}{'RECALL':>8}",
+        ]
         for fam, k in fams.items():
-            lines.append(f"{fam:<{fw}}{k['scenarios']:>10}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}"
-                         f"{k['false_positives']:>5}{k['precision']:>11.3f}{k['recall']:>8.3f}")  # fmt: skip
+            lines.append(
+                f"{fam:<{fw}}{k['scenarios']:>10}{k['expected']:>9}{k['found']:>7}{k['findings']:>9}"
+                f"{k['false_positives']:>5}{k['precision']:>11.3f}{k['recall']:>8.3f}"
+            )
         aw = max(len("FAULT INJECTED"), *map(len, faults), 0) + 2
-        lines += ["", "MUST FIND: injected faults a detector has to report (look-alikes and faults that only",
-                  "warn expect nothing); MISSED: of those, the ones no finding matched.",
-                  f"{'FAULT INJECTED':<{aw}}{'INJECTED':>9}{'MUST FIND':>10}{'FOUND':>7}{'MISSED':>7}"
-                  f"{'MAX DELAY':>11}{'MEAN DELAY':>12}"]  # fmt: skip
+        lines += [
+            "",
+            "MUST FIND: injected faults a detector has to report (look-alikes and faults that only",
+            "warn expect nothing); MISSED: of those, the ones no finding matched.",
+            f"{'FAULT INJECTED':<{aw}}{'INJECTED':>9}{'MUST FIND':>10}{'FOUND':>7}{'MISSED':>7}"
+            f"{'MAX DELAY':>11}{'MEAN DELAY':>12}",
+        ]
         for kind, d in faults.items():
             none = "-" if d["must_find"] else "n/a"
             mx = none if d["max_delay_s"] is None else f"{d['max_delay_s']:.0f} s"
             mean = none if d["mean_delay_s"] is None else f"{d['mean_delay_s']:.0f} s"
-            lines.append(f"{kind:<{aw}}{d['faults']:>9}{d['must_find']:>10}{d['detected']:>7}{d['missed']:>7}"
-                         f"{mx:>11}{mean:>12}")  # fmt: skip
+            lines.append(
+                f"{kind:<{aw}}{d['faults']:>9}{d['must_find']:>10}{d['detected']:>7}{d['missed']:>7}"
+                f"{mx:>11}{mean:>12}"
+            )
         gp = self.goodput()
         if gp:
             lines += ["", f"{'GOODPUT':<16}{'JOBS':>6}{'WORST BADPUT ERROR':>20}{'WITHIN 2%':>11}"]
@@ -250,8 +287,10 @@ class Report:
                 if e is not None:
                     lines.append(f"  {name}: missed {e['kind']} ({e['cause']}) on {e.get('node') or 'job'}")
                 elif f is not None:
-                    lines.append(f"  {name}: false {f.kind} {f.cause} on {f.node or 'job'} gpu {f.gpu} at "
-                                 f"{f.to_dict()['start']}")  # fmt: skip
+                    lines.append(
+                        f"  {name}: false {f.kind} {f.cause} on {f.node or 'job'} gpu {f.gpu} at "
+                        f"{f.to_dict()['start']}"
+                    )
         return "\n".join(lines) + "\n"
 
 
@@ -265,8 +304,12 @@ def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
     exps = [(e, f) for r in results for e, f in r.matched if mine(e["kind"])]
     found = [(e, f) for e, f in exps if f is not None]
     fps = [f for r in results for f in r.false_positives if mine(f.kind)]
-    n_find = sum(1 for r in results for f in r.findings if mine(f.kind) and (f.severity != "info" or
-                 any(f is g for _, g in r.matched)))  # fmt: skip
+    n_find = sum(
+        1
+        for r in results
+        for f in r.findings
+        if mine(f.kind) and (f.severity != "info" or any(f is g for _, g in r.matched))
+    )
     cause_ok = sum(1 for e, f in found if f.cause == e["cause"])
     return {
         "expected": len(exps),
@@ -279,9 +322,14 @@ def _score(results: list[ScenarioResult], kind: str | None) -> dict[str, Any]:
     }
 
 
-def evaluate(folder: str | Path, workdir: str | Path | None = None, config: DetectorConfig | None = None,
-             progress: Callable[[str], None] | None = None,
-             families: list[str] | None = None, jobs: int = 1) -> Report:  # fmt: skip
+def evaluate(
+    folder: str | Path,
+    workdir: str | Path | None = None,
+    config: DetectorConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+    families: list[str] | None = None,
+    jobs: int = 1,
+) -> Report:
     """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``
     (only those of ``families`` when given), ``jobs`` scenarios at a time in worker processes.
 

@@ -11,19 +11,35 @@ from fleetscope.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("folder", nargs="?", default="tests/fixtures/scenarios",
-                   help="folder of scenario specs (default tests/fixtures/scenarios)")  # fmt: skip
+    p.add_argument(
+        "folder",
+        nargs="?",
+        default="tests/fixtures/scenarios",
+        help="folder of scenario specs (default tests/fixtures/scenarios)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the full report as JSON here ('-' for stdout)")
     p.add_argument("--config", help="YAML/JSON file of detector thresholds to override")
     p.add_argument("--min-precision", type=float, help="exit 1 when any kind's precision is below this")
     p.add_argument("--min-recall", type=float, help="exit 1 when any kind's recall is below this")
-    p.add_argument("--family", action="append", metavar="NAME",
-                   help="score only the specs of this family (repeatable; e.g. classic, pipeline, hang)")  # fmt: skip
-    p.add_argument("--goodput", action="store_true",
-                   help="exit 1 when a family's goodput account misses a badput category by more than 2%% of its "
-                   "GPU-hours, or an account does not sum to its whole")  # fmt: skip
-    p.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1,
-                   help="scenarios evaluated at once, each in its own process (default: the CPU count)")  # fmt: skip
+    p.add_argument(
+        "--family",
+        action="append",
+        metavar="NAME",
+        help="score only the specs of this family (repeatable; e.g. classic, pipeline, hang)",
+    )
+    p.add_argument(
+        "--goodput",
+        action="store_true",
+        help="exit 1 when a family's goodput account misses a badput category by more than 2%% of its "
+        "GPU-hours, or an account does not sum to its whole",
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=os.cpu_count() or 1,
+        help="scenarios evaluated at once, each in its own process (default: the CPU count)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no per-scenario progress lines")
 
 

@@ -131,8 +131,9 @@ def row_positions(keys: pd.DataFrame, lab: pd.DataFrame, columns: Sequence[str])
     if not len(keys):
         return np.full(len(lab), -1, dtype=np.int64)
     n = len(keys)
-    codes, _ = row_codes([np.concatenate([keys[k].to_numpy(dtype=object), lab[k].to_numpy(dtype=object)])
-                          for k in columns])  # fmt: skip
+    codes, _ = row_codes(
+        [np.concatenate([keys[k].to_numpy(dtype=object), lab[k].to_numpy(dtype=object)]) for k in columns]
+    )
     at = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
     at[codes[:n]] = np.arange(n)
     return at[codes[n:]]
@@ -201,8 +202,10 @@ def _valid_ranks(keys: pd.DataFrame, steps: np.ndarray) -> tuple[pd.DataFrame, n
     bad = keys["rank"][~ok].astype(str)
     log.warning(
         "skipped %d rank series whose rank label is not an ASCII integer below %d (first: %r)",
-        int((~ok).sum()), bound, bad.iloc[0][:40],
-    )  # fmt: skip
+        int((~ok).sum()),
+        bound,
+        bad.iloc[0][:40],
+    )
     return keys[ok].reset_index(drop=True), steps[:, ok]
 
 
@@ -211,8 +214,16 @@ def rank_signals(frames: Frames) -> RankSignals:
     T = len(frames.times)
     if not len(steps_f):
         empty = np.zeros((T, 0))
-        return RankSignals(pd.DataFrame(columns=list(RANK_KEY)), empty, empty, {}, empty, empty, empty,
-                           np.zeros((T, 0), dtype=bool))  # fmt: skip
+        return RankSignals(
+            pd.DataFrame(columns=list(RANK_KEY)),
+            empty,
+            empty,
+            {},
+            empty,
+            empty,
+            empty,
+            np.zeros((T, 0), dtype=bool),
+        )
     keys, steps_raw = steps_f.group(RANK_KEY)
     keys, steps_raw = _valid_ranks(keys, steps_raw)
 

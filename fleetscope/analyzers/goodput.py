@@ -154,8 +154,16 @@ def goodput_accounts(
     for job, j, acct in jobs:
         save_s, saves, current = _checkpoints(j)
         if save_s is not None:
-            acct.advice = advise(save_s, saves, len(j.nodes), acct.gpus, failures, node_hours, current,
-                                 feat.config.failure_prior_node_days)  # fmt: skip
+            acct.advice = advise(
+                save_s,
+                saves,
+                len(j.nodes),
+                acct.gpus,
+                failures,
+                node_hours,
+                current,
+                feat.config.failure_prior_node_days,
+            )
         out[job] = acct
     return out
 
@@ -229,8 +237,14 @@ class _Job:
             self.job_steps = np.nan_to_num(np.nanmedian(r.steps[:, cols], axis=1), nan=0.0)
         step_s = r.step_seconds[:, cols]
         if np.isnan(step_s).all():  # no step timer: the phases of the step
-            step_s = sum((r.phases[p][:, cols] for p in c.TRAINING_PHASES if p not in c.PAUSE_PHASES
-                          and p in r.phases), np.zeros(step_s.shape))  # fmt: skip
+            step_s = sum(
+                (
+                    r.phases[p][:, cols]
+                    for p in c.TRAINING_PHASES
+                    if p not in c.PAUSE_PHASES and p in r.phases
+                ),
+                np.zeros(step_s.shape),
+            )
         self.train = _sum(step_s) * np.ones(len(self.t))
         ck_phase = (
             _sum(r.phases["checkpoint"][:, cols]) if "checkpoint" in r.phases else np.zeros(len(self.t))
@@ -420,8 +434,11 @@ def _split(j: _Job, g: _Gap, resets: np.ndarray) -> None:
         return
     if not g.restart and g.b >= j.last:
         start = float(j.t[g.a - 1])
-        due = [(off, kind) for kind, counter in (("checkpoint", j.save), ("eval", j.ev))
-               if (off := _due(j, counter, start)) is not None]  # fmt: skip
+        due = [
+            (off, kind)
+            for kind, counter in (("checkpoint", j.save), ("eval", j.ev))
+            if (off := _due(j, counter, start)) is not None
+        ]
         if due:
             g.pause, g.pause_kind = total, min(due)[1]
             return
@@ -506,15 +523,20 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float
     return lost
 
 
-def _slowdown(j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray, carried: float | None = None
-              ) -> tuple[float | None, list[tuple[Finding, float, float, float]]]:  # fmt: skip
+def _slowdown(
+    j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray, carried: float | None = None
+) -> tuple[float | None, list[tuple[Finding, float, float, float]]]:
     """The job's baseline step time and, per slowness finding, (finding, GPU-seconds over the
     baseline, first, last grid time it counted). ``carried``: the baseline the earlier chunks of a
     streamed window measured (a later chunk may hold only slow steps)."""
     mid = j.t - j.step / 2
     owner = np.full(len(j.t), -1)
-    slow = [f for k in SLOW_KINDS for f in findings
-            if f.kind == k and f.severity != "info" and _mine(f, job, j.nodes)]  # fmt: skip
+    slow = [
+        f
+        for k in SLOW_KINDS
+        for f in findings
+        if f.kind == k and f.severity != "info" and _mine(f, job, j.nodes)
+    ]
     for n, f in reversed(list(enumerate(slow))):  # the most specific finding owns an interval
         end = j.t[-1] + j.step if f.end is None else f.end
         owner[(mid >= f.start) & (mid <= end) & j.iv] = n
@@ -544,15 +566,19 @@ def _cause(gap: _Gap, j: _Job, findings: Sequence[Finding], job: str, lookback: 
     """The finding that explains a gap: a failing node or a hang that began around it."""
     lo, hi = j.t[max(gap.a - 1, 0)] - lookback, j.t[min(gap.b + 1, len(j.t) - 1)]
     for kind in FAIL_KINDS:
-        hits = [f for f in findings if f.kind == kind and f.severity != "info" and _mine(f, job, j.nodes)
-                and lo <= f.start <= hi]  # fmt: skip
+        hits = [
+            f
+            for f in findings
+            if f.kind == kind and f.severity != "info" and _mine(f, job, j.nodes) and lo <= f.start <= hi
+        ]
         if hits:
             return min(hits, key=lambda f: (f.severity != "critical", f.start))
     return None
 
 
-def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job | None = None
-                ) -> GoodputAccount | None:  # fmt: skip
+def job_account(
+    feat: Features, findings: Sequence[Finding], job: str, j: _Job | None = None
+) -> GoodputAccount | None:
     """The goodput account of ``job`` (None when none of its ranks is on the grid)."""
     j = j or _Job(feat, job)
     if j.last <= j.first:
@@ -587,14 +613,19 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job |
     useful = parts["productive"] + parts["slowdown"]
     span = float(j.t[j.last] - j.t[j.first])
     return GoodputAccount(
-        job_id=job, start=float(j.t[j.first]), end=float(j.t[j.last]), gpus=whole / span if span else 0.0,
-        whole_gpu_seconds=whole, gpu_seconds=parts,
+        job_id=job,
+        start=float(j.t[j.first]),
+        end=float(j.t[j.last]),
+        gpus=whole / span if span else 0.0,
+        whole_gpu_seconds=whole,
+        gpu_seconds=parts,
         effective_training_ratio=useful / whole if whole else 0.0,
         goodput_ratio=parts["productive"] / whole if whole else 0.0,
-        baseline_step_s=None if base is None else round(base, 4), restarts=len(restarts),
+        baseline_step_s=None if base is None else round(base, 4),
+        restarts=len(restarts),
         inputs={"checkpoint_telemetry": j.ck_telemetry, "global_step": j.gstep is not None},
         items=items,
-    )  # fmt: skip
+    )
 
 
 def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], job: str) -> list[BadputItem]:
@@ -604,16 +635,26 @@ def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], j
     for g in gaps:
         f = _cause(g, j, findings, job, lookback)
         label = finding_label(f) if f is not None else None
-        who = label or ("the job's start" if g.a == j.first + 1 and not g.restart
-                        else "a restart no finding explains" if g.restart else "a stall no finding explains")  # fmt: skip
+        who = label or (
+            "the job's start"
+            if g.a == j.first + 1 and not g.restart
+            else "a restart no finding explains"
+            if g.restart
+            else "a stall no finding explains"
+        )
         a, b = float(j.t[g.a - 1]), float(j.t[g.b])
         why = ""
         if g.restart and f is not None and f.kind in FAIL_KINDS and f.severity == "critical":
-            why = (f"; counted as a failure: {label}" if f.kind == "failing_node"
-                   else "; counted as a failure: a hang (collectives stuck, GPUs spinning), no node named")  # fmt: skip
+            why = (
+                f"; counted as a failure: {label}"
+                if f.kind == "failing_node"
+                else "; counted as a failure: a hang (collectives stuck, GPUs spinning), no node named"
+            )
         elif g.restart:
-            why = ("; not counted as a failure: no infrastructure cause (no node went down or broke; user "
-                   "code, OOM, a NaN loss or an operator restarted it)")  # fmt: skip
+            why = (
+                "; not counted as a failure: no infrastructure cause (no node went down or broke; user "
+                "code, OOM, a NaN loss or an operator restarted it)"
+            )
         for cat in ("stall", "recovery", "rework"):
             v = getattr(g, cat)
             if v > 0:

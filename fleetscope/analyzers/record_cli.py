@@ -25,21 +25,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--input", "-i", metavar="FILE", help="recorded OpenMetrics file (gzip allowed)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-compatible API base URL")
     p.add_argument("--output", "-o", required=True, metavar="FILE.parquet", help="the archive to write")
-    p.add_argument("--start", help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
-                   "(with --input: the file's first sample)")  # fmt: skip
+    p.add_argument(
+        "--start",
+        help="window start: RFC 3339, Unix seconds, or relative (--start=-6h); default -1h "
+        "(with --input: the file's first sample)",
+    )
     p.add_argument("--end", help="window end (default now; with --input: the file's last sample)")
-    p.add_argument("--step", type=positive_float, default=15.0,
-                   help="--prometheus: grid step in seconds (default 15)")  # fmt: skip
-    p.add_argument("--chunk", metavar="DURATION", default="1h",
-                   help="--prometheus: export the window in pieces of this length, holding one at a time "
-                        "(default 1h; 'off': one piece)")  # fmt: skip
-    p.add_argument("--all-series", action="store_true",
-                   help="--input: keep every series of the file, not only those the analyzers read")  # fmt: skip
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds the Prometheus queries of one piece (--chunk) may take together, answers included (default 30)")  # fmt: skip
+    p.add_argument(
+        "--step", type=positive_float, default=15.0, help="--prometheus: grid step in seconds (default 15)"
+    )
+    p.add_argument(
+        "--chunk",
+        metavar="DURATION",
+        default="1h",
+        help="--prometheus: export the window in pieces of this length, holding one at a time "
+        "(default 1h; 'off': one piece)",
+    )
+    p.add_argument(
+        "--all-series",
+        action="store_true",
+        help="--input: keep every series of the file, not only those the analyzers read",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds the Prometheus queries of one piece (--chunk) may take together, answers included "
+        "(default 30)",
+    )
     add_prometheus_access(p)
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar on stderr (default: when stderr is a terminal)")  # fmt: skip
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,22 +73,40 @@ def run(args: argparse.Namespace) -> int:
     show = show_progress(args)
     t0 = time.monotonic()
     if args.input:
-        stats = convert_recording(args.input, out, None if args.all_series else LOADED, window=_window(args),
-                            progress=ProgressBar("recording", show))  # fmt: skip
+        stats = convert_recording(
+            args.input,
+            out,
+            None if args.all_series else LOADED,
+            window=_window(args),
+            progress=ProgressBar("recording", show),
+        )
     elif args.prometheus:
         region, headers = prometheus_access(args)
         start, end = parse_time(args.start or "-1h"), parse_time(args.end or "now")
         piece = None if args.chunk == "off" else parse_duration(args.chunk)
         if piece is not None and piece <= 0:
             raise FleetscopeError(f"--chunk {args.chunk}: give a duration such as 1h, or off")
-        stats = export_prometheus(args.prometheus, out, start, end, args.step, LOADED, piece_s=piece,
-                                  progress=ProgressBar("exporting", show), timeout=args.timeout,
-                                  sigv4_region=region, headers=headers,
-                                  max_answer_bytes=args.max_answer_bytes)  # fmt: skip
+        stats = export_prometheus(
+            args.prometheus,
+            out,
+            start,
+            end,
+            args.step,
+            LOADED,
+            piece_s=piece,
+            progress=ProgressBar("exporting", show),
+            timeout=args.timeout,
+            sigv4_region=region,
+            headers=headers,
+            max_answer_bytes=args.max_answer_bytes,
+        )
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")
-    print(f"wrote {out}: {stats['rows']:,} samples of {stats['series']:,} series ({stats['metrics']} metrics), "
-          f"{out.stat().st_size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s", file=sys.stderr)  # fmt: skip
+    print(
+        f"wrote {out}: {stats['rows']:,} samples of {stats['series']:,} series ({stats['metrics']} metrics), "
+        f"{out.stat().st_size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

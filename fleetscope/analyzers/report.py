@@ -133,12 +133,18 @@ def goodput_to_dict(a: GoodputAccount) -> dict[str, Any]:
         "restarts": a.restarts,
         "inputs": dict(a.inputs),
         "badput": [
-            {"category": i.category, "gpu_hours": round(i.gpu_seconds / 3600.0, 4), "start": rfc3339(i.start),
-             "end": rfc3339(i.end), "finding": i.finding, "text": i.text}
+            {
+                "category": i.category,
+                "gpu_hours": round(i.gpu_seconds / 3600.0, 4),
+                "start": rfc3339(i.start),
+                "end": rfc3339(i.end),
+                "finding": i.finding,
+                "text": i.text,
+            }
             for i in a.items
         ],
         "checkpoint_advice": None if a.advice is None else asdict(a.advice),
-    }  # fmt: skip
+    }
 
 
 #: The account's categories, in report order.

@@ -1,7 +1,7 @@
 """``--format html``: one self-contained page (plots inlined as base64 PNG, no external assets).
 
-Plots: per-rank slowness (1 + the largest slowness view against the peer group) as a heatmap over time, the job's MFU with
-its change points and drops, and a node health timeline built from the findings.
+Plots: per-rank slowness (1 + the largest slowness view against the peer group) as a heatmap over time, the
+job's MFU with its change points and drops, and a node health timeline built from the findings.
 """
 
 from __future__ import annotations
@@ -96,8 +96,15 @@ def _heatmap(signals: Signals) -> str | None:
     # Tall enough for one readable node/rank label per row (at most 48 labels: rank_labels).
     fig, ax = plt.subplots(figsize=(11, min(1.5 + 0.15 * min(ratio.shape[1], 48), 9)))
     m = _minutes(feat)
-    im = ax.imshow(ratio[:, order].T, aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.3,
-                   extent=(m[0], m[-1], ratio.shape[1], 0), interpolation="nearest")  # fmt: skip
+    im = ax.imshow(
+        ratio[:, order].T,
+        aspect="auto",
+        cmap="RdYlGn_r",
+        vmin=0.9,
+        vmax=1.3,
+        extent=(m[0], m[-1], ratio.shape[1], 0),
+        interpolation="nearest",
+    )
     ticks, labels = rank_labels(feat, order)
     ax.set_yticks([t + 0.5 for t in ticks], labels, fontsize=7)
     ax.set_xlabel("minutes since window start")
@@ -124,8 +131,14 @@ def _mfu(signals: Signals, analysis: Report) -> str | None:
         ax.plot(m, series * scale, label=f"job {job}")
         # Grey bands: the grid steps the job was not training (checkpoint saves, evaluation, stalls).
         for a, b in pause_spans(paused):
-            ax.axvspan(m[a], m[min(b + 1, len(m) - 1)], color="grey", alpha=0.25, lw=0,
-                       label=None if shaded else "not training (checkpoints, evaluation, stalls)")  # fmt: skip
+            ax.axvspan(
+                m[a],
+                m[min(b + 1, len(m) - 1)],
+                color="grey",
+                alpha=0.25,
+                lw=0,
+                label=None if shaded else "not training (checkpoints, evaluation, stalls)",
+            )
             shaded = True
     for f in analysis.findings:
         if f.kind != "mfu_drop":
@@ -172,16 +185,23 @@ def _goodput_html(analysis: Report) -> str:
     out = []
     for a in analysis.goodput.values():
         whole = a.whole_gpu_seconds or 1.0
-        rows = "".join(f"<tr><td>{e(k)}</td><td class='num'>{v / 3600:.2f}</td><td class='num'>{v / whole:.1%}</td></tr>"
-                       for k, v in a.gpu_seconds.items())  # fmt: skip
+        rows = "".join(
+            f"<tr><td>{e(k)}</td><td class='num'>{v / 3600:.2f}</td><td class='num'>{v / whole:.1%}</td></tr>"
+            for k, v in a.gpu_seconds.items()
+        )
         lines = "".join(f"<li>{e(i.text)}</li>" for i in a.items)
         adv = a.advice
-        advice = "" if adv is None else (
-            f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
-            f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
-            f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
-            f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
-        )  # fmt: skip
+        advice = (
+            ""
+            if adv is None
+            else (
+                f"<p>Checkpoint every {human_duration(adv.recommended_s)} (now "
+                f"{'unknown' if adv.current_s is None else human_duration(adv.current_s)}; a save takes "
+                f"{human_duration(adv.save_s)}, MTBF "
+                f"{human_duration(adv.mtbf_s)}{' (prior)' if adv.prior else ''}; "
+                f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)})</p>"
+            )
+        )
         out.append(
             f"<h2>Goodput of job {e(a.job_id)}</h2><p>{a.whole_gpu_seconds / 3600:.2f} GPU-hours, effective "
             f"training time {a.effective_training_ratio:.1%}, productive {a.goodput_ratio:.1%}, "
@@ -212,10 +232,15 @@ def render_html(analysis: Report) -> str:
     with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
         warnings.simplefilter("ignore")
         signals = analysis.signals
-        plots = [] if signals is None else [
-            ("Per-rank compute time", _heatmap(signals)), ("MFU timeline", _mfu(signals, analysis)),
-            ("Node health", _health(signals.features, analysis)),
-        ]  # fmt: skip
+        plots = (
+            []
+            if signals is None
+            else [
+                ("Per-rank compute time", _heatmap(signals)),
+                ("MFU timeline", _mfu(signals, analysis)),
+                ("Node health", _health(signals.features, analysis)),
+            ]
+        )
     e = html.escape
     rows = []
     for f in analysis.findings:
@@ -224,13 +249,16 @@ def render_html(analysis: Report) -> str:
             f"<tr><td class='nowrap'>{e(f.kind)}</td><td class='{e(f.severity)}'>{e(f.severity)}</td>"
             f"<td class='nowrap'>{e(f.node or '')}</td><td>{e(str(f.gpu or ''))}</td>"
             f"<td>{'' if f.rank is None else f.rank}</td><td class='nowrap'>{e(_clock(f.start))}</td>"
-            f"<td class='nowrap'>{e(_clock(f.end) or 'open')}</td><td class='num'>{'' if f.score is None else f'{f.score:.2f}'}</td>"
+            f"<td class='nowrap'>{e(_clock(f.end) or 'open')}</td>"
+            f"<td class='num'>{'' if f.score is None else f'{f.score:.2f}'}</td>"
             f"<td>{e(f.cause)}</td><td>{ev}</td><td>{e(f.action)}</td></tr>"
         )
     nodes = "".join(
-        f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td><td>{e('; '.join(v.reasons))}</td></tr>"
-        for v in analysis.nodes.values() if v.state != "healthy"
-    )  # fmt: skip
+        f"<tr class='{e(v.state)}'><td>{e(v.node)}</td><td>{e(v.state)}</td>"
+        f"<td>{e('; '.join(v.reasons))}</td></tr>"
+        for v in analysis.nodes.values()
+        if v.state != "healthy"
+    )
     jobs = "".join(
         f"<tr><td>{e(j.job_id)}</td><td class='num'>{j.ranks}</td><td class='num'>{len(j.nodes)}</td>"
         f"<td class='num'>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td>"
@@ -244,12 +272,15 @@ def render_html(analysis: Report) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>fleetscope analysis</title>
 <style>{_CSS}</style></head><body>
 <h1>fleetscope analysis</h1>
-<p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, {len(analysis.findings)} finding(s),
+<p>window {e(rfc3339(analysis.start) or "")} .. {e(rfc3339(analysis.end) or "")}, \
+{len(analysis.findings)} finding(s),
 {len(analysis.nodes)} nodes</p>
-<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th><th>start (UTC)</th>
+<h2>Findings</h2><table><tr><th>kind</th><th>severity</th><th>node</th><th>gpu</th><th>rank</th>\
+<th>start (UTC)</th>
 <th>end (UTC)</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
 <h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
-<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th><th>step time</th>
+<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th>\
+<th>step time</th>
 <th>stragglers (node/rank)</th></tr>{jobs}</table>
 {goodput}
 {figs}

@@ -22,11 +22,19 @@ def render_text(analysis: Report) -> str:
         rows = []
         for f in analysis.findings:
             where = f.node or (f"job {f.job_id}" if f.job_id else "")
-            rows.append([
-                f.kind, f.severity, where, f.gpu or "", "" if f.rank is None else str(f.rank),
-                (rfc3339(f.start) or "")[11:], (rfc3339(f.end) or "open")[11:] if f.end else "open",
-                "" if f.score is None else f"{f.score:.2f}", f.cause,
-            ])  # fmt: skip
+            rows.append(
+                [
+                    f.kind,
+                    f.severity,
+                    where,
+                    f.gpu or "",
+                    "" if f.rank is None else str(f.rank),
+                    (rfc3339(f.start) or "")[11:],
+                    (rfc3339(f.end) or "open")[11:] if f.end else "open",
+                    "" if f.score is None else f"{f.score:.2f}",
+                    f.cause,
+                ]
+            )
         parts.append(
             _table(rows, ["KIND", "SEVERITY", "NODE", "GPU", "RANK", "START", "END", "SCORE", "CAUSE"])
         )
@@ -37,15 +45,19 @@ def render_text(analysis: Report) -> str:
             parts.append(f"   action: {f.action}")
     bad = [v for v in analysis.nodes.values() if v.state != "healthy"]
     parts.append("")
-    parts.append(f"nodes: {len(analysis.nodes)} seen, {sum(v.state == 'failing' for v in bad)} failing, "
-                 f"{sum(v.state == 'degraded' for v in bad)} degraded")  # fmt: skip
+    parts.append(
+        f"nodes: {len(analysis.nodes)} seen, {sum(v.state == 'failing' for v in bad)} failing, "
+        f"{sum(v.state == 'degraded' for v in bad)} degraded"
+    )
     for v in bad:
         parts.append(f"  {v.node}: {v.state} ({'; '.join(v.reasons)})")
     for j in analysis.jobs.values():
         mfu = "n/a" if j.mfu is None else f"{j.mfu:.1%}"
         tps = "n/a" if j.tokens_per_second is None else f"{j.tokens_per_second:,.0f}"
-        parts.append(f"job {j.job_id}: {j.ranks} ranks on {len(j.nodes)} nodes, MFU {mfu}, tokens/s {tps}, "
-                     f"step {j.step_seconds or 'n/a'} s, stragglers {j.stragglers or 'none'}")  # fmt: skip
+        parts.append(
+            f"job {j.job_id}: {j.ranks} ranks on {len(j.nodes)} nodes, MFU {mfu}, tokens/s {tps}, "
+            f"step {j.step_seconds or 'n/a'} s, stragglers {j.stragglers or 'none'}"
+        )
     for a in analysis.goodput.values():
         parts += _goodput(a)
     return "\n".join(parts) + "\n"
@@ -54,15 +66,19 @@ def render_text(analysis: Report) -> str:
 def _goodput(a: GoodputAccount) -> list[str]:
     """The job's goodput account: the parts, the badput lines, the checkpoint advice."""
     whole = a.whole_gpu_seconds or 1.0
-    out = ["", f"goodput of job {a.job_id}: {a.whole_gpu_seconds / 3600:.2f} GPU-hours "
-           f"({a.gpus:.0f} GPUs), effective training time {a.effective_training_ratio:.1%}, "
-           f"productive {a.goodput_ratio:.1%}, {a.restarts} restart(s)"]  # fmt: skip
+    out = [
+        "",
+        f"goodput of job {a.job_id}: {a.whole_gpu_seconds / 3600:.2f} GPU-hours "
+        f"({a.gpus:.0f} GPUs), effective training time {a.effective_training_ratio:.1%}, "
+        f"productive {a.goodput_ratio:.1%}, {a.restarts} restart(s)",
+    ]
     out += [f"  {k:<11}{v / 3600:>9.2f} GPU-h {v / whole:>7.1%}" for k, v in a.gpu_seconds.items()]
     out += [f"  - {i.text}" for i in a.items]
     adv = a.advice
     if adv is not None:
         rate = (
-            f"no failure in the window: the prior, 1 per {1 / (adv.failures_per_node_hour * 24):,.0f} node-days"
+            f"no failure in the window: the prior, 1 per {1 / (adv.failures_per_node_hour * 24):,.0f} "
+            "node-days"
             if adv.prior
             else f"{adv.failures} in {adv.node_hours:.1f} node-hours"
         )
@@ -72,7 +88,9 @@ def _goodput(a: GoodputAccount) -> list[str]:
             if adv.gain_gpu_hours_per_day is None
             else f", saves {adv.gain_gpu_hours_per_day:.1f} GPU-h/day"
         )
-        out.append(f"  checkpoint every {adv.recommended_s:.0f} s (now {now}; save {adv.save_s:.0f} s, "
-                   f"MTBF {adv.mtbf_s / 3600:.1f} h from failures {rate}; Young {adv.young_s:.0f} s, "
-                   f"Daly {adv.daly_s:.0f} s{gain})")  # fmt: skip
+        out.append(
+            f"  checkpoint every {adv.recommended_s:.0f} s (now {now}; save {adv.save_s:.0f} s, "
+            f"MTBF {adv.mtbf_s / 3600:.1f} h from failures {rate}; Young {adv.young_s:.0f} s, "
+            f"Daly {adv.daly_s:.0f} s{gain})"
+        )
     return out

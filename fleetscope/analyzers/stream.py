@@ -72,7 +72,8 @@ AUTO_CHUNK_S = 3600.0
 
 
 def chunk_seconds(arg: str, window_s: float | None) -> float | None:
-    """The chunk length ``--chunk`` asks for over a window of ``window_s`` (None: unknown), None = one piece."""
+    """The chunk length ``--chunk`` asks for over a window of ``window_s`` (None: unknown), None = one
+    piece."""
 
     if arg == "off":
         return None
@@ -259,9 +260,9 @@ def merge_findings(
     * A finding of the chunk continues the earlier finding of the same :func:`subject` that is open
       or ended in this chunk's view (from ``load_start``).
     * An earlier finding still open at the end of the chunk before, that began in this chunk's view
-      (:func:`_context` into it) and that the chunk does not find again, is withdrawn: it was judged at the edge of the data
-      (a node absent to the end looked gone), and this chunk saw its onset with more data after it,
-      as one-shot analysis would.
+      (:func:`_context` into it) and that the chunk does not find again, is withdrawn: it was judged at the
+      edge of the data (a node absent to the end looked gone), and this chunk saw its onset with more data
+      after it, as one-shot analysis would.
     * One that began before the view and is not found again ends at ``own_start`` when the chunk
       holds its subject, and stays open when it does not (a lost GPU stays lost).
     * The chunk's membership findings about a node that an earlier chunk found failing, and its

@@ -32,7 +32,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
             stat("Nodes degraded", f'count({health}{{state="degraded"}} == 1)', "short",
                  "Nodes that work but slow or endanger their jobs.", [(None, "green"), (1, "orange")]),
             stat("GPUs lost", f"count({c.GPU_UP} == 0)", "short",
-                 "GPUs that stopped answering NVML (lost, fallen off the bus).", [(None, "green"), (1, "red")]),
+                 "GPUs that stopped answering NVML (lost, fallen off the bus).", [(None, "green"), (1, "red")]),  # noqa: E501
             stat("GPUs", f"count({c.GPU_UP})", "short", "GPUs the exporters enumerate."),
             stat("Neuron devices", f"sum({c.NEURON_DEVICES})", "short",
                  "Trainium/Inferentia devices the neuron collectors list (beside the GPUs)."),
@@ -57,22 +57,27 @@ def build(cfg: Thresholds) -> g.Dashboard:
                        "Model FLOP/s over the summed bf16 peak of the job's GPUs.", min_value=0),
             timeseries("Tokens/s by job", [(names.JOB_TOKENS, "{{job_id}}")], "short", min_value=0),
             timeseries("Straggler scores (top 10)", [(f"topk(10, {c.STRAGGLER_SCORE})",
-                                                      "job {{job_id}} rank {{rank}} ({{Hostname}})")], "short",
+                                                      "job {{job_id}} rank {{rank}} ({{Hostname}})")], "short",  # noqa: E501
                        "Own compute time over the peer median; 1 is normal."),
         ]),
         ("Fleet", [
-            timeseries("GPU utilization by node", [(f"avg by ({n}) ({c.DCGM_FI_DEV_GPU_UTIL})", "{{Hostname}}")],
+            timeseries("GPU utilization by node", [(f"avg by ({n}) ({c.DCGM_FI_DEV_GPU_UTIL})", "{{Hostname}}")],  # noqa: E501
                        "percent", min_value=0, max_value=100),
             timeseries("NeuronCore utilization by node",
                        [(f"avg by ({n}) ({c.NEURONCORE_UTILIZATION})", "{{Hostname}}")], "percentunit",
                        "Trainium/Inferentia nodes, beside the GPU nodes above.", min_value=0, max_value=1),
             timeseries("GPU power by node", [(f"sum by ({n}) ({c.DCGM_FI_DEV_POWER_USAGE})", "{{Hostname}}")],
                        "watt", min_value=0),
-            timeseries("Open findings", [(f"sum by (kind, severity) ({c.FINDINGS})", "{{kind}} ({{severity}})")],
+            timeseries("Open findings", [(f"sum by (kind, severity) ({c.FINDINGS})", "{{kind}} ({{severity}})")],  # noqa: E501
                        "short", min_value=0),
             timeseries("fleetscope targets up", [(f"sum by (job) ({PROMETHEUS_UP}{{{cfg.job_selector}}})",
                                                   "{{job}}")], "short", min_value=0),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / Cluster overview",
-                     "Health of every node and GPU, training jobs, MFU and firing alerts.", [], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / Cluster overview",
+        "Health of every node and GPU, training jobs, MFU and firing alerts.",
+        [],
+        rows,
+    )

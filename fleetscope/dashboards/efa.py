@@ -40,7 +40,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
             timeseries("Retransmit ratio", [(s(names.EFA_RETRANS_RATIO), dev)], "percentunit",
                        f"SRD packets retransmitted per packet sent; alert above {cfg.efa_retrans_ratio:.1%}.",
                        min_value=0),
-            timeseries("Retransmit timeouts (path changes)", [(per_device(c.EFA_RETRANS_TIMEOUT_EVENTS, "increase"),
+            timeseries("Retransmit timeouts (path changes)", [(per_device(c.EFA_RETRANS_TIMEOUT_EVENTS, "increase"),  # noqa: E501
                                                                 dev)], "short", min_value=0),
             timeseries("Impaired / unresponsive remotes", [
                 (per_device(c.EFA_IMPAIRED_REMOTE_CONN_EVENTS, "increase"), f"{dev} impaired"),
@@ -56,5 +56,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                        "Device-level cmds_err: the EFA device or its firmware is unwell.", min_value=0),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / EFA network", "EFA traffic and SRD trouble counters per device.",
-                     [hostname_var(c.EFA_TX_BYTES, multi=True)], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / EFA network",
+        "EFA traffic and SRD trouble counters per device.",
+        [hostname_var(c.EFA_TX_BYTES, multi=True)],
+        rows,
+    )

@@ -48,11 +48,17 @@ def build(cfg: Thresholds) -> g.Dashboard:
                                  "{{Hostname}} {{mount}}")], "Bps", min_value=0),
             timeseries("Write", [(f"sum by ({n}, mount) (rate({s(c.LUSTRE_CLIENT_WRITE_BYTES)}[{W}]))",
                                   "{{Hostname}} {{mount}}")], "Bps", min_value=0),
-            timeseries("Metadata latency", [(s(names.LUSTRE_METADATA_LATENCY), "{{Hostname}} {{mount}}")], "s",
+            timeseries("Metadata latency", [(s(names.LUSTRE_METADATA_LATENCY), "{{Hostname}} {{mount}}")], "s",  # noqa: E501
                        "Mean time per metadata operation (open, getattr, ...).", min_value=0),
             state_timeline("Client health", s(c.LUSTRE_CLIENT_HEALTHY), "{{Hostname}}",
-                           {1: ("healthy", "green"), 0: ("unhealthy", "red")}, "Lustre health_check per node."),
+                           {1: ("healthy", "green"), 0: ("unhealthy", "red")}, "Lustre health_check per "
+                                                                               "node."),
         ]),
     ]  # fmt: skip
-    return dashboard(UID, "fleetscope / FSx for Lustre", "FSx for Lustre seen from its clients.",
-                     [hostname_var(c.LUSTRE_CLIENT_READ_BYTES, multi=True)], rows)  # fmt: skip
+    return dashboard(
+        UID,
+        "fleetscope / FSx for Lustre",
+        "FSx for Lustre seen from its clients.",
+        [hostname_var(c.LUSTRE_CLIENT_READ_BYTES, multi=True)],
+        rows,
+    )

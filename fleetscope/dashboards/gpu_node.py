@@ -27,9 +27,9 @@ def build(cfg: Thresholds) -> g.Dashboard:
     nvlink_errors = queries.sum_of_counters(nvlink, W, ("gpu",), matchers=s(""))
     rows = [
         ("Health", [
-            state_timeline("GPU answering", s(c.GPU_UP), gpu_legend, {1: ("up", "green"), 0: ("lost", "red")}),
+            state_timeline("GPU answering", s(c.GPU_UP), gpu_legend, {1: ("up", "green"), 0: ("lost", "red")}),  # noqa: E501
             state_timeline("Recovery action", s(c.DCGM_FI_DEV_GPU_RECOVERY_ACTION), gpu_legend,
-                           {k: (v, "green" if k == 0 else "red") for k, v in hardware.RECOVERY_ACTIONS.items()},
+                           {k: (v, "green" if k == 0 else "red") for k, v in hardware.RECOVERY_ACTIONS.items()},  # noqa: E501
                            "What the driver asks for (NVML recovery action)."),
             table("XIDs since exporter start", f"sum by (gpu, xid) ({s(c.GPU_XID_ERRORS_TOTAL)})", "short",
                   "XID codes per GPU; the class decides the action (docs/runbooks.md).", no_value="no XIDs"),
@@ -37,7 +37,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
         ("Load", [
             timeseries("GPU utilization", [(s(c.DCGM_FI_DEV_GPU_UTIL), gpu_legend)], "percent", min_value=0,
                        max_value=100),
-            timeseries("Tensor pipe active", [(s(c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE), gpu_legend)], "percentunit",
+            timeseries("Tensor pipe active", [(s(c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE), gpu_legend)], "percentunit",  # noqa: E501
                        min_value=0, max_value=1),
             timeseries("Framebuffer used", [(s(c.DCGM_FI_DEV_FB_USED), gpu_legend)], "mbytes", min_value=0),
         ]),
@@ -65,10 +65,12 @@ def build(cfg: Thresholds) -> g.Dashboard:
             timeseries("PCIe link", [
                 (s(c.DCGM_FI_DEV_PCIE_LINK_WIDTH), "GPU {{gpu}} width"),
                 (s(c.DCGM_FI_DEV_PCIE_LINK_GEN), "GPU {{gpu}} gen"),
-            ], "short", "Lanes and generation; a lower width is a fault, a lower gen at idle is power saving."),
-            timeseries("PCIe replays", [(f"rate({s(c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER)}[{W}])", gpu_legend)], "ops",
+            ], "short", "Lanes and generation; a lower width is a fault, a lower gen at idle is power "
+                        "saving."),
+            timeseries("PCIe replays", [(f"rate({s(c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER)}[{W}])", gpu_legend)], "ops",  # noqa: E501
                        min_value=0),
-            timeseries("NVLink errors", [(nvlink_errors, gpu_legend)], "ops", "CRC, replay and recovery errors.",
+            timeseries("NVLink errors", [(nvlink_errors, gpu_legend)], "ops", "CRC, replay and recovery "
+                                                                              "errors.",
                        min_value=0),
             timeseries("NVLink traffic", [
                 (s(c.DCGM_FI_PROF_NVLINK_TX_BYTES), "GPU {{gpu}} tx"),

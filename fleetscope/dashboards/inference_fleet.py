@@ -38,7 +38,10 @@ def model_var() -> g.Template:
     """The served models of every engine (multi-select, All): vLLM's ``model_name`` and TGI's and
     Triton's ``model``, as one ``model`` label over the dashboard's range."""
     rng = "$__range"
-    vllm = f'label_replace(group by ({MODEL}) (last_over_time({c.VLLM_NUM_REQUESTS_RUNNING}[{rng}])), "model", "$1", "{MODEL}", "(.*)")'
+    vllm = (
+        f"label_replace(group by ({MODEL}) (last_over_time({c.VLLM_NUM_REQUESTS_RUNNING}[{rng}])), "
+        f'"model", "$1", "{MODEL}", "(.*)")'
+    )
     tgi = f"group by (model) (last_over_time({c.TGI_QUEUE_SIZE}[{rng}]))"
     triton = f"group by (model) (last_over_time({c.TRITON_PENDING_REQUEST_COUNT}[{rng}]))"
     return query_var("model", "Model", f"group by (model) ({vllm} or {tgi} or {triton})", "model", multi=True)
@@ -129,7 +132,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
                  [(None, "green"), (1 - cfg.inference_error_objective, "red")], no_value="-"),
             stat("Worst TTFT p95", f"max({ttft_quantile(0.95)})", "s", "Time to first token, worst model.",
                  [(None, "green"), (cfg.inference_ttft_seconds, "red")], no_value="-"),
-            stat("Replicas serving", f"count({on(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", "vLLM engines reporting.",
+            stat("Replicas serving", f"count({on(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", "vLLM engines reporting.",  # noqa: E501
                  no_value="0"),
             stat("Requests waiting", f"sum({on(c.VLLM_NUM_REQUESTS_WAITING)})", "short", no_value="0"),
         ]),
@@ -141,21 +144,22 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by ({MODEL}) (rate({on(c.VLLM_GENERATION_TOKENS)}[{W}]))", f"{model} out (generated)"),
             ], "short", "Prefill tokens and generated tokens per second.", min_value=0),
             timeseries("Error ratio", [(on(names.inference_errors("5m"), ENGINE), per_model)], "percentunit",
-                       f"Failed requests per request; the SLO allows {1 - cfg.inference_error_objective:.2%}.",
+                       "Failed requests per request; the SLO allows "
+                       f"{1 - cfg.inference_error_objective:.2%}.",
                        min_value=0),
         ]),
         ("Latency", [
-            timeseries("Time to first token", [(ttft_quantile(q), f"{model} p{round(q * 100)}") for q in QUANTILES],
+            timeseries("Time to first token", [(ttft_quantile(q), f"{model} p{round(q * 100)}") for q in QUANTILES],  # noqa: E501
                        "s", f"The SLO: {cfg.inference_ttft_objective:.0%} of requests within {ttft_slo}.",
                        min_value=0),
-            timeseries("Inter-token latency", [(itl_quantile(q), f"{model} p{round(q * 100)}") for q in QUANTILES],
+            timeseries("Inter-token latency", [(itl_quantile(q), f"{model} p{round(q * 100)}") for q in QUANTILES],  # noqa: E501
                        "s", f"The SLO: {cfg.inference_itl_objective:.0%} of gaps within {itl_slo} (V1's "
                        "inter_token_latency or V0's time_per_output_token).", min_value=0),
             timeseries("SLO burn rate", [
-                (f"{on(names.inference_ttft_slow(long), ENGINE)} / {1 - cfg.inference_ttft_objective:g}", f"TTFT {{{{model}}}} {long}"),
-                (f"{on(names.inference_ttft_slow(short), ENGINE)} / {1 - cfg.inference_ttft_objective:g}", f"TTFT {{{{model}}}} {short}"),
-                (f"{on(names.inference_itl_slow(long), ENGINE)} / {1 - cfg.inference_itl_objective:g}", f"ITL {{{{model}}}} {long}"),
-                (f"{on(names.inference_errors(long), ENGINE)} / {1 - cfg.inference_error_objective:g}", f"errors {{{{model}}}} {long}"),
+                (f"{on(names.inference_ttft_slow(long), ENGINE)} / {1 - cfg.inference_ttft_objective:g}", f"TTFT {{{{model}}}} {long}"),  # noqa: E501
+                (f"{on(names.inference_ttft_slow(short), ENGINE)} / {1 - cfg.inference_ttft_objective:g}", f"TTFT {{{{model}}}} {short}"),  # noqa: E501
+                (f"{on(names.inference_itl_slow(long), ENGINE)} / {1 - cfg.inference_itl_objective:g}", f"ITL {{{{model}}}} {long}"),  # noqa: E501
+                (f"{on(names.inference_errors(long), ENGINE)} / {1 - cfg.inference_error_objective:g}", f"errors {{{{model}}}} {long}"),  # noqa: E501
             ], "short", f"1 spends the error budget exactly over the SLO period; the page fires at "
                 f"{cfg.slo_page_fast_burn:g} over {long} and {short}.", min_value=0),
         ]),
@@ -164,9 +168,9 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_RUNNING)})", f"{model} running"),
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_WAITING)})", f"{model} waiting"),
             ], "short", "Running: in the batch; waiting: queued for admission.", min_value=0),
-            timeseries("KV-cache use per replica", [(queries.vllm_kv_cache_usage(f"{{{VLLM}}}"), replica)], "percentunit",
-                       f"The KvCacheSaturated alert fires above {cfg.inference_kv_cache_full_ratio:.0%} while "
-                       "the engine preempts.", min_value=0, max_value=1),
+            timeseries("KV-cache use per replica", [(queries.vllm_kv_cache_usage(f"{{{VLLM}}}"), replica)], "percentunit",  # noqa: E501
+                       f"The KvCacheSaturated alert fires above {cfg.inference_kv_cache_full_ratio:.0%} "
+                       "while the engine preempts.", min_value=0, max_value=1),
             timeseries("Preemptions/s", [
                 (f"sum by ({MODEL}, {c.INSTANCE_LABEL}) (rate({on(c.VLLM_NUM_PREEMPTIONS)}[{W}]))", replica),
             ], "short", "Sequences evicted from a full KV cache (recomputed later).", min_value=0),
@@ -185,7 +189,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
     return dashboard(
         UID,
         "fleetscope / Inference fleet",
-        "Every served model: traffic, latency percentiles, queue, KV cache, errors, SLO burn, tokens per GPU.",
+        "Every served model: traffic, latency percentiles, queue, KV cache, errors, SLO burn, tokens per "
+        "GPU.",
         [model_var()],
         rows,
     )

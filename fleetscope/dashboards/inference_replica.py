@@ -25,8 +25,8 @@ BY_POD = f'{VLLM}, {_POD}=~"$replica"'
 BY_TARGET = f'{VLLM}, {_POD}="", {c.INSTANCE_LABEL}=~"$replica"'
 #: Each replica of the chosen models seen over the range, named by its pod, else by its target.
 _REPLICA = (
-    f'label_replace(label_replace(last_over_time({c.VLLM_NUM_REQUESTS_RUNNING}{{{VLLM}}}[$__range]), "replica", "$1", '
-    f'"{c.INSTANCE_LABEL}", "(.*)"), "replica", "$1", "{_POD}", "(.+)")'
+    f"label_replace(label_replace(last_over_time({c.VLLM_NUM_REQUESTS_RUNNING}{{{VLLM}}}[$__range]), "
+    f'"replica", "$1", "{c.INSTANCE_LABEL}", "(.*)"), "replica", "$1", "{_POD}", "(.+)")'
 )
 
 
@@ -81,26 +81,26 @@ def build(cfg: Thresholds) -> g.Dashboard:
     rows = [
         (None, [
             stat("Replicas", f"count({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", no_value="0"),
-            stat("Requests running", f"sum({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", no_value="-"),
-            stat("Requests waiting", f"sum({on_replica(c.VLLM_NUM_REQUESTS_WAITING)})", "short", no_value="-"),
+            stat("Requests running", f"sum({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", no_value="-"),  # noqa: E501
+            stat("Requests waiting", f"sum({on_replica(c.VLLM_NUM_REQUESTS_WAITING)})", "short", no_value="-"),  # noqa: E501
             stat("KV-cache use (max)", f"max({kv})", "percentunit", "Fullest engine of the chosen replicas.",
                  [(None, "green"), (cfg.inference_kv_cache_full_ratio, "red")], no_value="-"),
             stat("Serving GPUs", f"count({gpus})", "short", "GPUs the chosen replicas run on.", no_value="0"),
         ]),
         ("Replicas", [
-            timeseries("Requests/s", [(f"sum by ({by}) ({rate_on_replica(c.VLLM_REQUEST_SUCCESS)})", rep)], "reqps",
+            timeseries("Requests/s", [(f"sum by ({by}) ({rate_on_replica(c.VLLM_REQUEST_SUCCESS)})", rep)], "reqps",  # noqa: E501
                        "Finished requests per second (every finished_reason).", min_value=0),
             timeseries("Tokens/s in and out", [
                 (f"sum by ({by}) ({rate_on_replica(c.VLLM_PROMPT_TOKENS)})", f"{rep} in"),
                 (f"sum by ({by}) ({rate_on_replica(c.VLLM_GENERATION_TOKENS)})", f"{rep} out"),
             ], "short", min_value=0),
-            timeseries("Time to first token", [(quantile(q, rate_on_replica(ttft)), f"{rep} p{round(q * 100)}")
+            timeseries("Time to first token", [(quantile(q, rate_on_replica(ttft)), f"{rep} p{round(q * 100)}")  # noqa: E501
                                                for q in (0.5, 0.95, 0.99)], "s",
                        f"The SLO threshold is {cfg.inference_ttft_seconds:g} s.", min_value=0),
             timeseries("Inter-token latency", [(quantile(q, itl_rates), f"{rep} p{round(q * 100)}")
                                                for q in (0.5, 0.95, 0.99)], "s",
-                       f"The SLO threshold is {cfg.inference_itl_seconds * 1000:g} ms; one throttled GPU slows "
-                       "the whole tensor-parallel replica.", min_value=0),
+                       f"The SLO threshold is {cfg.inference_itl_seconds * 1000:g} ms; one throttled GPU "
+                       "slows the whole tensor-parallel replica.", min_value=0),
         ]),
         ("Queue and KV cache", [
             timeseries("Running and waiting", [
@@ -122,15 +122,18 @@ def build(cfg: Thresholds) -> g.Dashboard:
                        min_value=0),
         ]),
         ("Efficiency and errors", [
-            timeseries("Generated tokens/s per GPU", [(f"{gen} / on (model_name) count by (model_name) ({gpus})",
+            timeseries("Generated tokens/s per GPU", [(f"{gen} / on (model_name) count by (model_name) "
+                                                       f"({gpus})",
                                                        "{{model_name}}")], "short", min_value=0),
             timeseries("Generated tokens per joule", [
                 (f"{gen} / on (model_name) (sum by (model_name) ({watts}) > 0)", "{{model_name}}"),
             ], "short", "Output tokens per second over the serving GPUs' power (W).", min_value=0),
             table("XIDs on the replicas' GPUs (last hour)",
-                  f"sum by ({c.NODE_LABEL}, gpu, xid, model_name) (increase({c.GPU_XID_ERRORS_TOTAL}[1h]) * on "
-                  f"({c.NODE_LABEL}, gpu) group_left (model_name) group by ({c.NODE_LABEL}, gpu, model_name) ({gpus})) > 0",
-                  "short", "XIDs of a GPU a replica runs on: a drain-class one (79, 48, 94, 95) kills its engine.",
+                  f"sum by ({c.NODE_LABEL}, gpu, xid, model_name) (increase({c.GPU_XID_ERRORS_TOTAL}[1h]) * "
+                  f"on ({c.NODE_LABEL}, gpu) group_left (model_name) group by ({c.NODE_LABEL}, gpu, "
+                  f"model_name) ({gpus})) > 0",
+                  "short", "XIDs of a GPU a replica runs on: a drain-class one (79, 48, 94, 95) kills its "
+                           "engine.",
                   no_value="none"),
         ]),
     ]  # fmt: skip

@@ -30,11 +30,11 @@ def build(cfg: Thresholds) -> g.Dashboard:
             stat("Tokens/s", s(names.JOB_TOKENS), "short", no_value="-"),
             stat("Global step", f"max({s(c.TRAINING_GLOBAL_STEP)})", "short", no_value="-"),
             stat("Since last step", f"time() - max({s(c.TRAINING_LAST_STEP_TIMESTAMP)})", "s",
-                 "A stall shows here first.", [(None, "green"), (cfg.stall_min_seconds, "red")], no_value="-"),
+                 "A stall shows here first.", [(None, "green"), (cfg.stall_min_seconds, "red")], no_value="-"),  # noqa: E501
             stat("Ranks", f"count({s(c.TRAINING_STEPS)})", "short", no_value="-"),
         ]),
         ("Throughput", [
-            timeseries("MFU", [(s(names.JOB_MFU), "job"), (s(names.RANK_MFU), rank)], "percentunit", min_value=0),
+            timeseries("MFU", [(s(names.JOB_MFU), "job"), (s(names.RANK_MFU), rank)], "percentunit", min_value=0),  # noqa: E501
             timeseries("Tokens/s", [(s(names.JOB_TOKENS), "job")], "short", min_value=0),
             timeseries("Loss", [(f"avg({s(c.TRAINING_LOSS)})", "mean over ranks")], "none"),
         ]),
@@ -43,12 +43,13 @@ def build(cfg: Thresholds) -> g.Dashboard:
             timeseries("Compute time per rank", [(s(names.RANK_COMPUTE), rank)], "percentunit",
                        "Forward + backward seconds per second of wall time.", min_value=0),
             timeseries("Compute time vs peer median", [(rank_compute_vs_median(s("")), rank)], "short",
-                       f"1 is typical; the RankSlow alert fires above {cfg.rank_compute_ratio}.", min_value=0),
+                       f"1 is typical; the RankSlow alert fires above {cfg.rank_compute_ratio}.", min_value=0),  # noqa: E501
             timeseries("Straggler score (service)", [(s(c.STRAGGLER_SCORE), rank)], "short", min_value=0),
         ]),
         ("Goodput and checkpoints", [
             stat("Goodput", s(names.JOB_GOODPUT), "percentunit",
-                 "Share of wall time the ranks spend in completed steps (pauses, stalls and start-up are not).",
+                 "Share of wall time the ranks spend in completed steps (pauses, stalls and start-up are "
+                 "not).",
                  no_value="-"),
             stat("Since last checkpoint", s(names.JOB_CHECKPOINT_AGE), "s",
                  "Since the newest successful save (without one: the ranks' start-up plus step time).",

@@ -68,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workload",
         choices=WORKLOADS,
         default="training",
-        help="what the virtual nodes run: a training job, or vLLM replicas serving a model (default training)",
+        help="what the virtual nodes run: a training job, or vLLM replicas serving a model (default "
+        "training)",
     )
     p.add_argument(
         "--fault",

@@ -37,10 +37,13 @@ def prometheus_config(
         "global": {"scrape_interval": every, "evaluation_interval": every, "scrape_timeout": every},
         "rule_files": [str(p) for p in rules],
         "scrape_configs": [
-            {"job_name": "fleetscope-nodes", "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "5s"}]},
+            {
+                "job_name": "fleetscope-nodes",
+                "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "5s"}],
+            },
             {"job_name": "fleetscope-service", "static_configs": [{"targets": [service]}]},
         ],
-    }  # fmt: skip
+    }
     if alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     return config

@@ -43,5 +43,6 @@ def alertmanager_lines(base: str, prometheus_alerts: str) -> list[str]:
         return [f"Alertmanager:  {base}/#/alerts"]
     return [
         f"Alertmanager:  {base}/api/v2/alerts (JSON; this package has no web UI:",
-        f"               the same alerts are on {prometheus_alerts}, or: amtool --alertmanager.url={base} alert)",
+        f"               the same alerts are on {prometheus_alerts}, or: amtool --alertmanager.url={base} "
+        "alert)",
     ]

@@ -29,12 +29,24 @@ def inference_scenario(args: argparse.Namespace) -> dict:
     """The inference simulator's scenario for the demo's flags: one vLLM replica per node."""
     faults = []
     if args.fault != "healthy":
-        faults.append({"kind": args.fault, "at_s": args.fault_at, "node": args.fault_node,
-                       "gpu": args.fault_gpu, "slowdown": 0.2})  # fmt: skip
+        faults.append(
+            {
+                "kind": args.fault,
+                "at_s": args.fault_at,
+                "node": args.fault_node,
+                "gpu": args.fault_gpu,
+                "slowdown": 0.2,
+            }
+        )
     return {
-        "name": "demo", "family": "inference", "nodes": args.nodes, "seed": args.seed,
-        "duration_s": INFERENCE_DAY_S, "day_s": INFERENCE_DAY_S, "faults": faults,
-    }  # fmt: skip
+        "name": "demo",
+        "family": "inference",
+        "nodes": args.nodes,
+        "seed": args.seed,
+        "duration_s": INFERENCE_DAY_S,
+        "day_s": INFERENCE_DAY_S,
+        "faults": faults,
+    }
 
 
 def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
@@ -50,16 +62,33 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
         what = ["--scenario", str(scenario)]
     else:
         what = [
-            "--nodes", str(args.nodes), "--fault", args.fault, "--fault-at", format_number(args.fault_at),
-            "--fault-node", str(args.fault_node), "--fault-gpu", str(args.fault_gpu), "--seed", str(args.seed),
-        ]  # fmt: skip
+            "--nodes",
+            str(args.nodes),
+            "--fault",
+            args.fault,
+            "--fault-at",
+            format_number(args.fault_at),
+            "--fault-node",
+            str(args.fault_node),
+            "--fault-gpu",
+            str(args.fault_gpu),
+            "--seed",
+            str(args.seed),
+        ]
     procs.start(
         "simulator",
         fleetscope_argv(
-            "simulate", "--live", *what, "--listen", "127.0.0.1", "--base-port", str(base_port),
-            "--targets-file", str(targets_file),
+            "simulate",
+            "--live",
+            *what,
+            "--listen",
+            "127.0.0.1",
+            "--base-port",
+            str(base_port),
+            "--targets-file",
+            str(targets_file),
         ),
-    )  # fmt: skip
+    )
     procs.wait_until(
         lambda: targets_file.is_file() and http_ok(f"http://127.0.0.1:{base_port}/metrics"),
         READY_TIMEOUT,
@@ -67,8 +96,9 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     )
     kind = "inference fleet (one vLLM replica per node)" if inference else "cluster"
     say(
-        f"simulated {kind}: {args.nodes} virtual nodes on 127.0.0.1:{base_port}-{base_port + args.nodes - 1}, "
-        f"fault {args.fault} on node {args.fault_node} {args.fault_at:g}s after start"
+        f"simulated {kind}: {args.nodes} virtual nodes on "
+        f"127.0.0.1:{base_port}-{base_port + args.nodes - 1}, fault {args.fault} on node {args.fault_node} "
+        f"{args.fault_at:g}s after start"
     )
     return targets_file
 
@@ -80,10 +110,13 @@ def start_alertmanager(binary: str, args: argparse.Namespace, procs: Processes) 
     procs.start(
         "alertmanager",
         [
-            binary, f"--config.file={config}", f"--storage.path={procs.workdir / 'alertmanager'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+            binary,
+            f"--config.file={config}",
+            f"--storage.path={procs.workdir / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
         ],
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     procs.wait_until(lambda: http_ok(f"{url}/-/ready"), READY_TIMEOUT, "Alertmanager")
     return url
@@ -112,10 +145,13 @@ def start_prometheus(
     procs.start(
         "prometheus",
         [
-            binary, f"--config.file={config}", f"--storage.tsdb.path={procs.workdir / 'prometheus'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={procs.workdir / 'prometheus'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1d",
         ],
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     procs.wait_until(lambda: http_ok(f"{url}/-/ready"), READY_TIMEOUT, "Prometheus")
     return url
@@ -126,10 +162,19 @@ def start_service(procs: Processes, prometheus_url: str, host: str, port: int, i
     procs.start(
         "service",
         fleetscope_argv(
-            "serve", "--prometheus", prometheus_url, "--listen", f"{host}:{port}",
-            "--interval", f"{2 * interval:g}", "--window", "900", "--step", f"{interval:g}",
+            "serve",
+            "--prometheus",
+            prometheus_url,
+            "--listen",
+            f"{host}:{port}",
+            "--interval",
+            f"{2 * interval:g}",
+            "--window",
+            "900",
+            "--step",
+            f"{interval:g}",
         ),
-    )  # fmt: skip
+    )
     url = f"http://{local_address(host)}:{port}"
     procs.wait_until(lambda: http_ok(f"{url}/healthz"), READY_TIMEOUT, "the fleetscope service")
     return url

@@ -17,8 +17,8 @@ Speed: a p5.48xlarge has 32 EFA devices and about 1,200 counter files. The direc
 listed once and cached; each scrape re-lists only ``class/infiniband`` itself (one ``listdir``) and
 rebuilds the layout when the device set changes (hot-plug, driver reload), when a read says a file
 vanished, or every :data:`RELIST_SECONDS`. Counter files stay open and are re-read with ``pread`` at offset 0
-(one syscall each) in one tight loop, which also keeps the values of one device close in time (the kernel refreshes a whole counter
-group at most once per ``lifespan``).
+(one syscall each) in one tight loop, which also keeps the values of one device close in time (the kernel
+refreshes a whole counter group at most once per ``lifespan``).
 """
 
 from __future__ import annotations

@@ -252,7 +252,8 @@ class FsxCloudWatchCollector(Collector):
         except ClientError as exc:
             err = exc.response.get("Error", {})
             raise CloudWatchFetchError(
-                f"CloudWatch GetMetricData failed: {err.get('Code', 'ClientError')}: {err.get('Message', exc)}"
+                f"CloudWatch GetMetricData failed: {err.get('Code', 'ClientError')}: "
+                f"{err.get('Message', exc)}"
             ) from exc
         except BotoCoreError as exc:
             raise CloudWatchFetchError(f"CloudWatch GetMetricData failed: {exc}") from exc

@@ -80,7 +80,8 @@ class Counter:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """A line that was not used: ``malformed``, ``truncated``, ``duplicate``, ``out_of_range`` or ``empty``."""
+    """A line that was not used: ``malformed``, ``truncated``, ``duplicate``, ``out_of_range`` or
+    ``empty``."""
 
     line_no: int
     line: str

@@ -13,8 +13,8 @@ scrape only copies them, so neither a slow, hung nor dead neuron-monitor ever bl
 is no report yet, or the latest is older than ``--collector.neuron.stale-after`` seconds, the
 collector fails (``fleetscope_collector_success{collector="neuron"} 0``, counted as
 ``fleetscope_collector_errors_total{reason="no_report"|"stale"}``) and says why in one line, while
-its own health (restarts, the last report's time) is still served; the supervisor restarts a neuron-monitor that exits, hangs (no output for
-``--collector.neuron.hang-after`` seconds) or prints garbage, with back-off
+its own health (restarts, the last report's time) is still served; the supervisor restarts a neuron-monitor
+that exits, hangs (no output for ``--collector.neuron.hang-after`` seconds) or prints garbage, with back-off
 (:mod:`fleetscope.exporters.neuron_source`).
 
 Series keep the names and labels of AWS's ``neuron-monitor-prometheus.py``
@@ -92,7 +92,8 @@ class NeuronCollector(Collector):
             dest="neuron_hang_after",
             type=positive_float,
             default=DEFAULT_HANG_AFTER,
-            help="seconds without output after which neuron-monitor is killed and restarted (default %(default)s)",
+            help="seconds without output after which neuron-monitor is killed and restarted (default "
+            "%(default)s)",
         )
         parser.add_argument(
             "--collector.neuron.hpc-job-mapping-dir",

@@ -331,7 +331,8 @@ def _rate_limit(section: dict, p: Path) -> tuple[float, int]:
     interval = parse_duration(section.get("interval", 0))
     if interval is None:
         raise FleetscopeError(
-            f"web config {p}: rate_limit.interval {section.get('interval')!r} is not a duration (e.g. 1s, 100ms)"
+            f"web config {p}: rate_limit.interval {section.get('interval')!r} is not a duration (e.g. 1s, "
+            "100ms)"
         )
     burst = section.get("burst", 0)
     if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=30.0,
         metavar="S",
-        help="seconds the Prometheus queries of one cycle may take together, retries and answers included (30)",
+        help="seconds the Prometheus queries of one cycle may take together, retries and answers included "
+        "(30)",
     )
     parser.add_argument(
         "--refetch",
@@ -80,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain "
+        "none)",
     )
     add_prometheus_options(parser)
     parser.add_argument(
@@ -187,8 +189,14 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     config = uvicorn.Config(app, **server_options())
-    log.info("fleetscope serve on http://%s:%d, analyzing %s every %gs%s", host, port, url, args.interval,
-             f", shard {shard}" if shard else "")  # fmt: skip
+    log.info(
+        "fleetscope serve on http://%s:%d, analyzing %s every %gs%s",
+        host,
+        port,
+        url,
+        args.interval,
+        f", shard {shard}" if shard else "",
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

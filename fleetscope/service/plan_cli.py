@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         default=None,
         metavar="F",
-        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain none)",
+        help="drain at most this fraction of the nodes at once, rounded down but at least 1 (0.1; 0: drain "
+        "none)",
     )
     parser.add_argument(
         "--format",

@@ -162,7 +162,8 @@ class CheckpointAdviceModel(BaseModel):
     node_hours: float
     failures_per_node_hour: float
     prior: bool = Field(
-        description="true: no failure in the window, the advice rests on the prior (analyzer config failure_prior_node_days, default one per 250 node-days)"
+        description="true: no failure in the window, the advice rests on the prior (analyzer config "
+        "failure_prior_node_days, default one per 250 node-days)"
     )
     mtbf_s: float
     young_s: float
@@ -180,8 +181,10 @@ class GoodputModel(BaseModel):
     end: str | None
     gpus: float
     whole_gpu_hours: float
-    gpu_hours: dict[str, float] = Field(description="productive, checkpoint, recovery, rework, stall, eval, "
-                                        "slowdown, idle: they sum to whole_gpu_hours")  # fmt: skip
+    gpu_hours: dict[str, float] = Field(
+        description="productive, checkpoint, recovery, rework, stall, eval, "
+        "slowdown, idle: they sum to whole_gpu_hours"
+    )
     gpu_seconds: dict[str, float]
     effective_training_ratio: float
     goodput_ratio: float

@@ -183,9 +183,14 @@ def share_of(rows: Iterable[dict[str, str]], shard: Shard) -> Share:
             models += by_kind["model"]
             nodes += by_kind["node"]
     return Share(
-        shard, tuple(sorted(jobs)), tuple(sorted(models)), tuple(sorted(nodes)),
-        fleet["job"], fleet["model"], fleet["node"],
-    )  # fmt: skip
+        shard,
+        tuple(sorted(jobs)),
+        tuple(sorted(models)),
+        tuple(sorted(nodes)),
+        fleet["job"],
+        fleet["model"],
+        fleet["node"],
+    )
 
 
 #: Resolution of the discovery query: each point says which (node, job, model) had a sample in the
@@ -252,8 +257,9 @@ class ShardAnalysis:
     Picklable: the service's analysis child holds it.
     """
 
-    def __init__(self, fn: Callable[[float, float], Report], source: PrometheusSource, shard: Shard,
-                 step: float) -> None:  # fmt: skip
+    def __init__(
+        self, fn: Callable[[float, float], Report], source: PrometheusSource, shard: Shard, step: float
+    ) -> None:
         self.fn, self.source, self.shard, self.step = fn, source, shard, step
         self.discovery = Discovery(source.refetch_s if source.refetch_s is not None else 120.0)
 

@@ -140,15 +140,22 @@ def served_models(signals: Signals) -> list[dict[str, Any]]:
         for name, _, bound, objective in slos:
             slo[name] = _burn(buckets[name], cols, short, bound, objective)
         serving = [x for x in replicas if x["serving"]]
-        out.append({
-            "model": model,
-            "replicas": replicas,
-            "serving": len(serving),
-            "ttft_p95_s": max((x["ttft_p95_s"] for x in serving if x["ttft_p95_s"] is not None), default=None),
-            "itl_mean_s": _num(np.median([x["itl_mean_s"] for x in serving if x["itl_mean_s"] is not None]))
-            if any(x["itl_mean_s"] is not None for x in serving) else None,
-            "slo": slo,
-        })  # fmt: skip
+        out.append(
+            {
+                "model": model,
+                "replicas": replicas,
+                "serving": len(serving),
+                "ttft_p95_s": max(
+                    (x["ttft_p95_s"] for x in serving if x["ttft_p95_s"] is not None), default=None
+                ),
+                "itl_mean_s": _num(
+                    np.median([x["itl_mean_s"] for x in serving if x["itl_mean_s"] is not None])
+                )
+                if any(x["itl_mean_s"] is not None for x in serving)
+                else None,
+                "slo": slo,
+            }
+        )
     return sorted(out, key=lambda m: m["model"])
 
 

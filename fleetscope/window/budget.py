@@ -41,8 +41,9 @@ FIRST_BACKOFF_S = 0.25
 class LoadBudget:
     """The deadline and the byte and sample budgets of one load (thread-safe)."""
 
-    def __init__(self, url: str, timeout: float, max_answer_bytes: int, grid_points: int = 1,
-                 clock=time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, timeout: float, max_answer_bytes: int, grid_points: int = 1, clock=time.monotonic
+    ) -> None:
         self.url, self.timeout = url, float(timeout)
         self.max_bytes = max(WINDOW_ANSWERS * int(max_answer_bytes), BYTES_PER_CELL * MAX_GRID_CELLS)
         self.max_answer_bytes = int(max_answer_bytes)
@@ -77,7 +78,8 @@ class LoadBudget:
             raise FleetscopeError(
                 f"Prometheus at {self.url} sent over {self.max_bytes:,} bytes for one window (all answers "
                 f"together: {WINDOW_ANSWERS} x --max-answer-bytes, or {BYTES_PER_CELL} bytes per cell of the "
-                "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise --max-answer-bytes"
+                "cell limit); narrow the window (--start/--end, --window), coarsen --step, or raise "
+                "--max-answer-bytes"
             )
 
     def take_samples(self, n: int, series: int, metric: str) -> None:
@@ -90,6 +92,6 @@ class LoadBudget:
         if samples > MAX_GRID_CELLS or cells > MAX_GRID_CELLS:
             raise FleetscopeError(
                 f"the answers of Prometheus at {self.url} hold over {MAX_GRID_CELLS:,} samples or grid cells "
-                f"({samples:,} samples; {sum(self._series.values()):,} series x {self.grid_points:,} grid times "
-                "so far); narrow the window with --start/--end or coarsen it with --step"
+                f"({samples:,} samples; {sum(self._series.values()):,} series x {self.grid_points:,} grid "
+                "times so far); narrow the window with --start/--end or coarsen it with --step"
             )

@@ -188,9 +188,9 @@ def check_grid(start: float, end: float, step: float, series: int = 1) -> int:
     cells = points * max(series, 1)
     if points > MAX_GRID_POINTS or cells > MAX_GRID_CELLS:
         raise FleetscopeError(
-            f"the window {_when(start)} to {_when(end)} at a {step:g} s step is {points:,} grid times "
-            f"x {max(series, 1):,} series, over the limit of {MAX_GRID_POINTS:,} times and "
-            f"{MAX_GRID_CELLS:,} cells; narrow it with --start/--end, coarsen it with --step, or stream it (analyze --chunk 1h)"
+            f"the window {_when(start)} to {_when(end)} at a {step:g} s step is {points:,} grid times x "
+            f"{max(series, 1):,} series, over the limit of {MAX_GRID_POINTS:,} times and {MAX_GRID_CELLS:,} "
+            "cells; narrow it with --start/--end, coarsen it with --step, or stream it (analyze --chunk 1h)"
         )
     return max(points, 1)
 
@@ -364,9 +364,15 @@ def grid_series(
 
 
 def grid_rows(
-    key: np.ndarray, tm: np.ndarray, val: np.ndarray, K: int, grid: np.ndarray, lookback: float,
-    *, ordered: bool = False,
-) -> np.ndarray:  # fmt: skip
+    key: np.ndarray,
+    tm: np.ndarray,
+    val: np.ndarray,
+    K: int,
+    grid: np.ndarray,
+    lookback: float,
+    *,
+    ordered: bool = False,
+) -> np.ndarray:
     """The rule of :func:`grid_series` on flat rows: ``key`` (series number in ``[0, K)``), ``tm``
     (milliseconds), ``val``; a grid times x K table. ``ordered``: the rows are sorted by (key, time)
     already (stable: duplicates in the order written), so the sort is skipped.

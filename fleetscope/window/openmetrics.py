@@ -90,8 +90,8 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
     """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends.
 
     A gzip file is decompressed on a thread (zlib releases the GIL), at most two chunks ahead, so on
-    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after the chunks
-    before it, where the line-by-line reader would have met it.
+    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after
+    the chunks before it, where the line-by-line reader would have met it.
     """
     with path.open("rb") as fh:
         magic = fh.read(2)
@@ -635,9 +635,18 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
     that. Correctly rounded (:data:`_ROUND_TRIP`), so values are bit-identical to ``float(b"...")``;
     quotes are not special and only ``NaN`` is missing, so nothing but numbers gets through."""
     try:
-        table = pd.read_csv(io.BytesIO(text), sep=" ", header=None, dtype=float, engine="c",
-                            quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=["NaN"],
-                            skip_blank_lines=True, float_precision=_ROUND_TRIP).to_numpy()  # fmt: skip
+        table = pd.read_csv(
+            io.BytesIO(text),
+            sep=" ",
+            header=None,
+            dtype=float,
+            engine="c",
+            quoting=csv.QUOTE_NONE,
+            keep_default_na=False,
+            na_values=["NaN"],
+            skip_blank_lines=True,
+            float_precision=_ROUND_TRIP,
+        ).to_numpy()
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return None
     if table.shape != (n, 2):
@@ -663,7 +672,8 @@ def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
     text = line.decode("utf-8", "replace").strip()
     if len(text.split()) == 2:
         raise FleetscopeError(
-            f"{path}: line {lineno}: sample without a timestamp; a recording needs a timestamp on every sample"
+            f"{path}: line {lineno}: sample without a timestamp; a recording needs a timestamp on every "
+            "sample"
         )
     raise FleetscopeError(f"{path}: line {lineno} is not an OpenMetrics sample: {text[:80]!r}")
 

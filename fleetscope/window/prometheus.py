@@ -92,9 +92,14 @@ class PrometheusClient:
     """A small HTTP client for the query API, with optional SigV4 signing; safe to share between
     threads (each thread gets its own HTTP session)."""
 
-    def __init__(self, url: str, timeout: float = 30.0, sigv4_region: str | None = None,
-                 headers: dict[str, str] | None = None,
-                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        sigv4_region: str | None = None,
+        headers: dict[str, str] | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
         if not timeout > 0:
             raise FleetscopeError("the Prometheus timeout must be positive")
         if max_answer_bytes < 1:
@@ -142,8 +147,9 @@ class PrometheusClient:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        req = AWSRequest(method="POST", url=url, data=body,
-                         headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        req = AWSRequest(
+            method="POST", url=url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
         SigV4Auth(self._credentials, "aps", self.region).add_auth(req)
         return dict(req.headers.items())
 
@@ -226,14 +232,18 @@ class PrometheusClient:
                 f"{self.url} answered {resp.status_code} with something that is not the Prometheus API"
             )
         if resp.status_code != 200 or doc.get("status") != "success":
-            raise FleetscopeError(f"Prometheus at {self.url} refused the query ({resp.status_code}): "
-                                  f"{str(doc.get('error', ''))[:200]}")  # fmt: skip
+            raise FleetscopeError(
+                f"Prometheus at {self.url} refused the query ({resp.status_code}): "
+                f"{str(doc.get('error', ''))[:200]}"
+            )
         return doc.get("data") or {}
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
         """Every series of a range query, its samples as float arrays (see :func:`decode_matrix`)."""
-        resp = self._send("query_range", {"query": query, "start": repr(float(start)), "end": repr(float(end)),
-                                          "step": repr(float(step))})  # fmt: skip
+        resp = self._send(
+            "query_range",
+            {"query": query, "start": repr(float(start)), "end": repr(float(end)), "step": repr(float(step))},
+        )
         if self.budget is not None and resp.status_code == 200:  # counted before anything is decoded
             self.budget.take_samples(*count_samples(resp.content), query)
         try:
@@ -427,8 +437,14 @@ def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
     if total:
         text = b"\n".join(seg.replace(b"],[", b"\n") for seg in segments if seg)
         try:
-            table = pd.read_csv(io.BytesIO(text), header=None, dtype=float, engine="c",
-                                keep_default_na=False, na_values=["NaN"]).to_numpy()  # fmt: skip
+            table = pd.read_csv(
+                io.BytesIO(text),
+                header=None,
+                dtype=float,
+                engine="c",
+                keep_default_na=False,
+                na_values=["NaN"],
+            ).to_numpy()
         except (ValueError, pd.errors.ParserError):
             return None
         if table.shape != (total, 2):
@@ -473,8 +489,12 @@ def _pair_counts(segments: list[bytes]) -> list[int] | None:
     for seg in segments:
         n = seg.count(b"],[") + 1 if seg else 0
         # Exactly one pair per "[...]": one comma inside each, one between pairs, two quotes each.
-        if seg and (seg.count(b"[") != n - 1 or seg.count(b"]") != n - 1 or seg.count(b",") != 2 * n - 1
-                    or seg.count(b'"') != 2 * n):  # fmt: skip
+        if seg and (
+            seg.count(b"[") != n - 1
+            or seg.count(b"]") != n - 1
+            or seg.count(b",") != 2 * n - 1
+            or seg.count(b'"') != 2 * n
+        ):
             return None
         counts.append(n)
     return counts
@@ -703,16 +723,26 @@ def raw_from_prometheus(
         url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
     )
     try:
-        by_name = fetch_grid_series(client, list(dict.fromkeys(metrics)), make_grid(start, end, step), step,
-                                    DEFAULT_CONCURRENCY, progress)  # fmt: skip
+        by_name = fetch_grid_series(
+            client,
+            list(dict.fromkeys(metrics)),
+            make_grid(start, end, step),
+            step,
+            DEFAULT_CONCURRENCY,
+            progress,
+        )
     finally:
         client.close()
-    return {name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
-            for name, series in by_name.items() if series}  # fmt: skip
+    return {
+        name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
+        for name, series in by_name.items()
+        if series
+    }
 
 
-def run_concurrently(run: Callable[[int], int], n: int, concurrency: int,
-                      progress: Callable[[float], None] | None) -> None:  # fmt: skip
+def run_concurrently(
+    run: Callable[[int], int], n: int, concurrency: int, progress: Callable[[float], None] | None
+) -> None:
     """``run(0..n-1)`` on ``concurrency`` threads; the first error is raised, the rest cancelled."""
     pool = ThreadPoolExecutor(max_workers=min(concurrency, n), thread_name_prefix="fleetscope-query")
     try:

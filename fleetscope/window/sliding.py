@@ -135,8 +135,10 @@ class SlidingWindow:
             log.warning(
                 "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
                 "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
-                self.url, changes, float(grid[-1] - fetch[0]),
-            )  # fmt: skip
+                self.url,
+                changes,
+                float(grid[-1] - fetch[0]),
+            )
         self.edge_changes = changes
         self.grid, self.held = grid, held
         if not held:

@@ -107,8 +107,10 @@ class History:
             for gpu in range(self.gpn):
                 held = self.busy and (node * self.gpn + gpu) in self.mons
                 base = (("gpu", str(gpu)), (c.NODE_LABEL, node_name(node)))
-                for metric, value in ((c.DCGM_FI_DEV_GPU_UTIL, 100.0 if held else 0.0),
-                                      (c.DCGM_FI_DEV_SM_CLOCK, 1980.0 if held else 345.0)):  # fmt: skip
+                for metric, value in (
+                    (c.DCGM_FI_DEV_GPU_UTIL, 100.0 if held else 0.0),
+                    (c.DCGM_FI_DEV_SM_CLOCK, 1980.0 if held else 345.0),
+                ):
                     ts, vs = self.samples.setdefault(metric.name, {}).setdefault(base, ([], []))
                     ts.append(DEFAULT_START + at)
                     vs.append(value)
@@ -135,12 +137,23 @@ class History:
             layout = None
             if self.pipeline_stages > 1:
                 per = self.gpus // self.pipeline_stages
-                layout = {"pipeline_stage": rank // per, "data_parallel_rank": (rank % per) // self.gpn,
-                          "tensor_parallel_rank": rank % self.gpn}  # fmt: skip
+                layout = {
+                    "pipeline_stage": rank // per,
+                    "data_parallel_rank": (rank % per) // self.gpn,
+                    "tensor_parallel_rank": rank % self.gpn,
+                }
             self.mons[rank] = TrainingMonitor(
-                self.job_id, rank, local_rank=rank % self.gpn, gpu=rank % self.gpn, directory="/nonexistent",
-                layout=layout, restart_attempt=self.attempt, start=False, env={}, clock=self.clock,
-            )  # fmt: skip
+                self.job_id,
+                rank,
+                local_rank=rank % self.gpn,
+                gpu=rank % self.gpn,
+                directory="/nonexistent",
+                layout=layout,
+                restart_attempt=self.attempt,
+                start=False,
+                env={},
+                clock=self.clock,
+            )
 
     def steps(self, n: int, slow: float = 1.0) -> History:
         for _ in range(n):
@@ -181,8 +194,14 @@ class History:
             ctx.__exit__(None, None, None)
         return self
 
-    def fail(self, hang_s: float, down_s: float = 90.0, startup_s: float = 40.0, load_s: float = 20.0,
-             node: int | None = None) -> History:  # fmt: skip
+    def fail(
+        self,
+        hang_s: float,
+        down_s: float = 90.0,
+        startup_s: float = 40.0,
+        load_s: float = 20.0,
+        node: int | None = None,
+    ) -> History:
         """A failure: the job hangs ``hang_s`` (every rank blocked; a crashed ``node``'s ranks
         are gone at once, and its exporter with them), the watchdog aborts it, the scheduler
         requeues it after ``down_s`` (the crashed node rebooted), the new run starts up for

@@ -23,8 +23,10 @@ def trickling_server(phase: str = "body", gap_s: float = 0.2) -> Iterator[str]:
             try:
                 conn.recv(65536)
                 if phase == "body":
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: 1000000\r\n\r\n")  # fmt: skip
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000000\r\n\r\n"
+                    )
                 data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 100000 if phase == "head" else b" " * 1000000
                 for i in range(len(data)):
                     if stop.wait(gap_s):

@@ -30,10 +30,16 @@ from tests.support.prom import Prometheus, backfill_openmetrics
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    spec = ScenarioSpec(name="arch", nodes=4, duration_s=1500, seed=9, faults=[
-        FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),
-        FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="arch",
+        nodes=4,
+        duration_s=1500,
+        seed=9,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),
+            FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3),
+        ],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "s.om.gz")
     return out
 

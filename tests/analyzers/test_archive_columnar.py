@@ -26,12 +26,19 @@ UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 @pytest.fixture(scope="module")
 def archived(tmp_path_factory):
-    """A recording with a replaced node, an ECC error (XID labels lie outside the columns) and a throttled GPU."""
-    spec = ScenarioSpec(name="col", nodes=3, duration_s=2400, seed=11, faults=[
-        FaultSpec(kind="gpu_lost", at_s=900, node=1, gpu=2, restart="replace"),
-        FaultSpec(kind="ecc_uncorrectable", at_s=600, node=2, gpu=5),
-        FaultSpec(kind="thermal_throttle", at_s=1200, node=0, gpu=3, slowdown=0.3),
-    ])  # fmt: skip
+    """A recording with a replaced node, an ECC error (XID labels lie outside the columns) and a
+    throttled GPU."""
+    spec = ScenarioSpec(
+        name="col",
+        nodes=3,
+        duration_s=2400,
+        seed=11,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=900, node=1, gpu=2, restart="replace"),
+            FaultSpec(kind="ecc_uncorrectable", at_s=600, node=2, gpu=5),
+            FaultSpec(kind="thermal_throttle", at_s=1200, node=0, gpu=3, slowdown=0.3),
+        ],
+    )
     tmp = tmp_path_factory.mktemp("col")
     rec, _ = write_scenario(spec, tmp / "s.om.gz")
     out = tmp / "s.parquet"
@@ -96,11 +103,20 @@ def test_duplicates_nan_and_late_batches(tmp_path, monkeypatch):
     jitter = t + np.random.default_rng(3).uniform(0, 0.4, t.size)
     dup_t = np.r_[t[:50], t[40:45], t[50:]]
     dup_v = np.r_[np.arange(50.0), [np.nan, 7.0, 8.0, np.nan, 9.0], np.arange(50.0, 120.0)]
-    path = _write(tmp_path / "d.parquet", [
-        (UTIL, [(_util("0"), dup_t, dup_v), (_util("1", odd="x"), jitter, np.ones(t.size)),
-                (_util("2"), t[60:], np.full(60, 3.0))]),
-        (UTIL, [(_util("2"), t[:60], np.full(60, 2.0))]),  # the same series, its earlier hour, later
-    ])  # fmt: skip
+    path = _write(
+        tmp_path / "d.parquet",
+        [
+            (
+                UTIL,
+                [
+                    (_util("0"), dup_t, dup_v),
+                    (_util("1", odd="x"), jitter, np.ones(t.size)),
+                    (_util("2"), t[60:], np.full(60, 3.0)),
+                ],
+            ),
+            (UTIL, [(_util("2"), t[:60], np.full(60, 2.0))]),  # the same series, its earlier hour, later
+        ],
+    )
     fast, slow, columnar = _both(monkeypatch, path)
     assert columnar
     _same_frames(fast, slow)
@@ -115,9 +131,11 @@ def test_export_grid_values(tmp_path, monkeypatch):
     t = T0 + 15 * np.arange(40)
     keep = np.ones(t.size, dtype=bool)
     keep[[5, 6, 20]] = False
-    path = _write(tmp_path / "g.parquet", [(UTIL, [(_util("0"), t[keep], np.arange(40.0)[keep]),
-                                                   (_util("1"), t, np.ones(40))])],
-                  grid=(float(t[0]), float(t[-1]), 15.0))  # fmt: skip
+    path = _write(
+        tmp_path / "g.parquet",
+        [(UTIL, [(_util("0"), t[keep], np.arange(40.0)[keep]), (_util("1"), t, np.ones(40))])],
+        grid=(float(t[0]), float(t[-1]), 15.0),
+    )
     for kw in ({}, {"start": float(t[10]), "end": float(t[30])}):
         fast, slow, columnar = _both(monkeypatch, path, **kw)
         assert columnar

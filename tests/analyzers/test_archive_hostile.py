@@ -24,8 +24,13 @@ from fleetscope.window.archive.format import META_KEY, SERIES_COL, TIME_COL, VAL
 from fleetscope.window.archive.write import convert_recording
 from fleetscope.window.sources import load_file
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +88,12 @@ def test_a_stray_stamp_leaves_the_archive_usable(recording, archive, tmp_path, c
 
 
 # ---------------------------------------------------------------------- malformed archives
-def rewrite(src: Path, dst: Path, meta: bytes | Callable[[dict], object] | None = None,
-            table: Callable[[pa.Table], pa.Table] | None = None) -> Path:  # fmt: skip
+def rewrite(
+    src: Path,
+    dst: Path,
+    meta: bytes | Callable[[dict], object] | None = None,
+    table: Callable[[pa.Table], pa.Table] | None = None,
+) -> Path:
     """``src`` written again row group by row group, its tables through ``table`` and its footer's
     archive metadata replaced by ``meta`` (bytes as they are; a function of the parsed metadata,
     JSON-encoded; None: left out)."""
@@ -210,11 +219,14 @@ def test_a_truncated_archive_is_one_clear_error(archive, tmp_path, cut):
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
-)  # fmt: skip
+)
 KEYS = st.sampled_from(["version", "row_groups", "metrics", "labels", "span", "grid", "spacing", "block_s"])
 
 

@@ -29,9 +29,15 @@ from tests.analyzers.test_archive import _messy
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    spec = ScenarioSpec(name="slices", nodes=3, duration_s=2400, seed=4, faults=[
-        FaultSpec(kind="gpu_lost", at_s=1300, node=1, gpu=3, restart="replace"),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="slices",
+        nodes=3,
+        duration_s=2400,
+        seed=4,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=1300, node=1, gpu=3, restart="replace"),
+        ],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "s.om.gz")
     return out
 
@@ -123,17 +129,22 @@ def _write_v1(raw, path):
         order = [np.argsort(s.times, kind="stable") for s in series]
         cols = {"__name__": pa.array([name] * sum(n)).dictionary_encode()}
         for k in keys:
-            cols[k] = pa.array([s.labels.get(k) for s, c in zip(series, n, strict=True) for _ in range(c)],
-                               type=pa.string()).dictionary_encode()  # fmt: skip
+            cols[k] = pa.array(
+                [s.labels.get(k) for s, c in zip(series, n, strict=True) for _ in range(c)], type=pa.string()
+            ).dictionary_encode()
         t = np.concatenate(
             [np.round(s.times[o] * 1000).astype(np.int64) for s, o in zip(series, order, strict=True)]
         )
         cols["timestamp"] = pa.array(t).cast(pa.timestamp("ms", tz="UTC"))
         cols["value"] = pa.array(np.concatenate([s.values[o] for s, o in zip(series, order, strict=True)]))
         tables.append((name, len(series), pa.table(cols)))
-    meta = {"version": 1, "source": "t", "labels": {k: k for k in keys},
-            "row_groups": [{"metric": name, "series": k} for name, k, _ in tables],
-            "spacing": 15.0}  # fmt: skip
+    meta = {
+        "version": 1,
+        "source": "t",
+        "labels": {k: k for k in keys},
+        "row_groups": [{"metric": name, "series": k} for name, k, _ in tables],
+        "spacing": 15.0,
+    }
     schema = tables[0][2].schema.with_metadata({META_KEY: json.dumps(meta).encode()})
     with pq.ParquetWriter(path, schema) as w:
         for _, _, t in tables:
@@ -224,13 +235,35 @@ def test_record_window_and_errors(recording, tmp_path, capsys):
     _, t_min, t_max, _ = read_openmetrics(recording, LOADED)
     out = tmp_path / "w.parquet"
     start, end = t_min + 1200, t_min + 1800
-    rc = main(["record", "--input", str(recording), "-o", str(out), "--start", f"{start:.3f}",
-               "--end", f"{end:.3f}", "--no-progress"])  # fmt: skip
+    rc = main(
+        [
+            "record",
+            "--input",
+            str(recording),
+            "-o",
+            str(out),
+            "--start",
+            f"{start:.3f}",
+            "--end",
+            f"{end:.3f}",
+            "--no-progress",
+        ]
+    )
     assert rc == 0 and capsys.readouterr().err.startswith("wrote ")
     first, last, _ = archive_span(out)
     assert start - LOOKBACK_MARGIN_S <= first < start and end - 30 <= last <= end
-    rc = main(["record", "--input", str(recording), "-o", str(tmp_path / "e.parquet"), "--start",
-               f"{t_max + 3600:.0f}", "--no-progress"])  # fmt: skip
+    rc = main(
+        [
+            "record",
+            "--input",
+            str(recording),
+            "-o",
+            str(tmp_path / "e.parquet"),
+            "--start",
+            f"{t_max + 3600:.0f}",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc != 0 and "no samples in the requested window" in err and err.count("\n") == 0, err
     cut = tmp_path / "cut.om.gz"

@@ -72,8 +72,10 @@ def test_other_formats(tmp_path, capsys, content):
 
 
 def test_window_outside_the_file(recording, capsys):
-    rc, err = _run(["--input", str(recording), "--start", "2020-01-01T00:00:00Z", "--end", "2020-01-01T01:00:00Z"],
-                   capsys)  # fmt: skip
+    rc, err = _run(
+        ["--input", str(recording), "--start", "2020-01-01T00:00:00Z", "--end", "2020-01-01T01:00:00Z"],
+        capsys,
+    )
     assert rc == 1 and "no samples in the requested window" in _one_line(err)
 
 

@@ -46,8 +46,18 @@ def test_evaluate_meets_the_thresholds(fixtures, tmp_path):
     """Every kind and every family at precision and recall >= 0.95; the classic faults found in time."""
     report = evaluate(fixtures / "scenarios", workdir=tmp_path, jobs=2)
     families = report.per_family()
-    assert {"classic", "pipeline", "pauses", "hang", "phase_straggler", "intermittent", "node_level",
-            "membership", "multi_job", "realistic"} <= set(families)  # fmt: skip
+    assert {
+        "classic",
+        "pipeline",
+        "pauses",
+        "hang",
+        "phase_straggler",
+        "intermittent",
+        "node_level",
+        "membership",
+        "multi_job",
+        "realistic",
+    } <= set(families)
     for fam, score in families.items():
         assert score["precision"] >= 0.95, (fam, score, report.render())
         assert score["recall"] >= 0.95, (fam, score, report.render())
@@ -78,10 +88,26 @@ def test_evaluate_meets_the_thresholds(fixtures, tmp_path):
 def test_evaluate_cli_json_and_exit_code(tmp_path, capsys):
     folder = tmp_path / "suite"
     folder.mkdir()
-    (folder / "pcie.json").write_text(json.dumps({"nodes": 4, "seed": 5, "duration_s": 900,
-        "faults": [{"kind": "pcie_width_drop", "at_s": 300, "node": 2, "gpu": 1}]}))  # fmt: skip
-    (folder / "ecc.json").write_text(json.dumps({"nodes": 4, "seed": 6, "duration_s": 900,
-        "faults": [{"kind": "ecc_uncorrectable", "at_s": 300, "node": 1, "gpu": 0}]}))  # fmt: skip
+    (folder / "pcie.json").write_text(
+        json.dumps(
+            {
+                "nodes": 4,
+                "seed": 5,
+                "duration_s": 900,
+                "faults": [{"kind": "pcie_width_drop", "at_s": 300, "node": 2, "gpu": 1}],
+            }
+        )
+    )
+    (folder / "ecc.json").write_text(
+        json.dumps(
+            {
+                "nodes": 4,
+                "seed": 6,
+                "duration_s": 900,
+                "faults": [{"kind": "ecc_uncorrectable", "at_s": 300, "node": 1, "gpu": 0}],
+            }
+        )
+    )
     # two worker processes: the findings (contract metric names in their evidence) come back whole
     assert main(["evaluate", str(folder), "-q", "--json", "-", "--min-recall", "0.95", "--jobs", "2"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -97,16 +123,21 @@ def test_evaluate_cli_json_and_exit_code(tmp_path, capsys):
 
 
 def _finding(kind, node, gpu=None, start=0.0, severity="warning", cause="x", job_id=None) -> Finding:
-    return Finding(kind=kind, severity=severity, node=node, start=start, cause=cause, action="",
-                   gpu=gpu, job_id=job_id)  # fmt: skip
+    return Finding(
+        kind=kind, severity=severity, node=node, start=start, cause=cause, action="", gpu=gpu, job_id=job_id
+    )
 
 
 def test_scoring_rules_of_the_realistic_families():
     """single: a second finding for one incident is a false positive; node_level: a per-GPU finding
     on the node does not match; info findings are never false positives; job_id must agree."""
-    spec = ScenarioSpec(name="node_level_t", nodes=4, family="node_level", jobs=[JobSpec(job_id="a", nodes=2),
-                        JobSpec(job_id="b", nodes=2, first_node=2)],
-                        faults=[FaultSpec(kind="psu_brake", at_s=600, node=3, slowdown=0.2)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="node_level_t",
+        nodes=4,
+        family="node_level",
+        jobs=[JobSpec(job_id="a", nodes=2), JobSpec(job_id="b", nodes=2, first_node=2)],
+        faults=[FaultSpec(kind="psu_brake", at_s=600, node=3, slowdown=0.2)],
+    )
     truth = ground_truth(spec)
     t = spec.start + 700
     node = node_name(3)
@@ -127,8 +158,9 @@ def test_scoring_rules_of_the_realistic_families():
     assert "FAMILY" in rep.render() and "node_level" in rep.render()
     assert rep.to_dict()["per_family"]["node_level"]["scenarios"] == 1
     # An expected info finding counts for recall.
-    gap = ScenarioSpec(name="membership_t", nodes=2, faults=[FaultSpec(kind="scrape_gap", at_s=300,
-                                                                       duration_s=300, node=1)])  # fmt: skip
+    gap = ScenarioSpec(
+        name="membership_t", nodes=2, faults=[FaultSpec(kind="scrape_gap", at_s=300, duration_s=300, node=1)]
+    )
     gt = ground_truth(gap)
     gt["faults"][0]["expected"][0].pop("optional")
     res = score_scenario(
@@ -153,15 +185,26 @@ def old_start(truth: dict) -> float:
 def test_fault_table_says_what_a_miss_is_and_keeps_its_columns_aligned():
     """A look-alike (only optional findings expected) is no miss; a required one unmatched is; long
     kind names (membership_change) do not push their row out of line."""
-    lookalike = ground_truth(ScenarioSpec(name="membership_t1", nodes=2, faults=[FaultSpec(kind="scrape_gap", at_s=300,
-                                                                                 duration_s=300, node=1)]))  # fmt: skip
+    lookalike = ground_truth(
+        ScenarioSpec(
+            name="membership_t1",
+            nodes=2,
+            faults=[FaultSpec(kind="scrape_gap", at_s=300, duration_s=300, node=1)],
+        )
+    )
     lost = ground_truth(
         ScenarioSpec(name="t2", nodes=4, faults=[FaultSpec(kind="gpu_lost", at_s=300, node=1)])
     )
     rep = Report([score_scenario(lookalike, []), score_scenario(lost, [])])
     delays = rep.delays()
-    assert delays["scrape_gap"] == {"faults": 1, "must_find": 0, "detected": 0, "missed": 0,
-                                    "max_delay_s": None, "mean_delay_s": None}  # fmt: skip
+    assert delays["scrape_gap"] == {
+        "faults": 1,
+        "must_find": 0,
+        "detected": 0,
+        "missed": 0,
+        "max_delay_s": None,
+        "mean_delay_s": None,
+    }
     assert delays["gpu_lost"]["must_find"] == 1 and delays["gpu_lost"]["missed"] == 1
     text = rep.render()
     assert "MISSED: of those, the ones no finding matched" in text

@@ -41,9 +41,17 @@ def test_goodput_family_within_two_percent_and_detected(fixtures, tmp_path):
 @pytest.fixture(scope="module")
 def rework(tmp_path_factory):
     """A job that hangs on an XID 79, restarts on a spare from a 500 s old checkpoint."""
-    spec = ScenarioSpec(name="gp", family="goodput", nodes=4, seed=991, duration_s=1800, checkpoint_every_s=500,
-                        faults=[FaultSpec(kind="hang", cause="xid79", at_s=1000, stall_s=240, node=2, gpu=5,
-                                          restart="replace")])  # fmt: skip
+    spec = ScenarioSpec(
+        name="gp",
+        family="goodput",
+        nodes=4,
+        seed=991,
+        duration_s=1800,
+        checkpoint_every_s=500,
+        faults=[
+            FaultSpec(kind="hang", cause="xid79", at_s=1000, stall_s=240, node=2, gpu=5, restart="replace")
+        ],
+    )
     out, truth = write_scenario(spec, tmp_path_factory.mktemp("gp") / "gp.om")
     return analyze_file(out), json.loads(truth.read_text()), out
 
@@ -85,9 +93,13 @@ def test_account_sums_and_attributes(rework):
 def test_account_without_the_global_step_infers_rework_from_checkpoints(rework, tmp_path):
     """Recordings without training_global_step (older telemetry): rework from the last checkpoint."""
     _report, truth, out = rework
-    lines = [ln for ln in out.read_text().splitlines(keepends=True)
-             if not ln.startswith(("training_global_step", "# TYPE training_global_step",
-                                   "# HELP training_global_step"))]  # fmt: skip
+    lines = [
+        ln
+        for ln in out.read_text().splitlines(keepends=True)
+        if not ln.startswith(
+            ("training_global_step", "# TYPE training_global_step", "# HELP training_global_step")
+        )
+    ]
     bare = tmp_path / "bare.om"
     bare.write_text("".join(lines))
     b = analyze_file(bare).goodput["4711"]
@@ -124,9 +136,18 @@ def test_checkpoint_advisor():
 def test_evaluate_cli_goodput_flag(tmp_path, capsys):
     folder = tmp_path / "suite"
     folder.mkdir()
-    (folder / "goodput_ck.json").write_text(json.dumps({"family": "goodput", "nodes": 4, "seed": 992,
-        "duration_s": 900, "checkpoint_every_s": 300, "faults": [{"kind": "fsx_saturation", "at_s": 200,
-        "slowdown": 3.0}]}))  # fmt: skip
+    (folder / "goodput_ck.json").write_text(
+        json.dumps(
+            {
+                "family": "goodput",
+                "nodes": 4,
+                "seed": 992,
+                "duration_s": 900,
+                "checkpoint_every_s": 300,
+                "faults": [{"kind": "fsx_saturation", "at_s": 200, "slowdown": 3.0}],
+            }
+        )
+    )
     assert main(["evaluate", str(folder), "-q", "--json", "-", "--goodput"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["goodput"]["goodput"]["within_bound"] and doc["goodput_sums_to_whole"]

@@ -71,8 +71,9 @@ def test_an_odd_timestamp_is_skipped_with_one_warning(recording, tmp_path, capsy
 
 
 @pytest.mark.parametrize("value", [b"NaN", b"+Inf", b"-Inf"])
-def test_non_finite_counters_give_no_warning_storm_and_no_spurious_finding(recording, tmp_path, capsys, caplog,
-                                                                            value):  # fmt: skip
+def test_non_finite_counters_give_no_warning_storm_and_no_spurious_finding(
+    recording, tmp_path, capsys, caplog, value
+):
     lines = recording.read_bytes().split(b"\n")
     hit = 0
     for k, line in enumerate(lines):  # every 7th sample of the step-time counter of every rank
@@ -139,8 +140,18 @@ def test_analyze_against_a_trickling_server_is_one_clear_line(capsys):
 def test_an_oversize_answer_is_refused_without_reading_it_all(capsys, chunked):
     size = 64 * 1024 * 1024
     with oversize_server(size, chunked=chunked) as (url, sent):
-        rc = main(["analyze", "--prometheus", url, "--start=-10m", "--max-answer-bytes", "1000000",
-                   "--format", "json"])  # fmt: skip
+        rc = main(
+            [
+                "analyze",
+                "--prometheus",
+                url,
+                "--start=-10m",
+                "--max-answer-bytes",
+                "1000000",
+                "--format",
+                "json",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1, err
     assert "over 1,000,000 bytes (--max-answer-bytes)" in err

@@ -17,10 +17,16 @@ from tests.support.prom import Prometheus, backfill_openmetrics
 
 @pytest.mark.server
 def test_file_and_prometheus_give_identical_findings(tmp_path, capsys, monkeypatch):
-    spec = ScenarioSpec(name="same", nodes=4, duration_s=1500, seed=9, faults=[
-        FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),
-        FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="same",
+        nodes=4,
+        duration_s=1500,
+        seed=9,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=600, node=2, gpu=6, restart="replace"),
+            FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3),
+        ],
+    )
     out, _ = write_scenario(spec, tmp_path / "s.om")
     assert main(["analyze", "--input", str(out), "--format", "json"]) == 0
     from_file = json.loads(capsys.readouterr().out)
@@ -29,13 +35,41 @@ def test_file_and_prometheus_give_identical_findings(tmp_path, capsys, monkeypat
     backfill_openmetrics(out, tmp_path / "data")
     w = from_file["window"]
     with Prometheus(tmp_path / "p", data_dir=tmp_path / "data") as prom:
-        rc = main(["analyze", "--prometheus", prom.url, "--start", w["start"], "--end", w["end"], "--step", "15",
-                   "--format", "json"])  # fmt: skip
+        rc = main(
+            [
+                "analyze",
+                "--prometheus",
+                prom.url,
+                "--start",
+                w["start"],
+                "--end",
+                w["end"],
+                "--step",
+                "15",
+                "--format",
+                "json",
+            ]
+        )
         assert rc == 0
         from_prom = json.loads(capsys.readouterr().out)
         # Streamed in 10-minute chunks (--chunk): the same findings, one chunk in memory at a time.
-        rc = main(["analyze", "--prometheus", prom.url, "--start", w["start"], "--end", w["end"], "--step", "15",
-                   "--chunk", "10m", "--format", "json"])  # fmt: skip
+        rc = main(
+            [
+                "analyze",
+                "--prometheus",
+                prom.url,
+                "--start",
+                w["start"],
+                "--end",
+                w["end"],
+                "--step",
+                "15",
+                "--chunk",
+                "10m",
+                "--format",
+                "json",
+            ]
+        )
         assert rc == 0
         streamed = json.loads(capsys.readouterr().out)
         # Chunked by time (tiny chunks here) the answer is the same.

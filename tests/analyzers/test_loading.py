@@ -20,12 +20,19 @@ def _write(path, lines):
 
 def test_messy_samples(tmp_path):
     s = 'training_steps_total{job_id="1",rank="0",Hostname="n",gpu="0"}'
-    lines = [f"{s} {v} {T0 + t}\n" for t, v in [
-        (0, 10), (30, 30), (15, 20),  # out of order
-        (45, 40), (45, 41),  # duplicate timestamp: the last one wins
-        (60, 5),  # counter reset
-        (75, 20), (150, 95),  # a gap of 75 s (4 steps)
-    ]]  # fmt: skip
+    lines = [
+        f"{s} {v} {T0 + t}\n"
+        for t, v in [
+            (0, 10),
+            (30, 30),
+            (15, 20),  # out of order
+            (45, 40),
+            (45, 41),  # duplicate timestamp: the last one wins
+            (60, 5),  # counter reset
+            (75, 20),
+            (150, 95),  # a gap of 75 s (4 steps)
+        ]
+    ]
     fr = load_file(_write(tmp_path / "m.om", lines), step=15)
     v = fr.get("training_steps_total").values[:, 0]
     assert list(fr.times - T0) == [0, 15, 30, 45, 60, 75, 90, 105, 120, 135, 150]
@@ -52,9 +59,9 @@ def test_gzip_and_milliseconds(tmp_path):
 def test_escaped_labels_and_unwanted_families(tmp_path):
     body = (
         "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
-        'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="n",err_code="79",err_msg="GPU has \\"fallen\\" off, bus"} 79 '
-        f"{T0}\n"
-        "# TYPE something_else gauge\n"
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="n",err_code="79",err_msg="GPU has \\"fallen\\" off, bus"} '
+        "79 "
+        f"{T0}\n# TYPE something_else gauge\n"
         f'something_else{{a="b"}} 1 {T0}\n'
         "# EOF\n"
     )

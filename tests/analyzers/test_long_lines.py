@@ -17,14 +17,22 @@ from fleetscope.window import openmetrics as om
 from fleetscope.window.sources import load_file
 
 T0 = 1_796_000_000
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 def _recording(job: str) -> bytes:
     lines = ["# TYPE fleetscope_gpu_up gauge"]
-    lines += [f'fleetscope_gpu_up{{node="n{n}",gpu="0",job="{job}"}} 1 {T0 + 15 * i}'
-              for i in range(30) for n in range(2)]  # fmt: skip
+    lines += [
+        f'fleetscope_gpu_up{{node="n{n}",gpu="0",job="{job}"}} 1 {T0 + 15 * i}'
+        for i in range(30)
+        for n in range(2)
+    ]
     return ("\n".join(lines) + "\n# EOF\n").encode()
 
 

@@ -49,8 +49,9 @@ class Window:
             put(c.NEURON_HW_ECC_EVENTS, {**ecc, "event_type": "mem_ecc_corrected"}, np.arange(T) * 2.0)
             put(c.NEURON_EXECUTION_ERRORS, {**rt, "error_type": "hardware"}, np.cumsum(self.hw_errors[n]))
             put(c.NEURON_EXECUTION_ERRORS, {**rt, "error_type": "numerical"}, np.arange(T) * 1.0)
-        return build_frames(raw, float(self.times[0]), float(self.times[-1]), STEP, source="hand-built",
-                            gridded=True)  # fmt: skip
+        return build_frames(
+            raw, float(self.times[0]), float(self.times[-1]), STEP, source="hand-built", gridded=True
+        )
 
 
 def test_the_detector_runs_right_after_the_failing_node_detector() -> None:
@@ -118,8 +119,14 @@ def test_the_simulated_trainium2_node_serves_neuron_series_not_gpu_series() -> N
     from fleetscope.simulate.families import cluster_model
     from fleetscope.simulate.spec import ScenarioSpec
 
-    spec = ScenarioSpec(name="neuron_t", nodes=2, gpus_per_node=8, tensor_parallel=8, duration_s=300,
-                        faults=[{"kind": "neuron_device_lost", "at_s": 30, "node": 1, "gpu": 5}])  # fmt: skip
+    spec = ScenarioSpec(
+        name="neuron_t",
+        nodes=2,
+        gpus_per_node=8,
+        tensor_parallel=8,
+        duration_s=300,
+        faults=[{"kind": "neuron_device_lost", "at_s": 30, "node": 1, "gpu": 5}],
+    )
     model = cluster_model(spec, scrape_labels=False)
     for _ in range(6):
         model.tick(15.0)

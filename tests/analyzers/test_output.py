@@ -14,8 +14,12 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    spec = ScenarioSpec(nodes=4, duration_s=1500, seed=17, faults=[
-        FaultSpec(kind="power_brake", at_s=420, node=3, gpu=2, slowdown=0.3)])  # fmt: skip
+    spec = ScenarioSpec(
+        nodes=4,
+        duration_s=1500,
+        seed=17,
+        faults=[FaultSpec(kind="power_brake", at_s=420, node=3, gpu=2, slowdown=0.3)],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "r.om.gz")
     return out
 
@@ -94,8 +98,13 @@ def test_html_is_self_contained(recording, tmp_path):
 
 def test_tokens_per_second_where_flops_are_unknown(tmp_path, capsys):
     """A GPU model without a peak-FLOPs entry: the drop is measured in tokens/s instead of MFU."""
-    spec = ScenarioSpec(nodes=2, duration_s=1500, seed=23, model_name="NVIDIA L40S",
-                        faults=[FaultSpec(kind="data_stall", at_s=600, slowdown=0.3)])  # fmt: skip
+    spec = ScenarioSpec(
+        nodes=2,
+        duration_s=1500,
+        seed=23,
+        model_name="NVIDIA L40S",
+        faults=[FaultSpec(kind="data_stall", at_s=600, slowdown=0.3)],
+    )
     out, _ = write_scenario(spec, tmp_path / "l40s.om")
     assert "fleetscope_gpu_peak_flops" not in out.read_text()
     assert main(["analyze", "--input", str(out), "--format", "json"]) == 0
@@ -116,8 +125,12 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
     from fleetscope.analyzers.signals.mfu import job_mfu
 
     assert [rh.human_duration(s) for s in (0.45, 45, 380, 22060, 300000)] == [
-        "0.45 s", "45 s", "6.3 min", "6.1 h", "3.5 days",
-    ]  # fmt: skip
+        "0.45 s",
+        "45 s",
+        "6.3 min",
+        "6.1 h",
+        "3.5 days",
+    ]
     assert rh.tokens_per_second(471859.2) == "471,859 tokens/s"
     assert rh.pause_spans([False, True, True, False, True]) == [(1, 2), (4, 4)]
 

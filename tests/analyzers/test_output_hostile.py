@@ -15,9 +15,15 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
-    spec = ScenarioSpec(name="out", nodes=2, duration_s=1200, seed=5, faults=[
-        FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=3, restart="replace"),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="out",
+        nodes=2,
+        duration_s=1200,
+        seed=5,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=3, restart="replace"),
+        ],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "r.om")
     return out
 

@@ -45,8 +45,13 @@ def _same_frames(a: Frames, b: Frames) -> None:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loader")
-    spec = ScenarioSpec(name="loader", nodes=2, duration_s=900, seed=4,
-                        faults=[FaultSpec(kind="gpu_lost", at_s=420, node=1, gpu=2)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="loader",
+        nodes=2,
+        duration_s=900,
+        seed=4,
+        faults=[FaultSpec(kind="gpu_lost", at_s=420, node=1, gpu=2)],
+    )
     out, _ = write_scenario(spec, tmp / "s.om")
     backfill_openmetrics(out, tmp / "data")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
@@ -74,8 +79,10 @@ def test_fast_decoding_and_grid_match_the_plain_json_path(prom):
     raw: dict[str, list[RawSeries]] = {}
     fast = Frames(times=grid, step=15.0)
     for name in METRICS_USED:
-        resp = client._send("query_range", {"query": lp.metric_query(name, 29.999), "start": repr(start),
-                                            "end": repr(end), "step": "15.0"})  # fmt: skip
+        resp = client._send(
+            "query_range",
+            {"query": lp.metric_query(name, 29.999), "start": repr(start), "end": repr(end), "step": "15.0"},
+        )
         decoded = lp._decode_fast(resp.content)
         assert decoded is not None, name  # Prometheus' layout takes the fast path
         _, series = decoded
@@ -245,8 +252,16 @@ def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monk
     monkeypatch.setattr(lp, "MAX_POINTS", 10)  # 41 grid times -> 5 chunks
     url, handler = recorder(fail="no metric has this name")
     names = (c.GPU_UP, c.DCGM_FI_DEV_GPU_TEMP, c.TRAINING_STEPS)
-    frames = lp.load_prometheus(url + "/workspaces/ws-1", T0, T0 + 600, 15.0, names, concurrency=4,
-                                sigv4_region="us-west-2", headers={"X-Scope-OrgID": "team-a"})  # fmt: skip
+    frames = lp.load_prometheus(
+        url + "/workspaces/ws-1",
+        T0,
+        T0 + 600,
+        15.0,
+        names,
+        concurrency=4,
+        sigv4_region="us-west-2",
+        headers={"X-Scope-OrgID": "team-a"},
+    )
     assert len(handler.seen) == 3 * 5
     for h in handler.seen:
         assert h["X-Scope-OrgID"] == "team-a"

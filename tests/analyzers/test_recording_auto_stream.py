@@ -16,8 +16,13 @@ from tests.support.findings import assert_same_findings
 
 
 def _recording(tmp_path: Path, hours: float) -> Path:
-    spec = ScenarioSpec(name=f"auto_{hours}", nodes=4, efa_per_node=1, duration_s=hours * 3600,
-                        faults=[FaultSpec(kind="gpu_lost", at_s=hours * 3600 * 0.6, node=1, gpu=1)])  # fmt: skip
+    spec = ScenarioSpec(
+        name=f"auto_{hours}",
+        nodes=4,
+        efa_per_node=1,
+        duration_s=hours * 3600,
+        faults=[FaultSpec(kind="gpu_lost", at_s=hours * 3600 * 0.6, node=1, gpu=1)],
+    )
     out, _ = write_scenario(spec, tmp_path / f"r{hours}.om")
     return out
 

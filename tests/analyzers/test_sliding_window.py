@@ -30,10 +30,16 @@ STEP = 15.0
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sliding")
-    spec = ScenarioSpec(name="sliding", nodes=4, duration_s=2400, seed=21, faults=[
-        FaultSpec(kind="gpu_lost", at_s=1500, node=2, gpu=5, restart="replace"),
-        FaultSpec(kind="thermal_throttle", at_s=700, node=0, gpu=1, slowdown=0.3),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="sliding",
+        nodes=4,
+        duration_s=2400,
+        seed=21,
+        faults=[
+            FaultSpec(kind="gpu_lost", at_s=1500, node=2, gpu=5, restart="replace"),
+            FaultSpec(kind="thermal_throttle", at_s=700, node=0, gpu=1, slowdown=0.3),
+        ],
+    )
     out, _ = write_scenario(spec, tmp / "s.om")
     backfill_openmetrics(out, tmp / "data")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as p:

@@ -72,8 +72,14 @@ def _by_subject(findings: list[Finding]) -> dict[tuple, Finding]:
 def test_chunked_findings_equal_one_shot(name: str, tmp_path: Path) -> None:
     frames = _frames(name, tmp_path)
     one = analyze(frames)
-    streamed = analyze_chunked(lambda a, b: slice_frames(frames, a, b), frames.start, frames.end, frames.step,
-                               chunk_s=900, lead_s=900)  # fmt: skip
+    streamed = analyze_chunked(
+        lambda a, b: slice_frames(frames, a, b),
+        frames.start,
+        frames.end,
+        frames.step,
+        chunk_s=900,
+        lead_s=900,
+    )
     assert len(plan_chunks(frames.start, frames.end, frames.step, 900, 900)) >= 2
     a, b = _by_subject(one.findings), _by_subject(streamed.findings)
     assert a.keys() == b.keys()
@@ -134,8 +140,17 @@ def test_chunk_argument() -> None:
 
 
 def _f(kind: str, node: str | None, start: float, end: float | None, gpu: str | None = None, **kw) -> Finding:
-    return Finding(kind=kind, severity=kw.pop("severity", "warning"), node=node, start=start, cause=kw.pop("cause", "x"),
-                   action="", gpu=gpu, end=end, **kw)  # fmt: skip
+    return Finding(
+        kind=kind,
+        severity=kw.pop("severity", "warning"),
+        node=node,
+        start=start,
+        cause=kw.pop("cause", "x"),
+        action="",
+        gpu=gpu,
+        end=end,
+        **kw,
+    )
 
 
 def _report(findings: list[Finding]) -> Report:
@@ -170,8 +185,14 @@ def test_merge_folds_a_hang_into_a_failure_found_before() -> None:
 
 def test_chunked_report_is_the_document_shape(tmp_path: Path) -> None:
     frames = _frames("gpu_lost_8n_s32", tmp_path)
-    streamed = analyze_chunked(lambda a, b: slice_frames(frames, a, b), frames.start, frames.end, frames.step,
-                               chunk_s=600, lead_s=900)  # fmt: skip
+    streamed = analyze_chunked(
+        lambda a, b: slice_frames(frames, a, b),
+        frames.start,
+        frames.end,
+        frames.step,
+        chunk_s=600,
+        lead_s=900,
+    )
     doc = json.loads(json.dumps(streamed.document()))
     assert doc["window"]["start"] == analyze(frames).document()["window"]["start"]
     assert any(f["kind"] == "failing_node" and f["end"] is None for f in doc["findings"])

@@ -16,10 +16,16 @@ from tests.support.findings import assert_same_findings
 
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory) -> Path:
-    spec = ScenarioSpec(name="streamed", nodes=4, duration_s=2400, seed=21, faults=[
-        FaultSpec(kind="thermal_throttle", at_s=500, node=1, gpu=2, slowdown=0.3),
-        FaultSpec(kind="gpu_lost", at_s=1300, node=3, gpu=5),
-    ])  # fmt: skip
+    spec = ScenarioSpec(
+        name="streamed",
+        nodes=4,
+        duration_s=2400,
+        seed=21,
+        faults=[
+            FaultSpec(kind="thermal_throttle", at_s=500, node=1, gpu=2, slowdown=0.3),
+            FaultSpec(kind="gpu_lost", at_s=1300, node=3, gpu=5),
+        ],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("rec") / "s.om")
     return out
 

@@ -84,8 +84,21 @@ def test_answers_each_under_the_limit_cannot_add_up_past_the_windows_budget(caps
     handler = _serve(body, chunked)
     limit = len(body) + 100  # every answer just under --max-answer-bytes: 4 of them pass the budget
     with http_server(handler) as hostport:
-        rc = main(["analyze", "--prometheus", f"http://{hostport}", "--start", str(T0), "--end",
-                   str(T0 + 15 * 1999), "--max-answer-bytes", str(limit), "--format", "json"])  # fmt: skip
+        rc = main(
+            [
+                "analyze",
+                "--prometheus",
+                f"http://{hostport}",
+                "--start",
+                str(T0),
+                "--end",
+                str(T0 + 15 * 1999),
+                "--max-answer-bytes",
+                str(limit),
+                "--format",
+                "json",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1, err
     assert "for one window" in err and "--max-answer-bytes" in err and "Traceback" not in err
@@ -138,8 +151,21 @@ def test_analyze_gives_up_after_the_timeout_overall_not_twice_it(capsys):
         t.join(5)
     with http_server(handler) as hostport:
         started = time.monotonic()
-        rc = main(["analyze", "--prometheus", f"http://{hostport}", "--start", str(T0), "--end",
-                   str(T0 + 600), "--timeout", "1.5", "--format", "json"])  # fmt: skip
+        rc = main(
+            [
+                "analyze",
+                "--prometheus",
+                f"http://{hostport}",
+                "--start",
+                str(T0),
+                "--end",
+                str(T0 + 600),
+                "--timeout",
+                "1.5",
+                "--format",
+                "json",
+            ]
+        )
         for t in _query_threads():
             t.join(5)
         took = time.monotonic() - started
@@ -160,17 +186,28 @@ LABEL = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, database=None)
-@given(series=st.lists(st.tuples(st.dictionaries(st.sampled_from(["node", "gpu", "x"]), LABEL, max_size=3),
-                                 st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30)),
-                       max_size=6))  # fmt: skip
+@given(
+    series=st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["node", "gpu", "x"]), LABEL, max_size=3),
+            st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30),
+        ),
+        max_size=6,
+    )
+)
 def test_samples_are_counted_before_decoding_never_fewer_than_decoded(series):
     """The count the budget takes before decoding (in the answer's bytes, as Prometheus lays it out,
     with any label text) is at least what the decoder gives."""
-    result = [{"metric": {"__name__": "m", **labels},
-               "values": [[T0 + 15 * i, repr(v) if v == v else "NaN"] for i, v in enumerate(values)]}
-              for labels, values in series]  # fmt: skip
-    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}},
-                      separators=(",", ":")).encode()  # fmt: skip
+    result = [
+        {
+            "metric": {"__name__": "m", **labels},
+            "values": [[T0 + 15 * i, repr(v) if v == v else "NaN"] for i, v in enumerate(values)],
+        }
+        for labels, values in series
+    ]
+    body = json.dumps(
+        {"status": "success", "data": {"resultType": "matrix", "result": result}}, separators=(",", ":")
+    ).encode()
     samples, with_samples = count_samples(body)
     _, decoded = decode_matrix(body)
     assert samples >= sum(t.size for _, t, _ in decoded)

@@ -119,11 +119,26 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
     service, prometheus, alertmanager = free_port(), free_port(), free_port()
     workdir = tmp_path / "demo"
     demo = Demo(
-        "--duration", str(DURATION), "--fast", "--fault", "gpu_lost", "--fault-at", "5",
-        "--fault-node", str(FAULT_NODE), "--listen", f"127.0.0.1:{service}",
-        "--prometheus-port", str(prometheus), "--alertmanager-port", str(alertmanager),
-        "--base-port", str(20000 + free_port() % 20000), "--workdir", str(workdir),
-    )  # fmt: skip
+        "--duration",
+        str(DURATION),
+        "--fast",
+        "--fault",
+        "gpu_lost",
+        "--fault-at",
+        "5",
+        "--fault-node",
+        str(FAULT_NODE),
+        "--listen",
+        f"127.0.0.1:{service}",
+        "--prometheus-port",
+        str(prometheus),
+        "--alertmanager-port",
+        str(alertmanager),
+        "--base-port",
+        str(20000 + free_port() % 20000),
+        "--workdir",
+        str(workdir),
+    )
     node = node_name(FAULT_NODE)
     try:
         demo.wait_started("watching;")
@@ -176,9 +191,17 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
 def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """The fallback: the demo scrapes the virtual nodes itself and runs the analyzers over that."""
     demo = Demo(
-        "--no-prometheus", "--fast", "--fault-at", "3", "--fault-node", str(FAULT_NODE),
-        "--listen", f"127.0.0.1:{free_port()}", "--base-port", str(20000 + free_port() % 20000),
-    )  # fmt: skip
+        "--no-prometheus",
+        "--fast",
+        "--fault-at",
+        "3",
+        "--fault-node",
+        str(FAULT_NODE),
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--base-port",
+        str(20000 + free_port() % 20000),
+    )
     try:
         demo.wait_started("scraping the virtual nodes directly")
         wait_for(
@@ -198,9 +221,16 @@ def test_demo_without_prometheus_still_finds_the_fault_and_stops_on_ctrl_c(tmp_p
 
 def test_demo_says_when_its_duration_ends_before_the_fault(tmp_path: Path) -> None:
     demo = Demo(
-        "--no-prometheus", "--duration", "3", "--fault-at", "90",
-        "--listen", f"127.0.0.1:{free_port()}", "--base-port", str(20000 + free_port() % 20000),
-    )  # fmt: skip
+        "--no-prometheus",
+        "--duration",
+        "3",
+        "--fault-at",
+        "90",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--base-port",
+        str(20000 + free_port() % 20000),
+    )
     try:
         assert demo.proc.wait(timeout=60) == 0, demo.output()
         demo.reader.join(timeout=5)

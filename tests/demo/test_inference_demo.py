@@ -25,11 +25,28 @@ FAULT_AT = 20  # s: after Prometheus' first scrapes, so the replica is seen befo
 def test_inference_demo_finds_the_replica_that_lost_its_gpu(tmp_path: Path) -> None:
     service, prometheus = free_port(), free_port()
     demo = Demo(
-        "--workload", "inference", "--duration", "90", "--fast", "--fault", "gpu_lost",
-        "--fault-at", str(FAULT_AT), "--fault-node", str(FAULT_NODE), "--listen", f"127.0.0.1:{service}",
-        "--prometheus-port", str(prometheus), "--alertmanager-port", str(free_port()),
-        "--base-port", str(20000 + free_port() % 20000), "--workdir", str(tmp_path / "demo"),
-    )  # fmt: skip
+        "--workload",
+        "inference",
+        "--duration",
+        "90",
+        "--fast",
+        "--fault",
+        "gpu_lost",
+        "--fault-at",
+        str(FAULT_AT),
+        "--fault-node",
+        str(FAULT_NODE),
+        "--listen",
+        f"127.0.0.1:{service}",
+        "--prometheus-port",
+        str(prometheus),
+        "--alertmanager-port",
+        str(free_port()),
+        "--base-port",
+        str(20000 + free_port() % 20000),
+        "--workdir",
+        str(tmp_path / "demo"),
+    )
     node = node_name(FAULT_NODE)
     try:
         demo.wait_started()
@@ -66,11 +83,13 @@ def test_inference_demo_finds_the_replica_that_lost_its_gpu(tmp_path: Path) -> N
 
 def test_a_fault_the_workload_cannot_simulate_is_one_line() -> None:
     for args, message in [
-        (["--workload", "inference", "--fault", "ecc_uncorrectable"],
-         "--fault ecc_uncorrectable is not simulated for --workload inference"),
+        (
+            ["--workload", "inference", "--fault", "ecc_uncorrectable"],
+            "--fault ecc_uncorrectable is not simulated for --workload inference",
+        ),
         (["--fault", "kv_pressure"], "--fault kv_pressure is not simulated for --workload training"),
         (["--workload", "inference", "--nodes", "2"], "--workload inference needs --nodes of at least 3"),
-    ]:  # fmt: skip
+    ]:
         res = subprocess.run(
             [str(VENV_BIN / "fleetscope"), "demo", *args],
             capture_output=True,

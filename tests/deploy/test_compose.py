@@ -74,8 +74,13 @@ def test_profiles_select_the_simulator_only_for_demo() -> None:
         "service",
     }
     assert set(rendered("demo")["services"]) == {
-        "prometheus", "alertmanager", "grafana", "exporter", "service", "simulator",
-    }  # fmt: skip
+        "prometheus",
+        "alertmanager",
+        "grafana",
+        "exporter",
+        "service",
+        "simulator",
+    }
 
 
 def test_images_pinned_and_every_service_has_a_healthcheck() -> None:
@@ -112,8 +117,12 @@ def test_gpu_overlay_requires_node_name() -> None:
     env = {**{k: v for k, v in os.environ.items() if k != "NODE_NAME"}, "GF_ADMIN_PASSWORD": "x"}
     res = subprocess.run(
         [str(DOCKER_COMPOSE), "-f", str(BASE), "-f", str(GPU), "config", "-q"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert res.returncode != 0
     assert "NODE_NAME" in res.stderr
 
@@ -124,8 +133,12 @@ def test_grafana_needs_an_admin_password() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GF_ADMIN_PASSWORD"}
     res = subprocess.run(
         [str(DOCKER_COMPOSE), "-f", str(BASE), "config", "-q"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert res.returncode != 0
     assert "GF_ADMIN_PASSWORD" in res.stderr and "admin/admin" in res.stderr
 
@@ -190,8 +203,10 @@ def test_prometheus_config_passes_promtool_with_the_generated_rules(tmp_path: Pa
 def test_alertmanager_config_passes_amtool() -> None:
     res = subprocess.run(
         ["amtool", "check-config", str(COMPOSE_DIR / "alertmanager" / "alertmanager.yml")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout
 

@@ -138,11 +138,13 @@ def write(tmp_path: Path, text: str) -> Path:
     ("text", "message"),
     [
         ("tls_server_config: {}\nbasic_auth_user: {}\n", "unknown key(s) ['basic_auth_user']"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  certfile: c\n", "unknown tls_server_config key(s) ['certfile']"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_allowed_sans: [x]\n", "not supported by fleetscope"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  certfile: c\n", "unknown tls_server_config "
+                                                                               "key(s) ['certfile']"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_allowed_sans: [x]\n", "not supported by fleetscope"),  # noqa: E501
         ("tls_server_config:\n  cert_file: a\n", "needs cert_file and key_file"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Bogus\n", "unknown client_auth_type"),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Bogus\n", "unknown client_auth_type"),  # noqa: E501
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: "
+         "RequireAndVerifyClientCert\n", "needs client_ca_file"),
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: SSL3\n", "unknown min_version"),
         ("basic_auth_users:\n  alice: plaintext\n", "is not a bcrypt hash"),
         ("basic_auth_users: [alice]\n", "basic_auth_users must be a mapping"),

@@ -49,12 +49,29 @@ def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
     cert, key = directory / "node.crt", directory / "node.key"
     subprocess.run(
         [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
         ],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     return cert, key
 
 

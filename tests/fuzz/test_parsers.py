@@ -28,8 +28,13 @@ from fleetscope.window.openmetrics import read_openmetrics
 from fleetscope.window.prometheus import decode_matrix
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 #: Text made of the characters parsers split on, so examples get past the first check.
 _syntax = st.text(alphabet=st.sampled_from(list('abc_xyz019 .-+eE{}=",#\n\t:\\/NaInf')), max_size=400)
@@ -47,8 +52,11 @@ _RANK_OK = '# fleetscope-rank v1 pid=1 starttime=1\ntraining_steps_total{job_id=
 
 
 @FUZZ
-@given(st.one_of(_text, st.builds(lambda a, b: _RANK_OK[:a] + b + _RANK_OK[a:],
-                                  st.integers(0, len(_RANK_OK)), _syntax)))  # fmt: skip
+@given(
+    st.one_of(
+        _text, st.builds(lambda a, b: _RANK_OK[:a] + b + _RANK_OK[a:], st.integers(0, len(_RANK_OK)), _syntax)
+    )
+)
 def test_rank_files_parse_or_are_rejected(text):
     try:
         header, labels, samples = parse_rank_file(text)
@@ -62,12 +70,21 @@ _LINE = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n1"} 50 1796000000\n'
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.just(_LINE), _syntax,
-                          st.builds(lambda v, t: f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="n1"}} {v} {t}\n',
-                                    st.sampled_from(["1", "NaN", "+Inf", "-1e308", "x"]),
-                                    st.sampled_from(["1796000015", "0", "1e300", "NaN", "-Inf", "4e9"]))),
-                max_size=30),
-       st.booleans())  # fmt: skip
+@given(
+    st.lists(
+        st.one_of(
+            st.just(_LINE),
+            _syntax,
+            st.builds(
+                lambda v, t: f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="n1"}} {v} {t}\n',
+                st.sampled_from(["1", "NaN", "+Inf", "-1e308", "x"]),
+                st.sampled_from(["1796000015", "0", "1e300", "NaN", "-Inf", "4e9"]),
+            ),
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+)
 def test_openmetrics_recordings_load_or_fail_clearly(lines, eof):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "r.om"
@@ -87,15 +104,22 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-_MATRIX = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"a":"b"},"values":[[1,"2"],[2,"NaN"]]}]}}'
+_MATRIX = (
+    b'{"status":"success","data":{"resultType":"matrix",'
+    b'"result":[{"metric":{"a":"b"},"values":[[1,"2"],[2,"NaN"]]}]}}'
+)
 
 
 @FUZZ
-@given(st.one_of(
-    _json.map(lambda d: json.dumps(d).encode()),
-    st.builds(lambda a, b: _MATRIX[:a] + b + _MATRIX[a:], st.integers(0, len(_MATRIX)), st.binary(max_size=20)),
-    st.binary(max_size=200),
-))  # fmt: skip
+@given(
+    st.one_of(
+        _json.map(lambda d: json.dumps(d).encode()),
+        st.builds(
+            lambda a, b: _MATRIX[:a] + b + _MATRIX[a:], st.integers(0, len(_MATRIX)), st.binary(max_size=20)
+        ),
+        st.binary(max_size=200),
+    )
+)
 def test_prometheus_answers_decode_or_raise_the_documented_errors(body):
     try:
         _, series = decode_matrix(body)
@@ -117,10 +141,20 @@ def test_web_configs_load_or_fail_clearly(text):
             pass
 
 
-_spec_fields = st.fixed_dictionaries({}, optional={
-    "nodes": _json, "gpus_per_node": _json, "duration_s": _json, "step_s": _json, "seed": _json,
-    "family": _json, "faults": _json, "jobs": _json, "name": _json,
-})  # fmt: skip
+_spec_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodes": _json,
+        "gpus_per_node": _json,
+        "duration_s": _json,
+        "step_s": _json,
+        "seed": _json,
+        "family": _json,
+        "faults": _json,
+        "jobs": _json,
+        "name": _json,
+    },
+)
 
 
 @settings(FUZZ, max_examples=60)

@@ -113,7 +113,8 @@ RECORDED: dict[str, tuple[str, tuple[c.Metric, ...], dict[c.Metric, str]]] = {
         "vllm",
         c.VLLM_V0_SERIES,
         {
-            c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without them)"
+            c.VLLM_HTTP_REQUESTS: "no http_* series on this 0.4.3 page (vllm-project/vllm#17406: V0 without "
+            "them)"
         },
     ),
     "vllm-v1-0.32.0.recorded.metrics.txt": ("vllm", c.VLLM_V1_SERIES, {}),
@@ -165,8 +166,14 @@ def _samples(page: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_fleetscope_reads_engine_series() -> None:
     """The scan finds what the dashboards and rules read (it is no empty set by accident)."""
     read = _read_by_fleetscope()
-    for metric in (c.VLLM_NUM_REQUESTS_RUNNING, c.VLLM_KV_CACHE_USAGE, c.VLLM_GPU_CACHE_USAGE,
-                   c.VLLM_TIME_TO_FIRST_TOKEN.bucket, c.TGI_QUEUE_SIZE, c.TRITON_REQUEST_FAILURE):  # fmt: skip
+    for metric in (
+        c.VLLM_NUM_REQUESTS_RUNNING,
+        c.VLLM_KV_CACHE_USAGE,
+        c.VLLM_GPU_CACHE_USAGE,
+        c.VLLM_TIME_TO_FIRST_TOKEN.bucket,
+        c.TGI_QUEUE_SIZE,
+        c.TRITON_REQUEST_FAILURE,
+    ):
         assert metric in read, metric
 
 
@@ -201,8 +208,11 @@ def test_recorded_page_matches_the_contract(page: str) -> None:
     the version's series (where the page is whole) are all there."""
     engine, series, _ = RECORDED[page]
     families = _families(page)
-    extra = c.VLLM_V1_EXTRA_LABELS if any(c.VLLM_V1_EXTRA_LABELS[0] in lbl for _, v in families.values()
-                                          for _, lbl in v) else ()  # fmt: skip
+    extra = (
+        c.VLLM_V1_EXTRA_LABELS
+        if any(c.VLLM_V1_EXTRA_LABELS[0] in lbl for _, v in families.values() for _, lbl in v)
+        else ()
+    )
     mine = [
         m for m in c.METRICS.values() if m.origin == engine and m.type in ("counter", "gauge", "histogram")
     ]

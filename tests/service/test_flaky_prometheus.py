@@ -36,8 +36,13 @@ WINDOW, STEP, INTERVAL = 900.0, 15.0, 30.0
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    spec = ScenarioSpec(name="flaky", nodes=3, duration_s=2400, seed=5,
-                        faults=[FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=2)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="flaky",
+        nodes=3,
+        duration_s=2400,
+        seed=5,
+        faults=[FaultSpec(kind="gpu_lost", at_s=600, node=1, gpu=2)],
+    )
     with scenario_prometheus(tmp_path_factory.mktemp("flaky"), spec) as held:
         yield held
 
@@ -68,8 +73,12 @@ class FlakyProxy(BaseHTTPRequestHandler):
             else:
                 self.close_connection = True  # no answer at all: the client sees the connection lost
             return
-        req = urllib.request.Request(self.upstream + self.path, data=body, method="POST",
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        req = urllib.request.Request(
+            self.upstream + self.path,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 status, data = resp.status, resp.read()
@@ -91,9 +100,19 @@ class FlakyProxy(BaseHTTPRequestHandler):
 
 
 def _proxy(upstream: str, every: int = 0, only: frozenset[int] = frozenset()) -> type[FlakyProxy]:
-    return type("P", (FlakyProxy,), {"upstream": upstream, "every": every, "only": only,
-                                     "count": itertools.count(1), "failed": [], "lock": threading.Lock(),
-                                     "rewrite": [False]})  # fmt: skip
+    return type(
+        "P",
+        (FlakyProxy,),
+        {
+            "upstream": upstream,
+            "every": every,
+            "only": only,
+            "count": itertools.count(1),
+            "failed": [],
+            "lock": threading.Lock(),
+            "rewrite": [False],
+        },
+    )
 
 
 def _cycles(
@@ -103,8 +122,13 @@ def _cycles(
     if retries is not None:
         source._sliding(STEP).retries = retries
     clock = iter([first_end + INTERVAL * i for i in range(n)])
-    runner = AnalysisRunner(VerdictStore(3 * INTERVAL), SourceAnalysis(source, None, STEP), INTERVAL, WINDOW,
-                            clock=lambda: next(clock))  # fmt: skip
+    runner = AnalysisRunner(
+        VerdictStore(3 * INTERVAL),
+        SourceAnalysis(source, None, STEP),
+        INTERVAL,
+        WINDOW,
+        clock=lambda: next(clock),
+    )
     return [runner.run_once() for _ in range(n)], source
 
 

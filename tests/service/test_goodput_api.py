@@ -12,8 +12,15 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
 @pytest.fixture(scope="module")
 def slow_checkpoints(tmp_path_factory):
-    spec = ScenarioSpec(name="goodput_api", family="goodput", nodes=2, seed=993, duration_s=900,
-                        checkpoint_every_s=300, faults=[FaultSpec(kind="fsx_saturation", at_s=100, slowdown=3.0)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="goodput_api",
+        family="goodput",
+        nodes=2,
+        seed=993,
+        duration_s=900,
+        checkpoint_every_s=300,
+        faults=[FaultSpec(kind="fsx_saturation", at_s=100, slowdown=3.0)],
+    )
     out, _ = write_scenario(spec, tmp_path_factory.mktemp("gpapi") / "gp.om")
     return analyze_file(out)
 

@@ -72,8 +72,16 @@ def test_a_sharded_replica_says_which_share_it_shows(tmp_path: Path):
     from tests.service.support import make_analysis
 
     report = make_analysis()
-    report.live["shard"] = {"index": 1, "count": 3, "jobs": 1, "models": 0, "nodes": 4,
-                            "fleet_jobs": 3, "fleet_models": 0, "fleet_nodes": 11}  # fmt: skip
+    report.live["shard"] = {
+        "index": 1,
+        "count": 3,
+        "jobs": 1,
+        "models": 0,
+        "nodes": 4,
+        "fleet_jobs": 3,
+        "fleet_models": 0,
+        "fleet_nodes": 11,
+    }
     app = create_app(ServiceSettings(run_analysis=False, shard=(1, 3)), ScriptedAnalyze(report))
     assert app.state.runner.run_once()
     with serving(app) as hostport:

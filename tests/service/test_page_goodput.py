@@ -33,8 +33,15 @@ def _with_account() -> Report:
     xid.evidence["XID 79"] = "GPU 3 fell off the bus"
     gpus, span = 32.0, a.end - a.start
     h = 3600.0
-    parts = {"productive": 11.0 * h, "checkpoint": 0.9 * h, "recovery": 1.2 * h, "rework": 1.5 * h,
-             "stall": 0.6 * h, "eval": 0.0, "slowdown": 0.5 * h}  # fmt: skip
+    parts = {
+        "productive": 11.0 * h,
+        "checkpoint": 0.9 * h,
+        "recovery": 1.2 * h,
+        "rework": 1.5 * h,
+        "stall": 0.6 * h,
+        "eval": 0.0,
+        "slowdown": 0.5 * h,
+    }
     parts["idle"] = gpus * span - sum(parts.values())
     whole = gpus * span
     t = a.start
@@ -46,16 +53,38 @@ def _with_account() -> Report:
         BadputItem("slowdown", 0.5 * h, t + 300, a.end, finding_label(strag), "straggler slowdown"),
         BadputItem("stall", 0.01 * h, t + 100, t + 115, None, "a stall no finding explains"),
     ]
-    advice = CheckpointAdvice(save_s=45.0, saves=3, nodes=4, failures=1, node_hours=2.0,
-                              failures_per_node_hour=0.5, prior=False, mtbf_s=1800.0, young_s=402.0,
-                              daly_s=380.0, recommended_s=380.0, current_s=600.0, waste_current=0.19,
-                              waste_recommended=0.17, gain_gpu_hours_per_day=15.4)  # fmt: skip
+    advice = CheckpointAdvice(
+        save_s=45.0,
+        saves=3,
+        nodes=4,
+        failures=1,
+        node_hours=2.0,
+        failures_per_node_hour=0.5,
+        prior=False,
+        mtbf_s=1800.0,
+        young_s=402.0,
+        daly_s=380.0,
+        recommended_s=380.0,
+        current_s=600.0,
+        waste_current=0.19,
+        waste_recommended=0.17,
+        gain_gpu_hours_per_day=15.4,
+    )
     a.goodput["4711"] = GoodputAccount(
-        job_id="4711", start=a.start, end=a.end, gpus=gpus, whole_gpu_seconds=whole, gpu_seconds=parts,
+        job_id="4711",
+        start=a.start,
+        end=a.end,
+        gpus=gpus,
+        whole_gpu_seconds=whole,
+        gpu_seconds=parts,
         effective_training_ratio=(parts["productive"] + parts["slowdown"]) / whole,
-        goodput_ratio=parts["productive"] / whole, baseline_step_s=1.9, restarts=1,
-        inputs={"checkpoint_telemetry": True, "global_step": True}, items=items, advice=advice,
-    )  # fmt: skip
+        goodput_ratio=parts["productive"] / whole,
+        baseline_step_s=1.9,
+        restarts=1,
+        inputs={"checkpoint_telemetry": True, "global_step": True},
+        items=items,
+        advice=advice,
+    )
     return a
 
 

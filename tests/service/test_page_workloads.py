@@ -78,15 +78,30 @@ def _stalled_training() -> Report:
     a = make_analysis()
     stalled_at = a.end - 480  # 8 minutes before the window's end
     a.findings.append(
-        Finding(kind="job_hang", severity="critical", node=None, job_id="4711", start=stalled_at,
-                cause="gpu_vanish", evidence={"last_step": rfc3339(stalled_at) or "", "ranks_reporting": "32"},
-                action="find the node that stopped the job, drain it, restart from the last checkpoint")
-    )  # fmt: skip
-    a.live = {"jobs": {"4711": {
-        "state": "stalled", "since": rfc3339(stalled_at), "last_step": rfc3339(stalled_at), "mfu": None,
-        "mfu_reason": "no step completes while the job is stalled", "last_mfu": 0.386,
-        "last_mfu_at": rfc3339(stalled_at - 30),
-    }}}  # fmt: skip
+        Finding(
+            kind="job_hang",
+            severity="critical",
+            node=None,
+            job_id="4711",
+            start=stalled_at,
+            cause="gpu_vanish",
+            evidence={"last_step": rfc3339(stalled_at) or "", "ranks_reporting": "32"},
+            action="find the node that stopped the job, drain it, restart from the last checkpoint",
+        )
+    )
+    a.live = {
+        "jobs": {
+            "4711": {
+                "state": "stalled",
+                "since": rfc3339(stalled_at),
+                "last_step": rfc3339(stalled_at),
+                "mfu": None,
+                "mfu_reason": "no step completes while the job is stalled",
+                "last_mfu": 0.386,
+                "last_mfu_at": rfc3339(stalled_at - 30),
+            }
+        }
+    }
     a.jobs["4711"].mfu = 0.386
     return a
 
@@ -164,22 +179,50 @@ def _serving_fleet() -> Report:
             gpus["3"] = "failing"
         a.nodes[f"node-{i}"] = NodeVerdict(f"node-{i}", "failing" if i == 2 else "healthy", [], gpus)
     a.findings.append(
-        Finding(kind="failing_replica", severity="critical", node="node-2", gpu="3", start=a.start + 900,
-                cause="gpu_lost", evidence={"model": "llama-70b", "replica": "vllm-llama-2", "xid": "79",
-                                            "replica_series": "stopped at 2026-11-30T10:15:30Z"},
-                action="reschedule the replica elsewhere and drain the node")
-    )  # fmt: skip
+        Finding(
+            kind="failing_replica",
+            severity="critical",
+            node="node-2",
+            gpu="3",
+            start=a.start + 900,
+            cause="gpu_lost",
+            evidence={
+                "model": "llama-70b",
+                "replica": "vllm-llama-2",
+                "xid": "79",
+                "replica_series": "stopped at 2026-11-30T10:15:30Z",
+            },
+            action="reschedule the replica elsewhere and drain the node",
+        )
+    )
 
     def replica(i: int, up: bool) -> dict:
-        return {"replica": f"vllm-llama-{i}", "node": f"node-{i}", "serving": up, "ttft_p95_s": 0.23 + 0.01 * i,
-                "itl_mean_s": 0.014, "itl_p95_s": 0.024, "requests_per_s": 2.1 if up else 0.0, "kv_cache": 0.05}  # fmt: skip
+        return {
+            "replica": f"vllm-llama-{i}",
+            "node": f"node-{i}",
+            "serving": up,
+            "ttft_p95_s": 0.23 + 0.01 * i,
+            "itl_mean_s": 0.014,
+            "itl_p95_s": 0.024,
+            "requests_per_s": 2.1 if up else 0.0,
+            "kv_cache": 0.05,
+        }
 
     slo = {"threshold_s": 2.5, "objective": 0.99, "state": "burning", "burn_short": 7.5, "burn_window": 6.4}
     ok = {"threshold_s": 0.1, "objective": 0.99, "state": "ok", "burn_short": 0.0, "burn_window": 0.0}
-    a.live = {"jobs": {}, "models": [{
-        "model": "llama-70b", "replicas": [replica(i, i != 2) for i in range(1, 5)], "serving": 3,
-        "ttft_p95_s": 0.27, "itl_mean_s": 0.014, "slo": {"ttft": slo, "itl": ok},
-    }]}  # fmt: skip
+    a.live = {
+        "jobs": {},
+        "models": [
+            {
+                "model": "llama-70b",
+                "replicas": [replica(i, i != 2) for i in range(1, 5)],
+                "serving": 3,
+                "ttft_p95_s": 0.27,
+                "itl_mean_s": 0.014,
+                "slo": {"ttft": slo, "itl": ok},
+            }
+        ],
+    }
     return a
 
 
@@ -200,8 +243,18 @@ def test_serving_fleet_shows_models_replicas_slos_and_the_named_replica(tmp_path
     assert "named" not in replicas["vllm-llama-1"]["attrs"]["class"].split()
     # TTFT p95 240 ms, ITL 14 ms, 2.10 requests/s, KV cache 5.0%
     assert " ".join(replicas["vllm-llama-1"]["text"].split()).split() == [
-        "vllm-llama-1", "node-1", "serving", "240", "ms", "14", "ms", "24", "ms", "2.10", "5.0%",
-    ]  # fmt: skip
+        "vllm-llama-1",
+        "node-1",
+        "serving",
+        "240",
+        "ms",
+        "14",
+        "ms",
+        "24",
+        "ms",
+        "2.10",
+        "5.0%",
+    ]
     (finding,) = page.rows["findings-body"]
     text = " ".join(finding["text"].split())
     assert "replica vllm-llama-2 (llama-70b)" in text and "xid: 79" in text

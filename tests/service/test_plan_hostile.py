@@ -50,11 +50,18 @@ def _findings(cause: str) -> dict:
     return {
         "window": {"start": "2026-11-30T10:00:00Z", "end": "2026-11-30T10:30:00Z"},
         "findings": [
-            {"kind": "failing_node", "severity": "critical", "node": n, "start": "2026-11-30T10:05:00Z",
-             "cause": cause, "action": f"drain; {cause}", "gpu": "3"}
+            {
+                "kind": "failing_node",
+                "severity": "critical",
+                "node": n,
+                "start": "2026-11-30T10:05:00Z",
+                "cause": cause,
+                "action": f"drain; {cause}",
+                "gpu": "3",
+            }
             for n in nodes
         ],
-    }  # fmt: skip
+    }
 
 
 def _run_script(script: str, tmp: Path) -> list[list[str]]:
@@ -73,8 +80,19 @@ def _run_script(script: str, tmp: Path) -> list[list[str]]:
 @pytest.mark.parametrize("cause", HOSTILE)
 def test_hostile_findings_run_nothing_but_the_drain(tmp_path, capsys, scheduler, cause):
     (tmp_path / "f.json").write_text(json.dumps(_findings(cause)))
-    rc = main(["plan", "--input", str(tmp_path / "f.json"), "--cluster-size", "10", "--max-fraction", "1",
-               "--scheduler", scheduler])  # fmt: skip
+    rc = main(
+        [
+            "plan",
+            "--input",
+            str(tmp_path / "f.json"),
+            "--cluster-size",
+            "10",
+            "--max-fraction",
+            "1",
+            "--scheduler",
+            scheduler,
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     calls = _run_script(out, tmp_path)
@@ -92,15 +110,25 @@ def test_hostile_findings_run_nothing_but_the_drain(tmp_path, capsys, scheduler,
 
 
 def test_node_names_need_a_full_match():
-    plan = build_plan([DrainCandidate(n, "critical", "gpu_lost", None) for n in
-                       ("good-1", "bad-1\n", "bad 2", "-bad", "ok.example_3")], 10, max_fraction=1.0)  # fmt: skip
+    plan = build_plan(
+        [
+            DrainCandidate(n, "critical", "gpu_lost", None)
+            for n in ("good-1", "bad-1\n", "bad 2", "-bad", "ok.example_3")
+        ],
+        10,
+        max_fraction=1.0,
+    )
     assert sorted(a.candidate.node for a in plan.actions) == ["good-1", "ok.example_3"]
     assert sorted(n for n, _ in plan.rejected) == ["-bad", "bad 2", "bad-1\n"]
 
 
 def test_every_comment_is_one_line():
-    plan = build_plan([DrainCandidate("n1", "critical\nrm -rf /", "a\nb\rc\u2028d", None, action="x\ny")]
-                      + [DrainCandidate("n2\n", "warning", "z", None)], 10, max_fraction=0.1)  # fmt: skip
+    plan = build_plan(
+        [DrainCandidate("n1", "critical\nrm -rf /", "a\nb\rc\u2028d", None, action="x\ny")]
+        + [DrainCandidate("n2\n", "warning", "z", None)],
+        10,
+        max_fraction=0.1,
+    )
     plan.held_back.append(DrainCandidate("n3", "info\n", "c\n", None))
     lines = plan.script().splitlines()
     assert all(line.startswith("#") or line.startswith(("scontrol ", "kubectl ")) for line in lines), lines

@@ -28,14 +28,24 @@ def prom(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shards")
     start = float(int(time.time() // 15) * 15 - PAST)
     spec = ScenarioSpec(
-        name="realistic_shards", nodes=8, gpus_per_node=2, efa_per_node=1, duration_s=PAST + AHEAD, start=start, seed=5,
-        jobs=[JobSpec("alpha", nodes=3, first_node=0, tensor_parallel=2),
-              JobSpec("beta", nodes=2, first_node=3, tensor_parallel=2),
-              JobSpec("gamma", nodes=1, first_node=5, tensor_parallel=2)],
-        faults=[FaultSpec(kind="pcie_width_drop", at_s=PAST - 600, node=1, gpu=1),
-                FaultSpec(kind="thermal_throttle", at_s=PAST - 700, node=3, gpu=0, slowdown=0.3),
-                FaultSpec(kind="pcie_width_drop", at_s=PAST - 500, node=7, gpu=0)],
-    )  # fmt: skip
+        name="realistic_shards",
+        nodes=8,
+        gpus_per_node=2,
+        efa_per_node=1,
+        duration_s=PAST + AHEAD,
+        start=start,
+        seed=5,
+        jobs=[
+            JobSpec("alpha", nodes=3, first_node=0, tensor_parallel=2),
+            JobSpec("beta", nodes=2, first_node=3, tensor_parallel=2),
+            JobSpec("gamma", nodes=1, first_node=5, tensor_parallel=2),
+        ],
+        faults=[
+            FaultSpec(kind="pcie_width_drop", at_s=PAST - 600, node=1, gpu=1),
+            FaultSpec(kind="thermal_throttle", at_s=PAST - 700, node=3, gpu=0, slowdown=0.3),
+            FaultSpec(kind="pcie_width_drop", at_s=PAST - 500, node=7, gpu=0),
+        ],
+    )
     out, _ = write_scenario(spec, tmp / "s.om")
     backfill_openmetrics(out, tmp / "data")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
@@ -75,8 +85,11 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         for s in (whole, *shards):
             s.start(timeout=60)
         found: list = []
-        wait_for(lambda: found.append(_union_matches(whole, shards)) or found[-1], timeout=120,
-                 what="the shards' findings to add up to the unsharded service's")  # fmt: skip
+        wait_for(
+            lambda: found.append(_union_matches(whole, shards)) or found[-1],
+            timeout=120,
+            what="the shards' findings to add up to the unsharded service's",
+        )
         expected, parts = found[-1]
         # A straggler in job beta, a narrowed PCIe link in job alpha and one on a job-less node (an
         # MFU drop may come with them: which window the cycle sees decides; the union holds either way).
@@ -102,13 +115,19 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         shards[victim].proc.wait()
         shards[victim].start(timeout=60)
         again: list = []
-        wait_for(lambda: again.append(_keys(shards[victim])) or again[-1] is not None, timeout=90,
-                 what="the restarted shard's first verdicts")  # fmt: skip
+        wait_for(
+            lambda: again.append(_keys(shards[victim])) or again[-1] is not None,
+            timeout=90,
+            what="the restarted shard's first verdicts",
+        )
         assert sorted(again[-1]) == before
         assert _get(shards[victim], "/api/v1/status")["shard"] == owned[victim]
         found.clear()
-        wait_for(lambda: found.append(_union_matches(whole, shards)) or found[-1], timeout=60,
-                 what="the union after the restart")  # fmt: skip
+        wait_for(
+            lambda: found.append(_union_matches(whole, shards)) or found[-1],
+            timeout=60,
+            what="the union after the restart",
+        )
         assert sorted(k for p in found[-1][1] for k in p) == sorted(expected)
     finally:
         for s in (whole, *shards):

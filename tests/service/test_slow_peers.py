@@ -53,9 +53,13 @@ def test_a_trickling_prometheus_fails_the_cycle_in_readyz_and_metrics(tmp_path):
         metrics = _get(f"{serve.url}/metrics", "s3cret")[2].decode()
         assert value(metrics, contract.SERVICE_ANALYSIS_SUCCESS) == 0
         # Answers of every kind carry the security headers: 401, 404, 422, 200, 503.
-        for path, token, code in [("/readyz", None, 401), ("/nope", "s3cret", 404),
-                                  ("/api/v1/nodes?bogus=1", "s3cret", 422), ("/healthz", None, 200),
-                                  ("/readyz", "s3cret", 503)]:  # fmt: skip
+        for path, token, code in [
+            ("/readyz", None, 401),
+            ("/nope", "s3cret", 404),
+            ("/api/v1/nodes?bogus=1", "s3cret", 422),
+            ("/healthz", None, 200),
+            ("/readyz", "s3cret", 503),
+        ]:
             status, headers, _ = _get(serve.url + path, token)
             lower = {k.lower(): v for k, v in headers.items()}
             assert status == code, (path, status)

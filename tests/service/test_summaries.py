@@ -21,8 +21,14 @@ def _analyzed(spec: ScenarioSpec, tmp_path: Path) -> Report:
 
 
 def test_a_job_hung_at_the_window_end_is_stalled_since_the_hang(tmp_path: Path):
-    spec = ScenarioSpec(name="hang_t", family="hang", nodes=4, seed=122, duration_s=1200,
-                        faults=[FaultSpec(kind="hang", cause="xid79", at_s=700, stall_s=900, node=2, gpu=6)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="hang_t",
+        family="hang",
+        nodes=4,
+        seed=122,
+        duration_s=1200,
+        faults=[FaultSpec(kind="hang", cause="xid79", at_s=700, stall_s=900, node=2, gpu=6)],
+    )
     report = _analyzed(spec, tmp_path)
     (job,) = report.live["jobs"].values()
     assert job["state"] == "stalled", job
@@ -41,8 +47,15 @@ def test_a_young_job_says_its_mfu_waits_for_the_rate_window(tmp_path: Path):
 
 
 def test_a_served_model_lists_its_replicas_and_slos(tmp_path: Path):
-    spec = ScenarioSpec(name="inference_t", family="inference", nodes=4, gpus_per_replica=4, seed=203,
-                        duration_s=1200, faults=[FaultSpec(kind="gpu_lost", at_s=700, node=2, gpu=5)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="inference_t",
+        family="inference",
+        nodes=4,
+        gpus_per_replica=4,
+        seed=203,
+        duration_s=1200,
+        faults=[FaultSpec(kind="gpu_lost", at_s=700, node=2, gpu=5)],
+    )
     report = _analyzed(spec, tmp_path)
     assert report.live["jobs"] == {}
     (model,) = report.live["models"]

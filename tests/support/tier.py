@@ -63,15 +63,16 @@ class _GuardedPopen(subprocess.Popen):
         marker = heavy_marker_for(argv)
         if marker is not None:
             pytest.fail(
-                f"this test starts {Path(str(argv[0])).name} {' '.join(map(str, argv[1:3]))}…: "
-                f"mark it @pytest.mark.{marker} (the fast tier runs no real servers, browsers, torch or vLLM)",
+                f"this test starts {Path(str(argv[0])).name} {' '.join(map(str, argv[1:3]))}…: mark it "
+                f"@pytest.mark.{marker} (the fast tier runs no real servers, browsers, torch or vLLM)",
                 pytrace=False,
             )
         super().__init__(args, *rest, **kwargs)
 
 
 class _TorchBlocker:
-    """Fails any import of torch or vllm in the fast tier (they cost seconds each and belong to the full run)."""
+    """Fails any import of torch or vllm in the fast tier (they cost seconds each and belong to the full
+    run)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         root = fullname.partition(".")[0]

@@ -35,15 +35,28 @@ def _labels(**kv: str) -> str:
 
 
 def _rank(rank: str) -> dict[str, str]:
-    return {"job_id": "4711", "rank": rank, "local_rank": rank, "Hostname": "n1", "gpu": rank,
-            "job": "training", "instance": "n1:9400"}  # fmt: skip
+    return {
+        "job_id": "4711",
+        "rank": rank,
+        "local_rank": rank,
+        "Hostname": "n1",
+        "gpu": rank,
+        "job": "training",
+        "instance": "n1:9400",
+    }
 
 
 def _series() -> list[dict[str, str]]:
     series = []
     for gpu in ("0", "1", "2"):
-        gpu_labels = {"gpu": gpu, "UUID": f"GPU-{gpu}", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "n1",
-                      "job": "node", "instance": "n1:9400"}  # fmt: skip
+        gpu_labels = {
+            "gpu": gpu,
+            "UUID": f"GPU-{gpu}",
+            "modelName": "NVIDIA H100 80GB HBM3",
+            "Hostname": "n1",
+            "job": "node",
+            "instance": "n1:9400",
+        }
         for dtype, peak in (("bf16", PEAK), ("fp8", 2 * PEAK)):
             name = contract.GPU_PEAK_FLOPS + _labels(**gpu_labels, dtype=dtype)
             series.append({"series": name, "values": f"{peak:.0f}x10"})
@@ -113,16 +126,40 @@ def test_training_queries_give_exact_values_in_promtool(tmp_path: Path) -> None:
 def test_a_rank_without_steps_has_no_step_time(tmp_path: Path) -> None:
     """``rank_step_seconds`` is absent, not NaN or +Inf, while a rank completes no step (a stall)."""
     rules = tmp_path / "r.yml"
-    rules.write_text(yaml.safe_dump({"groups": [{"name": "t", "rules": [
-        {"record": "test:rank_step_seconds", "expr": queries.rank_step_seconds("5m")}]}]}))  # fmt: skip
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "t",
+                        "rules": [
+                            {"record": "test:rank_step_seconds", "expr": queries.rank_step_seconds("5m")}
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     tests = tmp_path / "t.yml"
     lbl = _labels(**_rank("0"))
-    tests.write_text(yaml.safe_dump({
-        "rule_files": [rules.name],
-        "tests": [{"interval": "1m", "input_series": [
-            {"series": contract.TRAINING_STEPS + lbl, "values": "5x10"},
-            {"series": contract.TRAINING_STEP_SECONDS + lbl, "values": "0+60x10"},
-        ], "promql_expr_test": [{"expr": "test:rank_step_seconds", "eval_time": "10m", "exp_samples": []}]}],
-    }))  # fmt: skip
+    tests.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [rules.name],
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [
+                            {"series": contract.TRAINING_STEPS + lbl, "values": "5x10"},
+                            {"series": contract.TRAINING_STEP_SECONDS + lbl, "values": "0+60x10"},
+                        ],
+                        "promql_expr_test": [
+                            {"expr": "test:rank_step_seconds", "eval_time": "10m", "exp_samples": []}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     result = promtool("test", "rules", str(tests))
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()

@@ -19,8 +19,8 @@ idle is a departure, which the membership detector reports.
 
 Each signal is an event at a grid time; the signals of one GPU are merged into one finding whose
 cause is the most specific signal (``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` >
-other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay
-open (``end`` null): none of these signals clears without a reset.
+other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings
+stay open (``end`` null): none of these signals clears without a reset.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ AddEvent = Callable[[str, str, str, int, str, str], None]
 
 
 _ACTIONS = {
-    "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run dcgmi diag -r 3, "
-    "RMA the GPU if XID 79 repeats",
+    "gpu_lost": "drain the node now (whatever ran on this GPU, job or replica, lost it); power-cycle it, run "
+    "dcgmi diag -r 3, RMA the GPU if XID 79 repeats",
     "ecc_uncorrectable": "drain the node; reset the GPU (nvidia-smi -r) to activate the remapped row, run "
     "dcgmi diag -r 3; RMA if uncorrectable errors repeat",
     "row_remap_failure": "drain the node: the GPU has no spare rows left; RMA the GPU",
@@ -140,13 +140,25 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
     def counted(v: np.ndarray) -> np.ndarray:
         return np.nan_to_num(increase_steps(v)) > 0
 
-    per_gpu(c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counted, "ecc_uncorrectable",
-            lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} double-bit errors")  # fmt: skip
-    per_gpu(c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counted, "ecc_uncorrectable",
-            lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} rows remapped for uncorrectable errors")  # fmt: skip
+    per_gpu(
+        c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        counted,
+        "ecc_uncorrectable",
+        lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} double-bit errors",
+    )
+    per_gpu(
+        c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+        counted,
+        "ecc_uncorrectable",
+        lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} rows remapped for uncorrectable errors",
+    )
     per_gpu(c.DCGM_FI_DEV_ROW_REMAP_FAILURE, lambda v: v >= 1, "row_remap_failure", lambda v, i: "1")
-    per_gpu(c.DCGM_FI_DEV_GPU_RECOVERY_ACTION, lambda v: v > 0, "recovery_action",
-            lambda v, i: f"{int(np.nanmax(v))} ({hardware.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})")  # fmt: skip
+    per_gpu(
+        c.DCGM_FI_DEV_GPU_RECOVERY_ACTION,
+        lambda v: v > 0,
+        "recovery_action",
+        lambda v, i: f"{int(np.nanmax(v))} ({hardware.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})",
+    )
 
     # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
     gs = feat.gpus
@@ -184,8 +196,15 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
             stop = int(np.nonzero(have[:, j])[0][-1]) + 1
             peers = (node_code == node_code[j]) & (np.arange(len(gs.keys)) != j)
             if peers.any() and have[last, peers].any() and have[stop:, peers].any():
-                add(node, gpu, "gpu_lost", stop, "series", f"GPU series stopped at {fmt_time(times[stop])} "
-                    "while the node's other GPUs kept reporting")  # fmt: skip
+                add(
+                    node,
+                    gpu,
+                    "gpu_lost",
+                    stop,
+                    "series",
+                    f"GPU series stopped at {fmt_time(times[stop])} "
+                    "while the node's other GPUs kept reporting",
+                )
 
     _ranks_stopped(feat, add)
     _node_down(feat, add)
@@ -205,10 +224,20 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         cause_name = f"xid_{per['xid'][1].split()[-1]}" if cause == "xid" else cause
         severity = "warning" if cause == "pcie_width_drop" else "critical"
         rank, job = rank_of.get((node, gpu), (None, None))
-        findings.append(Finding(
-            kind="failing_node", severity=severity, node=node, gpu=gpu or None, rank=rank, job_id=job,
-            start=float(times[start_i]), cause=cause_name, action=_ACTIONS[cause], evidence=evidence,
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                kind="failing_node",
+                severity=severity,
+                node=node,
+                gpu=gpu or None,
+                rank=rank,
+                job_id=job,
+                start=float(times[start_i]),
+                cause=cause_name,
+                action=_ACTIONS[cause],
+                evidence=evidence,
+            )
+        )
         findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
     return one_per_node(findings)
 
@@ -251,8 +280,15 @@ def _ranks_stopped(feat: Features, add: AddEvent) -> None:
                 continue
             for k in np.nonzero(vanished)[0]:
                 node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
-                add(node, gpu, "ranks_stopped", a, "training", f"rank {r.keys.iloc[k]['rank']} stopped "
-                    f"reporting when the job stalled at {fmt_time(feat.times[a])}")  # fmt: skip
+                add(
+                    node,
+                    gpu,
+                    "ranks_stopped",
+                    a,
+                    "training",
+                    f"rank {r.keys.iloc[k]['rank']} stopped "
+                    f"reporting when the job stalled at {fmt_time(feat.times[a])}",
+                )
 
 
 def _exporter_presence(feat: Features) -> dict[str, np.ndarray]:
@@ -350,9 +386,16 @@ def _node_down(feat: Features, add: AddEvent) -> None:
                     if rebooted and not busy
                     else ("while the job's other ranks kept their GPUs busy until the abort")
                 )
-                add(node, "", "node_down", g, "series", f"every GPU series of the node stopped at "
+                add(
+                    node,
+                    "",
+                    "node_down",
+                    g,
+                    "series",
+                    f"every GPU series of the node stopped at "
                     f"{fmt_time(feat.times[g])}, as job {job} went down at {fmt_time(feat.times[d])}; "
-                    f"the other nodes' exporters kept reporting; {why}")  # fmt: skip
+                    f"the other nodes' exporters kept reporting; {why}",
+                )
 
 
 def one_per_node(findings: list[Finding]) -> list[Finding]:

@@ -181,9 +181,10 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
                 stall_ev[c.DCGM_FI_DEV_GPU_UTIL] = f"{util:.0f}% (collectives spinning)"
             lo, hi = max(0, a - look), min(len(times) - 1, a + feat.rate_window_steps)
             explained = [
-                f for f in prior
+                f
+                for f in prior
                 if f.kind == "failing_node" and f.node in nodes and times[lo] <= f.start <= times[hi]
-            ]  # fmt: skip
+            ]
             if explained:
                 for f in explained:
                     f.evidence.setdefault("hang", stall_ev["no_progress"])
@@ -196,15 +197,25 @@ def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
             ev["confirmed_at"] = fmt_time(
                 times[min(a + max(1, round(cfg.hang_s / feat.step)) - 1, len(times) - 1)]
             )
-            out.append(Finding(
-                kind="job_hang", severity="critical", node=None, job_id=job, start=t0,
-                end=None if ongoing else float(times[b]), cause="hang", evidence=ev, action=HANG_ACTION,
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    kind="job_hang",
+                    severity="critical",
+                    node=None,
+                    job_id=job,
+                    start=t0,
+                    end=None if ongoing else float(times[b]),
+                    cause="hang",
+                    evidence=ev,
+                    action=HANG_ACTION,
+                )
+            )
     return out
 
 
-def _root_cause(feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: int,
-                stall_ev: dict[str, str]) -> Finding | None:  # fmt: skip
+def _root_cause(
+    feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: int, stall_ev: dict[str, str]
+) -> Finding | None:
     """The failing-node finding for the node whose hardware spoke first before the hang."""
     times = feat.times
     r = feat.ranks
@@ -215,12 +226,30 @@ def _root_cause(feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: 
     for node, (i, text) in efa.items():
         candidates.append((i, node, None, "network", NETWORK_ACTION, {"efa": text}))
     for (xnode, xgpu), (xi, code) in xid.items():
-        candidates.append((xi, xnode, xgpu, xids.finding_cause(code), xids.describe(code).action or XID_ACTION,
-                           {f"XID {code}": f"at {fmt_time(times[xi])} ({xids.xid_class(code)} class)"}))  # fmt: skip
+        candidates.append(
+            (
+                xi,
+                xnode,
+                xgpu,
+                xids.finding_cause(code),
+                xids.describe(code).action or XID_ACTION,
+                {f"XID {code}": f"at {fmt_time(times[xi])} ({xids.xid_class(code)} class)"},
+            )
+        )
     for (vnode, vgpu), vi in _vanished_first(feat, nodes, lo, hi).items():
-        candidates.append((vi, vnode, vgpu, "gpu_missing", XID_ACTION,
-                           {"series": f"GPU {vgpu}'s series stopped at {fmt_time(times[vi])} while the node's "
-                            "other GPUs kept reporting"}))  # fmt: skip
+        candidates.append(
+            (
+                vi,
+                vnode,
+                vgpu,
+                "gpu_missing",
+                XID_ACTION,
+                {
+                    "series": f"GPU {vgpu}'s series stopped at {fmt_time(times[vi])} while the node's "
+                    "other GPUs kept reporting"
+                },
+            )
+        )
     if not candidates:
         return None
     i, node, first_gpu, cause, action, ev = min(candidates, key=lambda t: t[0])
@@ -234,9 +263,17 @@ def _root_cause(feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: 
             rank = int(float(r.keys[cols].iloc[0]["rank"]))
     ev = {**ev, **stall_ev, "confirmed_at": fmt_time(times[max(a, i)])}
     return Finding(
-        kind="failing_node", severity="critical", node=node, gpu=gpu, rank=rank, job_id=job,
-        start=float(times[i]), cause=cause, evidence=ev, action=action,
-    )  # fmt: skip
+        kind="failing_node",
+        severity="critical",
+        node=node,
+        gpu=gpu,
+        rank=rank,
+        job_id=job,
+        start=float(times[i]),
+        cause=cause,
+        evidence=ev,
+        action=action,
+    )
 
 
 class HangDetector(Detector):

@@ -55,8 +55,10 @@ _SLOW_ACTIONS = {
     "unknown": "compare this replica's engine version, flags and GPUs with a peer's; restart it on another "
     "node if it stays slow",
 }
-_FAILING_ACTION = ("the replica's engine lost its GPU: keep it out of the load balancer, reschedule the pod "
-                   "on another node and drain this one (power-cycle, dcgmi diag -r 3, RMA if it repeats)")  # fmt: skip
+_FAILING_ACTION = (
+    "the replica's engine lost its GPU: keep it out of the load balancer, reschedule the pod "
+    "on another node and drain this one (power-cycle, dcgmi diag -r 3, RMA if it repeats)"
+)
 
 
 def _med(x: np.ndarray, axis: int | None = None) -> np.ndarray:
@@ -102,8 +104,15 @@ class InferenceDetector(Detector):
         return Detection(out)
 
     # ---------------------------------------------------------------- capacity
-    def _capacity(self, feat: Features, s: ServingSignals, model: str, cols: np.ndarray, sat: np.ndarray,
-                  out: list[Finding]) -> np.ndarray:  # fmt: skip
+    def _capacity(
+        self,
+        feat: Features,
+        s: ServingSignals,
+        model: str,
+        cols: np.ndarray,
+        sat: np.ndarray,
+        out: list[Finding],
+    ) -> np.ndarray:
         """Append the model's capacity findings; returns the times it is saturated fleet-wide."""
         present = s.present[:, cols].sum(axis=1)
         share = np.where(
@@ -116,24 +125,41 @@ class InferenceDetector(Detector):
             seg = slice(a, b + 1)
             ev = {
                 "model": model,
-                "replicas_saturated": f"{int(np.max((sat[seg][:, cols]).sum(axis=1)))} of {int(np.max(present[seg]))}",
-                "requests_waiting": f"{np.nanmax(np.nansum(s.waiting[seg][:, cols], axis=1)):.0f} (all replicas)",
+                "replicas_saturated": f"{int(np.max((sat[seg][:, cols]).sum(axis=1)))} of "
+                f"{int(np.max(present[seg]))}",
+                "requests_waiting": f"{np.nanmax(np.nansum(s.waiting[seg][:, cols], axis=1)):.0f} (all "
+                "replicas)",
                 "kv_cache_usage": f"median {_med(s.kv[seg][:, cols]):.0%}",
                 "preemptions": f"{np.nansum(_med(s.preempt_rate[seg][:, cols], axis=0)):.2f}/s per replica",
                 "ttft_p95": f"median {_med(s.ttft_p95[seg][:, cols]):.2f} s",
                 "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),
             }
-            out.append(Finding(
-                kind="capacity", severity="warning", node=None, start=float(times[a]),
-                end=None if ongoing else float(times[b]), cause="saturated", evidence=ev,
-                action=f"scale out {model}: add replicas (or raise the autoscaler's maximum); every replica "
-                "is saturated, none is faulty, so drain nothing",
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    kind="capacity",
+                    severity="warning",
+                    node=None,
+                    start=float(times[a]),
+                    end=None if ongoing else float(times[b]),
+                    cause="saturated",
+                    evidence=ev,
+                    action=f"scale out {model}: add replicas (or raise the autoscaler's maximum); every "
+                    "replica is saturated, none is faulty, so drain nothing",
+                )
+            )
         return crowded
 
     # ---------------------------------------------------------------- slow replicas
-    def _slow(self, feat: Features, s: ServingSignals, cols: np.ndarray, sat: np.ndarray,
-              crowded: np.ndarray, out: list[Finding], throttled: np.ndarray) -> None:  # fmt: skip
+    def _slow(
+        self,
+        feat: Features,
+        s: ServingSignals,
+        cols: np.ndarray,
+        sat: np.ndarray,
+        crowded: np.ndarray,
+        out: list[Finding],
+        throttled: np.ndarray,
+    ) -> None:
         """Append the slow replicas among ``cols``; ``throttled``: the GPUs' hardware evidence."""
         cfg = feat.config
         idx = np.nonzero(cols)[0]
@@ -170,8 +196,19 @@ class InferenceDetector(Detector):
             ref = np.nanmax(w[:, gcols])
         return (np.nan_to_num(w[:, gcols], nan=ref) < ref).any(axis=1)
 
-    def _slow_finding(self, feat: Features, s: ServingSignals, k: int, j: int, a: int, b: int, kind: str,
-                      ratio: np.ndarray, gcols: list[int], hw: np.ndarray) -> Finding:  # fmt: skip
+    def _slow_finding(
+        self,
+        feat: Features,
+        s: ServingSignals,
+        k: int,
+        j: int,
+        a: int,
+        b: int,
+        kind: str,
+        ratio: np.ndarray,
+        gcols: list[int],
+        hw: np.ndarray,
+    ) -> Finding:
         rep = s.replicas[k]
         times = feat.times
         seg = slice(a, b + 1)
@@ -184,24 +221,37 @@ class InferenceDetector(Detector):
                     cause, gpu, ev = cg, str(feat.gpus.keys.iloc[g]["gpu"]), eg
                     break
         peers = [i for i in range(len(s.replicas)) if i != k and s.replicas[i].model == rep.model]
-        ev.update({
-            "model": rep.model,
-            "replica": rep.name,
-            "inter_token_latency": f"{_fmt_ms(_med1(s.itl_mean[seg, k]))} (peers {_fmt_ms(_med1(s.itl_mean[seg][:, peers]))})",
-            "inter_token_p95": f"{_fmt_ms(_med1(s.itl_p95[seg, k]))} (peers {_fmt_ms(_med1(s.itl_p95[seg][:, peers]))})",
-            "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} s)",
-            "kv_cache_usage": f"{_med(s.kv[seg, k]):.0%} (peers {_med(s.kv[seg][:, peers]):.0%})",
-            "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers {_med(s.waiting[seg][:, peers]):.0f})",
-            "preemptions": f"{_med(s.preempt_rate[seg, k]):.2f}/s",
-            "gpus": ",".join(g for _, g in s.gpus[k]),
-            "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),
-        })  # fmt: skip
+        ev.update(
+            {
+                "model": rep.model,
+                "replica": rep.name,
+                "inter_token_latency": f"{_fmt_ms(_med1(s.itl_mean[seg, k]))} (peers "
+                f"{_fmt_ms(_med1(s.itl_mean[seg][:, peers]))})",
+                "inter_token_p95": f"{_fmt_ms(_med1(s.itl_p95[seg, k]))} (peers "
+                f"{_fmt_ms(_med1(s.itl_p95[seg][:, peers]))})",
+                "ttft_p95": f"{_med(s.ttft_p95[seg, k]):.3f} s (peers {_med(s.ttft_p95[seg][:, peers]):.3f} "
+                "s)",
+                "kv_cache_usage": f"{_med(s.kv[seg, k]):.0%} (peers {_med(s.kv[seg][:, peers]):.0%})",
+                "requests_waiting": f"{np.nanmax(s.waiting[seg, k]):.0f} (peers "
+                f"{_med(s.waiting[seg][:, peers]):.0f})",
+                "preemptions": f"{_med(s.preempt_rate[seg, k]):.2f}/s",
+                "gpus": ",".join(g for _, g in s.gpus[k]),
+                "confirmed_at": fmt_time(times[min(a + feat.persistence_steps - 1, len(times) - 1)]),
+            }
+        )
         score = float(_med(ratio[seg, j])) if kind == "decode" else float("nan")
         return Finding(
-            kind="slow_replica", severity="warning", node=rep.host, gpu=gpu, start=float(times[a]),
-            end=None if b >= len(times) - 3 else float(times[b]), score=score if np.isfinite(score) else None,
-            cause=cause, evidence=ev, action=_SLOW_ACTIONS.get(cause, _SLOW_ACTIONS["unknown"]),
-        )  # fmt: skip
+            kind="slow_replica",
+            severity="warning",
+            node=rep.host,
+            gpu=gpu,
+            start=float(times[a]),
+            end=None if b >= len(times) - 3 else float(times[b]),
+            score=score if np.isfinite(score) else None,
+            cause=cause,
+            evidence=ev,
+            action=_SLOW_ACTIONS.get(cause, _SLOW_ACTIONS["unknown"]),
+        )
 
     # ---------------------------------------------------------------- failing replicas
     def _failing(self, feat: Features, s: ServingSignals, prior: Sequence[Finding]) -> list[Finding]:
@@ -222,8 +272,16 @@ class InferenceDetector(Detector):
                 if seen.size and seen[-1] < len(feat.times) - 2:
                     ev["replica_series"] = f"stopped at {fmt_time(feat.times[seen[-1] + 1])}"
                 ev["confirmed_at"] = f.evidence.get("confirmed_at", fmt_time(f.start))
-                out.append(Finding(
-                    kind="failing_replica", severity="critical", node=f.node, gpu=f.gpu, start=f.start,
-                    cause=f.cause, evidence=ev, action=_FAILING_ACTION,
-                ))  # fmt: skip
+                out.append(
+                    Finding(
+                        kind="failing_replica",
+                        severity="critical",
+                        node=f.node,
+                        gpu=f.gpu,
+                        start=f.start,
+                        cause=f.cause,
+                        evidence=ev,
+                        action=_FAILING_ACTION,
+                    )
+                )
         return out

@@ -100,7 +100,10 @@ def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
                 continue
             if a > first and b < last:
                 kind, cause, action = "monitoring_gap", "series_absent", GAP_ACTION
-                text = f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept stepping"
+                text = (
+                    f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept "
+                    "stepping"
+                )
             elif a > first:
                 kind, cause, action = "membership_change", "node_left", LEFT_ACTION
                 text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"
@@ -113,11 +116,18 @@ def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
                 continue
             end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
             start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
-            out.append(Finding(
-                kind=kind, severity="info", node=node, start=start, end=end if cause != "node_joined" else start,
-                cause=cause, evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
-                action=action,
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    kind=kind,
+                    severity="info",
+                    node=node,
+                    start=start,
+                    end=end if cause != "node_joined" else start,
+                    cause=cause,
+                    evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
+                    action=action,
+                )
+            )
     return Detection(out, learnt)
 
 

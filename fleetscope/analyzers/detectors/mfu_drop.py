@@ -1,11 +1,11 @@
 """MFU drops: a job's MFU (or tokens/s where FLOPs are unknown) below its own baseline, sustained.
 
 Reasoning (docs/design.md#mfu-drops). MFU = model FLOPs per second / peak FLOP/s of the job's
-GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but each job has its own level, so a job is
-compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
-family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and
-every segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points
-are reported. Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
+GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but each job has its own level, so
+a job is compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
+family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and every
+segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points are reported.
+Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
 checkpoints, evaluation, stalls and hangs never count as drops.
 
 A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)
@@ -178,8 +178,20 @@ def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
     return Detection(out, learnt)
 
 
-def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl: float, segs, idx, base_i: int,
-          stalls: list[tuple[int, int]], prior: Sequence[Finding]) -> Finding:  # fmt: skip
+def _drop(
+    feat: Features,
+    job: str,
+    unit: str,
+    a: int,
+    b: int,
+    base: float,
+    lvl: float,
+    segs,
+    idx,
+    base_i: int,
+    stalls: list[tuple[int, int]],
+    prior: Sequence[Finding],
+) -> Finding:
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -194,11 +206,13 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
         ev["change_points"] = ", ".join(cp)
     nodes = job_nodes(feat, job)
     ours = [f for f in prior if f.job_id == job or (f.job_id is None and f.node in nodes)]
-    failing = [f for f in ours if f.kind == "failing_node" and f.severity == "critical"
-               and t0 - margin <= f.start <= t1]  # fmt: skip
+    failing = [
+        f
+        for f in ours
+        if f.kind == "failing_node" and f.severity == "critical" and t0 - margin <= f.start <= t1
+    ]
     stalled = any(sa <= b and sb >= a for sa, sb in stalls)
-    slow = [f for f in ours if f.kind == "straggler" and f.start <= t1
-            and (f.end is None or f.end >= t0)]  # fmt: skip
+    slow = [f for f in ours if f.kind == "straggler" and f.start <= t1 and (f.end is None or f.end >= t0)]
     if failing:
         cause = "failing_node"
         ev["failing_node"] = ", ".join(sorted({f"{f.node} gpu {f.gpu} ({f.cause})" for f in failing}))
@@ -211,8 +225,15 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
             ev["network"] = ", ".join(sorted({f.node or "" for f in net}))
         else:
             cause = "straggler"
-            ev["straggler"] = ", ".join(sorted({f"rank {f.rank} on {f.node} gpu {f.gpu} ({f.cause})"
-                                                for f in slow if f.cause != "network"}))  # fmt: skip
+            ev["straggler"] = ", ".join(
+                sorted(
+                    {
+                        f"rank {f.rank} on {f.node} gpu {f.gpu} ({f.cause})"
+                        for f in slow
+                        if f.cause != "network"
+                    }
+                )
+            )
     else:
         shares = _phase_shares(feat, job)
         if shares:
@@ -232,9 +253,19 @@ def _drop(feat: Features, job: str, unit: str, a: int, b: int, base: float, lvl:
     node, gpu = (
         _culprit(failing or slow) if cause in ("failing_node", "straggler", "network") else (None, None)
     )
-    return Finding(kind="mfu_drop", severity=sev, node=node, gpu=gpu, job_id=job, start=t0,
-                   end=None if b >= last - 1 else t1, score=round(lvl / base, 3), cause=cause, evidence=ev,
-                   action=_ACTIONS[cause])  # fmt: skip
+    return Finding(
+        kind="mfu_drop",
+        severity=sev,
+        node=node,
+        gpu=gpu,
+        job_id=job,
+        start=t0,
+        end=None if b >= last - 1 else t1,
+        score=round(lvl / base, 3),
+        cause=cause,
+        evidence=ev,
+        action=_ACTIONS[cause],
+    )
 
 
 def _explained(feat: Features, job: str, a: int, b: int, prior: Sequence[Finding]) -> bool:
@@ -242,11 +273,13 @@ def _explained(feat: Features, job: str, a: int, b: int, prior: Sequence[Finding
     t0, t1 = float(feat.times[a]), float(feat.times[b])
     nodes = job_nodes(feat, job)
     return any(
-        f.kind in ("straggler", "failing_node") and f.severity != "info"
+        f.kind in ("straggler", "failing_node")
+        and f.severity != "info"
         and (f.job_id == job or (f.job_id is None and f.node in nodes))
-        and f.start <= t1 and (f.end is None or f.end >= t0)
+        and f.start <= t1
+        and (f.end is None or f.end >= t0)
         for f in prior
-    )  # fmt: skip
+    )
 
 
 def _culprit(causes: Sequence[Finding]) -> tuple[str | None, str | None]:
@@ -272,8 +305,11 @@ def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
         return {}
     # Shares of the training step only: checkpoint and evaluation time are pauses (masked from the
     # MFU series), and a window that holds a checkpoint would otherwise read as a "storage" drop.
-    tot = {ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.rate_window_steps)[:, 0]
-           for ph, v in r.phases.items() if ph not in c.PAUSE_PHASES}  # fmt: skip
+    tot = {
+        ph: rolling_sum(np.nansum(np.nan_to_num(v[:, cols]), axis=1)[:, None], feat.rate_window_steps)[:, 0]
+        for ph, v in r.phases.items()
+        if ph not in c.PAUSE_PHASES
+    }
     all_ = sum(tot.values())
     with np.errstate(all="ignore"):
         return {ph: np.where(all_ > 0, v / all_, np.nan) for ph, v in tot.items()}
@@ -287,8 +323,10 @@ def _lustre_evidence(feat: Features, a: int, b: int, ba: int, bb: int) -> dict[s
 
     _, vals = f.group((c.NODE_LABEL,), "sum")
     total = np.nansum(np.nan_to_num(rate(vals, feat.step, feat.rate_window_steps)), axis=1)
-    return {c.LUSTRE_CLIENT_READ_BYTES: f"{_mean_range(total, ba, bb) / 1e6:,.0f} -> "
-            f"{_mean_range(total, a, b) / 1e6:,.0f} MB/s (all nodes)"}  # fmt: skip
+    return {
+        c.LUSTRE_CLIENT_READ_BYTES: f"{_mean_range(total, ba, bb) / 1e6:,.0f} -> "
+        f"{_mean_range(total, a, b) / 1e6:,.0f} MB/s (all nodes)"
+    }
 
 
 class MfuDropDetector(Detector):

@@ -105,8 +105,13 @@ def _ecc(feat: Features, add: AddEvent) -> None:
             str(row.get("neuron_device_index", "")),
             str(row["event_type"]),
         )
-        add(node, "ecc_uncorrectable", i, f"neuron_device_{dev}",
-            f"Neuron device {dev} counted {event} at {fmt_time(feat.times[i])}")  # fmt: skip
+        add(
+            node,
+            "ecc_uncorrectable",
+            i,
+            f"neuron_device_{dev}",
+            f"Neuron device {dev} counted {event} at {fmt_time(feat.times[i])}",
+        )
 
 
 def _hardware_errors(feat: Features, add: AddEvent) -> None:
@@ -120,8 +125,13 @@ def _hardware_errors(feat: Features, add: AddEvent) -> None:
             continue
         row = frame.labels.iloc[j]
         node, tag = str(row[c.NODE_LABEL]), str(row.get("runtime_tag", ""))
-        add(node, "hardware_error", i, "execution_errors",
-            f"the Neuron application {tag} reported hardware execution errors at {fmt_time(feat.times[i])}")  # fmt: skip
+        add(
+            node,
+            "hardware_error",
+            i,
+            "execution_errors",
+            f"the Neuron application {tag} reported hardware execution errors at {fmt_time(feat.times[i])}",
+        )
 
 
 def _missing_devices(feat: Features, add: AddEvent) -> None:
@@ -137,8 +147,13 @@ def _missing_devices(feat: Features, add: AddEvent) -> None:
         i = _first(np.isfinite(v) & (v < most))
         if i is None:
             continue
-        add(node, "device_missing", i, "neuron_devices",
-            f"the node listed {v[i]:.0f} Neuron devices at {fmt_time(feat.times[i])}, {most[i]:.0f} before")  # fmt: skip
+        add(
+            node,
+            "device_missing",
+            i,
+            "neuron_devices",
+            f"the node listed {v[i]:.0f} Neuron devices at {fmt_time(feat.times[i])}, {most[i]:.0f} before",
+        )
 
 
 def _failing(
@@ -147,8 +162,10 @@ def _failing(
     out = []
     for node, per in events.items():
         evidence = {key: text for _, key, text in sorted(per.values())}
-        known = next((f for f in prior if f.kind == "failing_node" and f.node == node and f.severity == "critical"),
-                     None)  # fmt: skip
+        known = next(
+            (f for f in prior if f.kind == "failing_node" and f.node == node and f.severity == "critical"),
+            None,
+        )
         cause = next(p for p in _PRIORITY if p in per)
         start_i = min(i for i, _, _ in per.values())
         if known is not None:
@@ -160,10 +177,18 @@ def _failing(
                 known.start = min(known.start, float(feat.times[start_i]))
             continue
         evidence["confirmed_at"] = fmt_time(feat.times[start_i])
-        out.append(Finding(
-            kind="failing_node", severity="critical", node=node, start=float(feat.times[start_i]), cause=cause,
-            action=_ACTIONS[cause], job_id=_job_on(feat, node), evidence=evidence,
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                kind="failing_node",
+                severity="critical",
+                node=node,
+                start=float(feat.times[start_i]),
+                cause=cause,
+                action=_ACTIONS[cause],
+                job_id=_job_on(feat, node),
+                evidence=evidence,
+            )
+        )
     return out
 
 
@@ -203,10 +228,21 @@ def _slow_nodes(feat: Features) -> list[Finding]:
         a, b = runs[0][0], runs[-1][1]
         score = float(np.nanmedian(ratio[a : b + 1]))
         end = None if b == len(feat.times) - 1 else float(feat.times[b])
-        out.append(Finding(
-            kind="straggler", severity="warning", node=node, start=float(feat.times[a]), end=end,
-            cause="slow_execution", action=_ACTIONS["slow_execution"], job_id=_job_on(feat, node), score=score,
-            evidence={"execution_latency": f"p50 {score:.2f}x the median of {len(peers)} {types[j]} peers "
-                      f"from {fmt_time(feat.times[a])}"},
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                kind="straggler",
+                severity="warning",
+                node=node,
+                start=float(feat.times[a]),
+                end=end,
+                cause="slow_execution",
+                action=_ACTIONS["slow_execution"],
+                job_id=_job_on(feat, node),
+                score=score,
+                evidence={
+                    "execution_latency": f"p50 {score:.2f}x the median of {len(peers)} {types[j]} peers "
+                    f"from {fmt_time(feat.times[a])}"
+                },
+            )
+        )
     return out

@@ -1,13 +1,13 @@
 """Stragglers: a rank, GPU or node persistently slower than its peers, with the cause named.
 
-Reasoning (docs/design.md#stragglers, #peers, #robust-scores). In synchronous training every rank waits for the
-slowest, so the job's step time cannot tell *who* is slow; the per-rank compute time can. For each
-rank the compute seconds per step (forward + backward, over ``rate_window_s``) are compared with the
-job's other ranks at the same time: score = own / peer median (NVRx uses a ratio to the fastest rank,
-which one unusually fast rank distorts; a median is robust), and the modified z-score
-0.6745 (x - median) / MAD must also exceed 3.5, so a job whose ranks all jitter does not flag its
-noisiest one. Only a deviation of at least 10% (What-if's S > 1.1, Greyhound's 10% verification)
-that lasts ``persistence_s`` is reported; GC pauses and slow batches are shorter.
+Reasoning (docs/design.md#stragglers, #peers, #robust-scores). In synchronous training every rank waits for
+the slowest, so the job's step time cannot tell *who* is slow; the per-rank compute time can. For each rank
+the compute seconds per step (forward + backward, over ``rate_window_s``) are compared with the job's other
+ranks at the same time: score = own / peer median (NVRx uses a ratio to the fastest rank, which one unusually
+fast rank distorts; a median is robust), and the modified z-score 0.6745 (x - median) / MAD must also exceed
+3.5, so a job whose ranks all jitter does not flag its noisiest one. Only a deviation of at least 10%
+(What-if's S > 1.1, Greyhound's 10% verification) that lasts ``persistence_s`` is reported; GC pauses and slow
+batches are shorter.
 
 Without hardware evidence a rank must also have changed (``self_change``: slower than its own best
 level) or, for the views of the GPU's work, be slower than every one of its role peers (the ranks of
@@ -65,9 +65,19 @@ _ACTIONS = {
 }
 
 
-def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: str | None,
-             a: int, b: int, score: float | None, cause: str, ev: dict[str, str],
-             since: int | None = None) -> Finding:  # fmt: skip
+def _finding(
+    feat: Features,
+    node: str,
+    gpu: str | None,
+    rank: int | None,
+    job: str | None,
+    a: int,
+    b: int,
+    score: float | None,
+    cause: str,
+    ev: dict[str, str],
+    since: int | None = None,
+) -> Finding:
     """The finding of the slow period a..b (confirmed ``persistence_s`` after a); ``since``: an
     earlier start, where the slowness was there before it could be measured."""
     times = feat.times
@@ -76,17 +86,26 @@ def _finding(feat: Features, node: str, gpu: str | None, rank: int | None, job: 
     confirm = min(a + feat.persistence_steps - 1, last)
     ev["confirmed_at"] = fmt_time(times[confirm])
     return Finding(
-        kind="straggler", severity="warning", node=node, gpu=gpu, rank=rank, job_id=job,
-        start=float(times[a if since is None else since]), end=None if ongoing else float(times[b]),
-        score=score, cause=cause,
-        evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
-    )  # fmt: skip
+        kind="straggler",
+        severity="warning",
+        node=node,
+        gpu=gpu,
+        rank=rank,
+        job_id=job,
+        start=float(times[a if since is None else since]),
+        end=None if ongoing else float(times[b]),
+        score=score,
+        cause=cause,
+        evidence=ev,
+        action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
+    )
 
 
 def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) -> np.ndarray:
     """Per rank and time: its GPU's hardware says it is slower than its peers' GPUs.
 
-    A throttle reason or violation counter (:func:`~fleetscope.analyzers.signals.hardware.gpu_throttle_evidence`), or an SM clock
+    A throttle reason or violation counter
+    (:func:`~fleetscope.analyzers.signals.hardware.gpu_throttle_evidence`), or an SM clock
     ``clock_deficit`` below the median of its peer group's GPUs (an admin's locked application
     clocks set no throttle reason, but the clock shows it). Evidence that half the group shares at
     once (a data hall's cooling, a fleet-wide power cap) singles nobody out and does not count.
@@ -97,8 +116,12 @@ def rank_hardware_evidence(feat: Features, sl: Slowness, throttled: np.ndarray) 
     out = np.zeros((T, n), dtype=bool)
     if not n or not len(gs.keys):
         return out
-    cols = np.array([gs.index.get((str(nd), str(g)), -1)
-                     for nd, g in zip(r.keys[c.NODE_LABEL], r.keys["gpu"], strict=True)])  # fmt: skip
+    cols = np.array(
+        [
+            gs.index.get((str(nd), str(g)), -1)
+            for nd, g in zip(r.keys[c.NODE_LABEL], r.keys["gpu"], strict=True)
+        ]
+    )
     have = cols >= 0
     clock = np.full((T, n), np.nan)
     clock[:, have] = gs.clock[:, cols[have]]
@@ -327,8 +350,11 @@ def detect(signals: Signals) -> Detection:
             if cause == "unknown":
                 cause, pev = _phase_cause(sl, k, a, b)
                 ev.update(pev)
-            ev = {"slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} ranks)",
-                  **ev}  # fmt: skip
+            ev = {
+                "slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} "
+                "ranks)",
+                **ev,
+            }
             since = None
             if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
                 since, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
@@ -341,10 +367,30 @@ def detect(signals: Signals) -> Detection:
     for node, (flag, nev) in net.items():
         for a, b in runs_with_persistence(flag, feat.persistence_steps, bridge=feat.rate_window_steps):
             t0, t1 = float(feat.times[a]), float(feat.times[b])
-            findings = [f for f in findings if not (f.node == node and f.cause in ("network", "unknown", "cpu")
-                                                    and f.start <= t1 and (f.end or t1) >= t0)]  # fmt: skip
-            findings.append(_finding(feat, node, None, None, feat.jobs[0] if len(feat.jobs) == 1 else None,
-                                     a, b, None, "network", dict(nev)))  # fmt: skip
+            findings = [
+                f
+                for f in findings
+                if not (
+                    f.node == node
+                    and f.cause in ("network", "unknown", "cpu")
+                    and f.start <= t1
+                    and (f.end or t1) >= t0
+                )
+            ]
+            findings.append(
+                _finding(
+                    feat,
+                    node,
+                    None,
+                    None,
+                    feat.jobs[0] if len(feat.jobs) == 1 else None,
+                    a,
+                    b,
+                    None,
+                    "network",
+                    dict(nev),
+                )
+            )
     findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
     return Detection(findings, Carry(rank_best=rank_best))
 
@@ -384,16 +430,28 @@ def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
         scores = [f.score for f in fs if f.score is not None]
         culprit = {f.gpu for f in hw_fs}
         one_gpu = next(iter(culprit)) if len(culprit) == 1 else None
-        out.append(Finding(
-            kind="straggler", severity="warning", node=node, gpu=one_gpu, rank=None, job_id=first.job_id,
-            start=first.start, end=None if None in ends else max(e for e in ends if e is not None),
-            score=max(scores) if scores else None, cause=cause, evidence=ev, action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                kind="straggler",
+                severity="warning",
+                node=node,
+                gpu=one_gpu,
+                rank=None,
+                job_id=first.job_id,
+                start=first.start,
+                end=None if None in ends else max(e for e in ends if e is not None),
+                score=max(scores) if scores else None,
+                cause=cause,
+                evidence=ev,
+                action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
+            )
+        )
     return out
 
 
-def _hardware_only(feat: Features, covered: list[Finding], net: NetTrouble,
-                   throttled: np.ndarray) -> list[Finding]:  # fmt: skip
+def _hardware_only(
+    feat: Features, covered: list[Finding], net: NetTrouble, throttled: np.ndarray
+) -> list[Finding]:
     """GPUs whose clock is well below their busy peers' while a throttle reason or violation counts.
 
     For GPUs without training telemetry this is the only evidence; for a GPU whose rank has its own

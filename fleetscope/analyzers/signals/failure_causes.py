@@ -8,8 +8,16 @@ merges one incident's findings across chunks; neither imports the other.
 from __future__ import annotations
 
 #: A failing node's causes, most specific first (the finding names the first it has).
-CAUSE_PRIORITY = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "xid", "recovery_action",
-                  "node_down", "ranks_stopped", "pcie_width_drop")  # fmt: skip
+CAUSE_PRIORITY = (
+    "gpu_lost",
+    "ecc_uncorrectable",
+    "row_remap_failure",
+    "xid",
+    "recovery_action",
+    "node_down",
+    "ranks_stopped",
+    "pcie_width_drop",
+)
 
 
 def base_cause(cause: str) -> str:

@@ -47,8 +47,9 @@ def gpu_throttle_evidence(feat: Features) -> np.ndarray:
     )
 
 
-def slowdown_cause(feat: Features, gcol: int | None, node: str, a: int, b: int,
-           net: NetTrouble) -> tuple[str, dict[str, str]]:  # fmt: skip
+def slowdown_cause(
+    feat: Features, gcol: int | None, node: str, a: int, b: int, net: NetTrouble
+) -> tuple[str, dict[str, str]]:
     """Why the GPU at column ``gcol`` of ``node`` ran slow over grid times a..b, and the numbers.
 
     Its own signals first: thermal bits or violation time -> ``thermal_throttle``; power brake or

@@ -141,8 +141,10 @@ def _peaks(feat: Features, cols: np.ndarray) -> np.ndarray:
     lab, vals = f.group((c.NODE_LABEL, "gpu"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        peak = {(n, g): float(np.nanmax(vals[:, j])) for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"],
-                                                                                       strict=True))}  # fmt: skip
+        peak = {
+            (n, g): float(np.nanmax(vals[:, j]))
+            for j, (n, g) in enumerate(zip(lab[c.NODE_LABEL], lab["gpu"], strict=True))
+        }
     for i, (n, g) in enumerate(zip(keys[c.NODE_LABEL], keys["gpu"], strict=True)):
         out[i] = peak.get((n, g), np.nan)
     return out

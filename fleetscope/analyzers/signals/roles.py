@@ -130,8 +130,13 @@ def layout_positions(feat: Features) -> dict[tuple[str, str], tuple[str, ...]]:
         return {}
     keys = [k for k in _POSITION if k in cols]
     out: dict[tuple[str, str], tuple[str, ...]] = {}
-    for row in zip(f.column("job_id"), f.column("rank"), f.column(c.DATA_PARALLEL_RANK_LABEL),
-                   *(f.column(k) for k in keys), strict=True):  # fmt: skip
+    for row in zip(
+        f.column("job_id"),
+        f.column("rank"),
+        f.column(c.DATA_PARALLEL_RANK_LABEL),
+        *(f.column(k) for k in keys),
+        strict=True,
+    ):
         job, rank, dp, *pos = (str(v) for v in row)
         if dp != "" and pos[0] != "":
             out[(job, rank)] = tuple(pos)

@@ -98,8 +98,9 @@ def _first(frames: Frames, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if frames.has(n)), None)
 
 
-def _per_replica(frames: Frames, name: str | None, index: dict[Replica, int], how: str,
-                 extra: tuple[str, ...] = ()) -> tuple[np.ndarray, list[tuple[str, ...]]]:  # fmt: skip
+def _per_replica(
+    frames: Frames, name: str | None, index: dict[Replica, int], how: str, extra: tuple[str, ...] = ()
+) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     """(T x R[ x extra values]) array of one metric by replica; the extra label values found."""
     T, R = len(frames.times), len(index)
     if name is None or not frames.has(name):
@@ -155,8 +156,9 @@ def histogram_quantile(q: float, bounds: np.ndarray, cum: np.ndarray) -> np.ndar
         return np.where(total > 0, out, np.nan)
 
 
-def _quantile_of(frames: Frames, hist: c.Histogram | None, index: dict[Replica, int], w: int,
-                 q: float) -> np.ndarray:  # fmt: skip
+def _quantile_of(
+    frames: Frames, hist: c.Histogram | None, index: dict[Replica, int], w: int, q: float
+) -> np.ndarray:
     T, R = len(frames.times), len(index)
     if hist is None:
         return np.full((T, R), np.nan)
@@ -187,8 +189,9 @@ def _replica_gpus(frames: Frames, replicas: list[Replica]) -> list[list[tuple[st
     by_node: dict[str, list[tuple[str, str]]] = {}
     for name in (c.GPU_UP, c.DCGM_FI_DEV_SM_CLOCK):
         m = frames.get(name)
-        for node, gpu, ns, pod in zip(m.column(c.NODE_LABEL), m.column("gpu"), m.column("namespace"),
-                                      m.column("pod"), strict=True):  # fmt: skip
+        for node, gpu, ns, pod in zip(
+            m.column(c.NODE_LABEL), m.column("gpu"), m.column("namespace"), m.column("pod"), strict=True
+        ):
             key = (str(node), str(gpu))
             if pod and key not in by_pod.setdefault((str(ns), str(pod)), []):
                 by_pod[(str(ns), str(pod))].append(key)
@@ -217,8 +220,11 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
     itl = _first(frames, tuple(h.observations for h in ITL_NAMES))
     itl_hist = next((h for h in ITL_NAMES if h.observations == itl), None)
     with _quiet(), np.errstate(all="ignore"):
-        itl_mean = (_window(gauge(itl_hist.sum), w) / _window(gauge(itl_hist.observations), w)
-                    if itl_hist else np.full_like(running, np.nan))  # fmt: skip
+        itl_mean = (
+            _window(gauge(itl_hist.sum), w) / _window(gauge(itl_hist.observations), w)
+            if itl_hist
+            else np.full_like(running, np.nan)
+        )
         requests = per_s(c.VLLM_REQUEST_SUCCESS)
         prompt = per_s(c.VLLM_PROMPT_TOKENS)
         prompt_per_request = np.where(requests > 0, prompt / requests, np.nan)

@@ -339,5 +339,16 @@ def slowness(feat: Features) -> Slowness:
                     / gstep
                 )
                 noise["less_wait"][:, cols] = _median_error(glw, w)
-    return Slowness(groups, step_s, out["compute"], out["forward"], out["data"], out["host"], out["less_wait"],
-                    out["busy"], z, inferred, noise)  # fmt: skip
+    return Slowness(
+        groups,
+        step_s,
+        out["compute"],
+        out["forward"],
+        out["data"],
+        out["host"],
+        out["less_wait"],
+        out["busy"],
+        z,
+        inferred,
+        noise,
+    )

@@ -242,8 +242,14 @@ class Attributor:
         """Once per scrape: fetch (or reuse) the kubelet's answer."""
         self._pod_map = self.pods.mapping() if self.pods is not None else {}
 
-    def labels(self, gpu_index: int, uuid: str, gpu_instance_id: int | None = None,
-               mig_uuids: list[str] | None = None, pids: list[int] | None = None) -> list[Labels]:  # fmt: skip
+    def labels(
+        self,
+        gpu_index: int,
+        uuid: str,
+        gpu_instance_id: int | None = None,
+        mig_uuids: list[str] | None = None,
+        pids: list[int] | None = None,
+    ) -> list[Labels]:
         pods: list[Labels] = []
         if self._pod_map:
             for mig_uuid in mig_uuids or ():

@@ -54,10 +54,10 @@ FIELD_METRICS: dict[int, tuple[c.Metric, float]] = {
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, 1.0),
     pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (c.DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, 1.0),
     pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (c.DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, 1.0),
-    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 1.0),
-    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 1.0),
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 1.0),  # noqa: E501
+    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 1.0),  # noqa: E501
     pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 1.0),
-    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 1.0),
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: (c.DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 1.0),  # noqa: E501
     pynvml.NVML_FI_DEV_PERF_POLICY_POWER: (c.DCGM_FI_DEV_POWER_VIOLATION, 1.0),
     pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: (c.DCGM_FI_DEV_THERMAL_VIOLATION, 1.0),
     pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: (c.DCGM_FI_DEV_GPU_RECOVERY_ACTION, 1.0),
@@ -92,7 +92,7 @@ GPU_SERIES: tuple[c.Metric, ...] = (
     c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_FB_USED, c.DCGM_FI_DEV_FB_FREE,
     c.DCGM_FI_DEV_FB_RESERVED, c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, c.DCGM_FI_DEV_PCIE_LINK_GEN,
     c.DCGM_FI_DEV_PCIE_LINK_WIDTH, c.DCGM_FI_DEV_PCIE_TX_THROUGHPUT, c.DCGM_FI_DEV_PCIE_RX_THROUGHPUT,
-    c.DCGM_FI_DEV_ENC_UTIL, c.DCGM_FI_DEV_DEC_UTIL, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, c.DCGM_FI_DEV_POWER_VIOLATION,
+    c.DCGM_FI_DEV_ENC_UTIL, c.DCGM_FI_DEV_DEC_UTIL, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, c.DCGM_FI_DEV_POWER_VIOLATION,  # noqa: E501
     c.DCGM_FI_DEV_THERMAL_VIOLATION, c.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
     c.DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, c.DCGM_FI_DEV_ECC_DBE_AGG_TOTAL,
     c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
@@ -300,8 +300,14 @@ class GpuReader:
             # As DCGM: delta KiB / seconds / 1000, "about MB/s".
             v[c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL] = (nvlink_kib - prev[1]) / (now - prev[0]) / 1000.0
 
-    def _gpm(self, unsupported: set[str], prev: Any, out: dict[c.Metric, float], handle: Any,
-             gpu_instance_id: int | None) -> Any:  # fmt: skip
+    def _gpm(
+        self,
+        unsupported: set[str],
+        prev: Any,
+        out: dict[c.Metric, float],
+        handle: Any,
+        gpu_instance_id: int | None,
+    ) -> Any:
         """Take a GPM sample; with the previous one, compute the profiling ratios. Returns the new sample."""
         if "gpm" in unsupported:
             return None
@@ -385,27 +391,58 @@ class GpuCollector(Collector):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("gpu collector")
-        g.add_argument("--collector.gpu.nvml-replay", dest="gpu_nvml_replay", metavar="PATH", default=None,
-                       help="answer NVML calls from a recorded JSON fixture (fleetscope record-gpu) "
-                            "instead of the driver")  # fmt: skip
-        g.add_argument("--collector.gpu.nvml-timeout", dest="gpu_nvml_timeout", type=float, default=2.0,
-                       metavar="SECONDS", help="deadline for one GPU's NVML calls per scrape (default 2)")  # fmt: skip
-        g.add_argument("--collector.gpu.kubernetes", dest="gpu_kubernetes", action="store_true",
-                       help="add pod/namespace/container labels from the kubelet pod-resources socket "
-                            "(needs grpcio: pip install 'fleetscope[k8s]')")  # fmt: skip
-        g.add_argument("--collector.gpu.pod-resources-socket", dest="gpu_pod_resources_socket",
-                       default=POD_RESOURCES_SOCKET, metavar="PATH",
-                       help=f"kubelet pod-resources socket (default {POD_RESOURCES_SOCKET})")  # fmt: skip
-        g.add_argument("--collector.gpu.kubernetes-resource-names", dest="gpu_resource_names",
-                       default=",".join(DEFAULT_RESOURCE_NAMES), metavar="NAMES",
-                       help="comma-separated GPU resource names (default nvidia.com/gpu; "
-                            "nvidia.com/mig-* always counts)")  # fmt: skip
-        g.add_argument("--collector.gpu.hpc-job-mapping-dir", dest="gpu_hpc_job_mapping_dir", default=None,
-                       metavar="DIR", help="directory of per-GPU Slurm job files written by the prolog "
-                                           "(deploy/slurm/prolog.sh) -> hpc_job label")  # fmt: skip
-        g.add_argument("--collector.gpu.slurm-cgroup", dest="gpu_slurm_cgroup", action="store_true",
-                       help="find hpc_job from the cgroup (job_<id>) of the processes NVML reports on "
-                            "each GPU")  # fmt: skip
+        g.add_argument(
+            "--collector.gpu.nvml-replay",
+            dest="gpu_nvml_replay",
+            metavar="PATH",
+            default=None,
+            help="answer NVML calls from a recorded JSON fixture (fleetscope record-gpu) "
+            "instead of the driver",
+        )
+        g.add_argument(
+            "--collector.gpu.nvml-timeout",
+            dest="gpu_nvml_timeout",
+            type=float,
+            default=2.0,
+            metavar="SECONDS",
+            help="deadline for one GPU's NVML calls per scrape (default 2)",
+        )
+        g.add_argument(
+            "--collector.gpu.kubernetes",
+            dest="gpu_kubernetes",
+            action="store_true",
+            help="add pod/namespace/container labels from the kubelet pod-resources socket "
+            "(needs grpcio: pip install 'fleetscope[k8s]')",
+        )
+        g.add_argument(
+            "--collector.gpu.pod-resources-socket",
+            dest="gpu_pod_resources_socket",
+            default=POD_RESOURCES_SOCKET,
+            metavar="PATH",
+            help=f"kubelet pod-resources socket (default {POD_RESOURCES_SOCKET})",
+        )
+        g.add_argument(
+            "--collector.gpu.kubernetes-resource-names",
+            dest="gpu_resource_names",
+            default=",".join(DEFAULT_RESOURCE_NAMES),
+            metavar="NAMES",
+            help="comma-separated GPU resource names (default nvidia.com/gpu; "
+            "nvidia.com/mig-* always counts)",
+        )
+        g.add_argument(
+            "--collector.gpu.hpc-job-mapping-dir",
+            dest="gpu_hpc_job_mapping_dir",
+            default=None,
+            metavar="DIR",
+            help="directory of per-GPU Slurm job files written by the prolog "
+            "(deploy/slurm/prolog.sh) -> hpc_job label",
+        )
+        g.add_argument(
+            "--collector.gpu.slurm-cgroup",
+            dest="gpu_slurm_cgroup",
+            action="store_true",
+            help="find hpc_job from the cgroup (job_<id>) of the processes NVML reports on each GPU",
+        )
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -478,8 +515,12 @@ class GpuCollector(Collector):
         base = out.labels(dev)
         if not reading.up:
             if dev.index not in self._lost_logged:
-                self._note_lost(dev, "fallen off the bus (XID 79)" if self.session.fallen_off(dev.index)
-                                else "NVML says the GPU is lost")  # fmt: skip
+                self._note_lost(
+                    dev,
+                    "fallen off the bus (XID 79)"
+                    if self.session.fallen_off(dev.index)
+                    else "NVML says the GPU is lost",
+                )
             out.add(c.GPU_UP, base, 0)
             return
         if dev.index in self._lost_logged:

@@ -30,10 +30,20 @@ log = logging.getLogger("fleetscope.record_gpu")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", required=True, metavar="PATH", help="JSON fixture to write")
-    p.add_argument("--gpm-interval", type=float, default=1.0, metavar="SECONDS",
-                   help="time between the two GPM samples (default 1)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="deadline for each NVML call (default 5)")  # fmt: skip
+    p.add_argument(
+        "--gpm-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="time between the two GPM samples (default 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="deadline for each NVML call (default 5)",
+    )
     p.add_argument("--note", default="", help="free text stored in the fixture's 'source'")
 
 

@@ -186,8 +186,13 @@ class NvmlSession:
                     # GPU instance, so it adds no series of its own (that would duplicate them).
                     by_instance[gi].uuids.append(uuid)
                     continue
-                mig = MigDevice(handle=h, gpu_instance_id=gi, profile=mig_profile(text(b.nvmlDeviceGetName(h))),
-                                uuid=uuid, uuids=[uuid])  # fmt: skip
+                mig = MigDevice(
+                    handle=h,
+                    gpu_instance_id=gi,
+                    profile=mig_profile(text(b.nvmlDeviceGetName(h))),
+                    uuid=uuid,
+                    uuids=[uuid],
+                )
                 by_instance[gi] = mig
                 migs.append(mig)
             except pynvml.NVMLError as exc:

@@ -108,11 +108,20 @@ class XidCollector(Collector):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("xid collector")
-        g.add_argument("--collector.xid.kmsg-path", dest="xid_kmsg_path", default=KMSG_DEFAULT, metavar="PATH",
-                       help="kernel log to follow for 'NVRM: Xid' lines (default /dev/kmsg; a file or "
-                            "FIFO is read from its start); empty to disable")  # fmt: skip
-        g.add_argument("--collector.xid.no-nvml-events", dest="xid_no_nvml_events", action="store_true",
-                       help="do not listen for NVML critical-XID events")  # fmt: skip
+        g.add_argument(
+            "--collector.xid.kmsg-path",
+            dest="xid_kmsg_path",
+            default=KMSG_DEFAULT,
+            metavar="PATH",
+            help="kernel log to follow for 'NVRM: Xid' lines (default /dev/kmsg; a file or "
+            "FIFO is read from its start); empty to disable",
+        )
+        g.add_argument(
+            "--collector.xid.no-nvml-events",
+            dest="xid_no_nvml_events",
+            action="store_true",
+            help="do not listen for NVML critical-XID events",
+        )
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -150,8 +159,14 @@ class XidCollector(Collector):
         pci, xid = parsed
         gpu = self._gpu_for_bus(pci)
         counted = self.tally.record(gpu, xid, "kmsg")
-        self.log.warning("XID %d on GPU %s (PCI %s) from the kernel log%s: %s", xid, gpu.labels[0] or "?",
-                         pci, "" if counted else " (already counted from NVML)", message(xid))  # fmt: skip
+        self.log.warning(
+            "XID %d on GPU %s (PCI %s) from the kernel log%s: %s",
+            xid,
+            gpu.labels[0] or "?",
+            pci,
+            "" if counted else " (already counted from NVML)",
+            message(xid),
+        )
         if xid == XID_FALLEN_OFF_BUS and gpu.key.startswith("gpu:"):
             self.session.mark_fallen_off(int(gpu.labels[0]))
 

@@ -1,4 +1,5 @@
-"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.window.archive.write`) into frames.
+"""Load a Parquet archive written by ``fleetscope record`` (:mod:`fleetscope.window.archive.write`) into
+frames.
 
 Only the row groups of the metrics asked for are read (each row group holds one metric), and, given
 ``start``/``end``, of a format-2 archive only those whose [t0, t1] meets [start - margin, end]
@@ -103,8 +104,16 @@ def _one_line(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(path, *args, **kwargs)
         except FleetscopeError:
             raise
-        except (KeyError, IndexError, TypeError, ValueError, ArithmeticError, AttributeError, UnicodeError,
-                pa.ArrowException) as exc:  # fmt: skip
+        except (
+            KeyError,
+            IndexError,
+            TypeError,
+            ValueError,
+            ArithmeticError,
+            AttributeError,
+            UnicodeError,
+            pa.ArrowException,
+        ) as exc:
             raise FleetscopeError(
                 f"{path} is not a readable fleetscope archive ({type(exc).__name__}: {str(exc)[:120]})"
             ) from None
@@ -156,8 +165,10 @@ def _open(path: Path) -> tuple[Any, dict[str, Any]]:
     if not isinstance(meta, dict) or not isinstance(meta.get("version"), int):
         raise FleetscopeError(f"{path}: the archive's metadata is malformed")
     if meta["version"] > FORMAT_VERSION:
-        raise FleetscopeError(f"{path} is archive format {meta['version']}; this fleetscope reads up to "
-                              f"{FORMAT_VERSION}: upgrade fleetscope")  # fmt: skip
+        raise FleetscopeError(
+            f"{path} is archive format {meta['version']}; this fleetscope reads up to "
+            f"{FORMAT_VERSION}: upgrade fleetscope"
+        )
     groups = meta.get("row_groups")
     if not isinstance(groups, list) or len(groups) != pf.metadata.num_row_groups:
         raise FleetscopeError(f"{path}: the archive's metadata does not match its row groups")
@@ -175,12 +186,15 @@ def _check_times(path: Path, meta: dict[str, Any]) -> None:
 
     grid, span, spacing = meta.get("grid"), meta.get("span"), meta.get("spacing")
     if grid is not None and not (
-        isinstance(grid, dict) and all(finite(grid.get(k)) for k in ("start", "end", "step"))
-        and grid["start"] <= grid["end"] and grid["step"] > 0
-    ):  # fmt: skip
+        isinstance(grid, dict)
+        and all(finite(grid.get(k)) for k in ("start", "end", "step"))
+        and grid["start"] <= grid["end"]
+        and grid["step"] > 0
+    ):
         raise FleetscopeError(f"{path}: the archive's grid is malformed")
-    if span is not None and not (isinstance(span, list) and len(span) == 2 and all(map(finite, span))
-                                 and span[0] <= span[1]):  # fmt: skip
+    if span is not None and not (
+        isinstance(span, list) and len(span) == 2 and all(map(finite, span)) and span[0] <= span[1]
+    ):
         raise FleetscopeError(f"{path}: the archive's span is malformed")
     if spacing is not None and not (finite(spacing) and spacing > 0):
         raise FleetscopeError(f"{path}: the archive's sample spacing is malformed")
@@ -188,8 +202,10 @@ def _check_times(path: Path, meta: dict[str, Any]) -> None:
 
 def _check_columns(path: Path, pa: Any, schema: Any, version: int) -> None:
     """The fixed columns have their types: time (a timestamp or int64), value (a number), series (an int)."""
-    want = {TIME_COL: lambda t: pa.types.is_timestamp(t) or pa.types.is_int64(t),
-            VALUE_COL: lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}  # fmt: skip
+    want = {
+        TIME_COL: lambda t: pa.types.is_timestamp(t) or pa.types.is_int64(t),
+        VALUE_COL: lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+    }
     if version >= 2:
         want[SERIES_COL] = pa.types.is_integer
     for col, ok in want.items():
@@ -253,8 +269,11 @@ def _read(
     rows = _row_range(meta, window) if v2 else None
     if rows is not None:
         lo, hi = rows
-        by_metric = {name: kept for name, ids in by_metric.items()
-                     if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])}  # fmt: skip
+        by_metric = {
+            name: kept
+            for name, ids in by_metric.items()
+            if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])
+        }
     _check_size(path, pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
     sizes = {name: sum(pf.metadata.row_group(i).num_rows for i in ids) for name, ids in by_metric.items()}
@@ -270,10 +289,14 @@ def _read(
                 if v2:  # of_table gets the only reference to the table, to let go of it early
                     present = _v2_columns(pf, meta, name)
                     got = MetricRows.of_table(
-                        pa, pf.read_row_groups(ids, columns=[SERIES_COL, TIME_COL, VALUE_COL]),
+                        pa,
+                        pf.read_row_groups(ids, columns=[SERIES_COL, TIME_COL, VALUE_COL]),
                         partial(pf.read_row_groups, ids, columns=present),
-                        present, labels, rows, _footer_series(path, meta, name),
-                    )  # fmt: skip
+                        present,
+                        labels,
+                        rows,
+                        _footer_series(path, meta, name),
+                    )
                 else:
                     columns = [c for c in pf.schema_arrow.names if c not in (NAME_COL, TIME_COL, VALUE_COL)]
                     present = [c for c in columns if not _all_null(pf, ids, c)]  # a metric has few labels
@@ -359,9 +382,16 @@ class MetricRows:
     labels: list[tuple[str, np.ndarray, list[str]]]
 
     @classmethod
-    def of_table(cls, pa: Any, table: Any, label_table: Callable[[], Any], columns: list[str],
-                 labels: dict[str, str], rows: tuple[float, float] | None,
-                 most: int = MAX_READ_SERIES) -> MetricRows | None:  # fmt: skip
+    def of_table(
+        cls,
+        pa: Any,
+        table: Any,
+        label_table: Callable[[], Any],
+        columns: list[str],
+        labels: dict[str, str],
+        rows: tuple[float, float] | None,
+        most: int = MAX_READ_SERIES,
+    ) -> MetricRows | None:
         """The rows of ``table`` (its series, time and value columns) in ``rows`` (seconds; None:
         all), None when there are none. ``label_table()`` reads the label ``columns`` of the same
         rows, once the numeric work is done (so both are never held whole together); only each
@@ -423,8 +453,10 @@ class MetricRows:
                     lab[k][name] = words[code]
         times = self.tms / 1000.0
         bounds = np.append(self.starts, self.tms.size)
-        return [RawSeries(lab[k], times[bounds[k] : bounds[k + 1]], self.values[bounds[k] : bounds[k + 1]])
-                for k in range(self.starts.size)]  # fmt: skip
+        return [
+            RawSeries(lab[k], times[bounds[k] : bounds[k + 1]], self.values[bounds[k] : bounds[k + 1]])
+            for k in range(self.starts.size)
+        ]
 
 
 def _int64(column: Any) -> np.ndarray:
@@ -456,8 +488,13 @@ def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
     return None if keep.all() else keep
 
 
-def _check_size(path: Path, pf: Any, meta: dict[str, Any], by_metric: dict[str, list[int]],
-                window: tuple[float | None, float | None, float | None]) -> None:  # fmt: skip
+def _check_size(
+    path: Path,
+    pf: Any,
+    meta: dict[str, Any],
+    by_metric: dict[str, list[int]],
+    window: tuple[float | None, float | None, float | None],
+) -> None:
     """Before reading: the rows and series the read takes (rows from the Parquet footer, series
     from the metadata) against :data:`MAX_READ_ROWS` and :data:`MAX_READ_SERIES`, then check_grid
     on the span the statistics give, stray stamps left out as the loader drops them."""
@@ -592,8 +629,10 @@ def load_parquet(
     if grid:
         g_start, g_end, g_step = float(grid["start"]), float(grid["end"]), float(grid["step"])
         if step is not None and step != g_step:
-            raise FleetscopeError(f"{path} was exported from Prometheus at a {g_step:g} s step; "
-                                  f"analyze it at that --step (or export it again at {step:g} s)")  # fmt: skip
+            raise FleetscopeError(
+                f"{path} was exported from Prometheus at a {g_step:g} s step; "
+                f"analyze it at that --step (or export it again at {step:g} s)"
+            )
         if start is not None and (start < g_start or round((start - g_start) / g_step, 6) % 1):
             raise FleetscopeError(
                 f"--start must be a grid time of {path}'s window (from {g_start:g}, every {g_step:g} s)"
@@ -640,8 +679,9 @@ class _ColumnarGrid:
     of one metric with the same labels, or samples it would drop (non-finite values, stamps more
     than a day from the rest). tests/analyzers/test_archive_columnar.py compares the two."""
 
-    def __init__(self, start: float, end: float, step: float, lookback: float, source: str,
-                 gridded: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, start: float, end: float, step: float, lookback: float, source: str, gridded: bool = False
+    ) -> None:
         self.gridded = gridded  # an export's grid values: no window check (build_frames has none)
         self.times = make_grid(start, end, step)
         self.frames = Frames(times=self.times, step=step, source=source)
@@ -676,8 +716,14 @@ class _ColumnarGrid:
         return self.frames
 
 
-def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[str, Any], step: float | None,
-                     start: float | None, end: float | None, source: str) -> Frames | None:  # fmt: skip
+def _columnar_frames(
+    read: dict[str, MetricRows | list[RawSeries]],
+    meta: dict[str, Any],
+    step: float | None,
+    start: float | None,
+    end: float | None,
+    source: str,
+) -> Frames | None:
     """:class:`_ColumnarGrid` where the grid comes from the rows themselves (their span, spacing
     and scrape phase, as :func:`samples.frames_from_raw` takes them): every metric read first."""
     rows: dict[str, MetricRows] = {}
@@ -700,8 +746,11 @@ def _columnar_frames(read: dict[str, MetricRows | list[RawSeries]], meta: dict[s
                     break
                 sample.add(m.tms[m.starts[k] : ends[k]] / 1000.0)
         spacing = sample.value()
-    phase = [m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0 for m in rows.values()
-             for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)]  # fmt: skip
+    phase = [
+        m.tms[a : min(a + PHASE_SAMPLES, b)] / 1000.0
+        for m in rows.values()
+        for a, b in zip(m.starts[:PHASE_SERIES].tolist(), m.ends()[:PHASE_SERIES].tolist(), strict=True)
+    ]
     start, end, step = grid_window(
         phase, t_min, t_max, spacing, step=step, start=start, end=end, source=source
     )

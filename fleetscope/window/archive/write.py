@@ -23,7 +23,8 @@ to parse. The archive is columnar instead. Format 2 (written now; format 1 is st
 Which label columns. Parquet needs the schema before the first row group, and ``record --input``
 writes each family as soon as the parser has finished it, a large one in batches
 (:func:`~fleetscope.window.openmetrics.iter_openmetrics`, so memory follows the batch, not the
-file): the label keys of families not yet parsed are unknown then. The columns are therefore the keys the contract declares for the metrics recorded
+file): the label keys of families not yet parsed are unknown then. The columns are therefore the keys the
+contract declares for the metrics recorded
 (plus the MIG, attribution and scrape labels); any other label goes, per series, into
 ``__labels__``. ``record --prometheus`` writes the window an hour at a time (``--chunk``, so
 memory follows the piece, not the window), with the same columns for the same reason. Either
@@ -87,9 +88,15 @@ class ArchiveWriter:
     error leaves nothing behind (the temporary file is removed) and an OS error is one line.
     """
 
-    def __init__(self, path: str | Path, labels: Iterable[str], *, source: str,
-                 grid: tuple[float, float, float] | None = None,
-                 window: tuple[float, float] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        labels: Iterable[str],
+        *,
+        source: str,
+        grid: tuple[float, float, float] | None = None,
+        window: tuple[float, float] | None = None,
+    ) -> None:
         pa, pq = pyarrow_modules()
         self.pa, self.path = pa, Path(path)
         columns = {label_column(k): k for k in sorted(set(labels))}
@@ -101,9 +108,13 @@ class ArchiveWriter:
         self.schema = pa.schema(
             [pa.field(NAME_COL, self.dict_type)]
             + [pa.field(col, self.dict_type) for col in columns]
-            + [pa.field(EXTRA_COL, self.dict_type), pa.field(SERIES_COL, pa.int32()),
-               pa.field(TIME_COL, pa.timestamp("ms", tz="UTC")), pa.field(VALUE_COL, pa.float64())]
-        )  # fmt: skip
+            + [
+                pa.field(EXTRA_COL, self.dict_type),
+                pa.field(SERIES_COL, pa.int32()),
+                pa.field(TIME_COL, pa.timestamp("ms", tz="UTC")),
+                pa.field(VALUE_COL, pa.float64()),
+            ]
+        )
         self.groups: list[dict[str, Any]] = []
         self.metrics: dict[str, dict[str, Any]] = {}
         self.ids: dict[str, dict[tuple, int]] = {}  # metric -> label set -> its __series__
@@ -115,8 +126,9 @@ class ArchiveWriter:
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd",
-                                           write_statistics=[TIME_COL, SERIES_COL])  # fmt: skip
+            self.writer = pq.ParquetWriter(
+                self.tmp, self.schema, compression="zstd", write_statistics=[TIME_COL, SERIES_COL]
+            )
         except OSError as exc:
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
@@ -225,8 +237,17 @@ class ArchiveWriter:
             out.append((col, per_series, pa.array(uniq, type=pa.string())))
         return out
 
-    def _write_group(self, np: Any, name: str, idx: Any, t: Any, v: Any, local: Any, sid: Any,
-                     codes: list[tuple[str, Any, Any]]) -> None:  # fmt: skip
+    def _write_group(
+        self,
+        np: Any,
+        name: str,
+        idx: Any,
+        t: Any,
+        v: Any,
+        local: Any,
+        sid: Any,
+        codes: list[tuple[str, Any, Any]],
+    ) -> None:
         pa = self.pa
         n = int(idx.size)
         rows_local = local[idx]
@@ -244,8 +265,15 @@ class ArchiveWriter:
         arrays[VALUE_COL] = pa.array(v[idx], type=pa.float64())
         cols = [arrays.get(f.name) if f.name in arrays else pa.nulls(n, f.type) for f in self.schema]
         self.writer.write_table(pa.Table.from_arrays(cols, schema=self.schema), row_group_size=n)
-        self.groups.append({"metric": name, "series": int(np.unique(rows_local).size), "rows": n,
-                            "t0": int(tg.min()) / 1000.0, "t1": int(tg.max()) / 1000.0})  # fmt: skip
+        self.groups.append(
+            {
+                "metric": name,
+                "series": int(np.unique(rows_local).size),
+                "rows": n,
+                "t0": int(tg.min()) / 1000.0,
+                "t1": int(tg.max()) / 1000.0,
+            }
+        )
         self.rows += n
 
     def close(self) -> dict[str, int]:
@@ -253,9 +281,16 @@ class ArchiveWriter:
         if not self.groups:
             self.abort()
             raise FleetscopeError(f"nothing to write to {self.path}: no samples")
-        meta: dict[str, Any] = {"version": FORMAT_VERSION, "source": self.source, "row_groups": self.groups,
-                                "metrics": self.metrics, "labels": self.columns, "extra_labels": EXTRA_COL,
-                                "block_s": BLOCK_S, "span": list(_span(self.groups))}  # fmt: skip
+        meta: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "source": self.source,
+            "row_groups": self.groups,
+            "metrics": self.metrics,
+            "labels": self.columns,
+            "extra_labels": EXTRA_COL,
+            "block_s": BLOCK_S,
+            "span": list(_span(self.groups)),
+        }
         if self.grid is not None:
             meta["grid"] = {"start": self.grid[0], "end": self.grid[1], "step": self.grid[2]}
         else:
@@ -268,8 +303,11 @@ class ArchiveWriter:
             self.tmp.unlink(missing_ok=True)
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         if self.skipped:
-            log.warning("%s: skipped %s samples with a NaN or infinite value, or a time before 1970 or past 9999", self.source,
-                        f"{self.skipped:,}")  # fmt: skip
+            log.warning(
+                "%s: skipped %s samples with a NaN or infinite value, or a time before 1970 or past 9999",
+                self.source,
+                f"{self.skipped:,}",
+            )
         series = sum(m["series"] for m in self.metrics.values())
         return {"rows": self.rows, "series": series, "metrics": len(self.metrics)}
 

@@ -101,13 +101,31 @@ class Cluster:
                 phases = {
                     ph: steps * s * (1 + self.jitter * rng.standard_normal(T)) for ph, s in PER_STEP.items()
                 }
-                self.ranks.append(Rank(self.job, n * self.gpus + g, node, str(g), steps, phases,
-                                       np.ones(T, dtype=bool)))  # fmt: skip
-                self.gpu_list.append(Gpu(node, str(g), np.full(T, CLOCK_MHZ), np.full(T, 100.0),
-                                         np.zeros(T), np.ones(T), np.ones(T, dtype=bool)))  # fmt: skip
+                self.ranks.append(
+                    Rank(self.job, n * self.gpus + g, node, str(g), steps, phases, np.ones(T, dtype=bool))
+                )
+                self.gpu_list.append(
+                    Gpu(
+                        node,
+                        str(g),
+                        np.full(T, CLOCK_MHZ),
+                        np.full(T, 100.0),
+                        np.zeros(T),
+                        np.ones(T),
+                        np.ones(T, dtype=bool),
+                    )
+                )
             if self.efa:
-                self.efa_list.append(Efa(node, "rdmap16s27", np.full(T, 2e6), np.full(T, 10.0), np.zeros(T),
-                                     np.ones(T, dtype=bool)))  # fmt: skip
+                self.efa_list.append(
+                    Efa(
+                        node,
+                        "rdmap16s27",
+                        np.full(T, 2e6),
+                        np.full(T, 10.0),
+                        np.zeros(T),
+                        np.ones(T, dtype=bool),
+                    )
+                )
 
     # ------------------------------------------------------------------ addressing
     @staticmethod
@@ -185,8 +203,12 @@ class Cluster:
                 info[c.PIPELINE_STAGE_LABEL] = str(self.layout[(r.job, r.rank)])
             put(c.TRAINING_INFO, info, np.ones(len(self.times)), r.present)
         for g in self.gpu_list:
-            lab = {"gpu": g.gpu, "UUID": f"GPU-{g.node}-{g.gpu}", "modelName": "NVIDIA H100 80GB HBM3",
-                   c.NODE_LABEL: g.node}  # fmt: skip
+            lab = {
+                "gpu": g.gpu,
+                "UUID": f"GPU-{g.node}-{g.gpu}",
+                "modelName": "NVIDIA H100 80GB HBM3",
+                c.NODE_LABEL: g.node,
+            }
             put(c.DCGM_FI_DEV_SM_CLOCK, lab, g.clock, g.present)
             put(c.DCGM_FI_DEV_GPU_UTIL, lab, g.util, g.present)
             put(c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, lab, g.reasons, g.present)
@@ -198,5 +220,6 @@ class Cluster:
             counter(c.EFA_TX_PKTS, lab, e.tx_pkts, e.present)
             counter(c.EFA_RETRANS_PKTS, lab, e.retrans_pkts, e.present)
             counter(c.EFA_RETRANS_TIMEOUT_EVENTS, lab, e.retrans_timeout_events, e.present)
-        return build_frames(raw, float(self.times[0]), float(self.times[-1]), STEP, source="hand-built",
-                            gridded=True)  # fmt: skip
+        return build_frames(
+            raw, float(self.times[0]), float(self.times[-1]), STEP, source="hand-built", gridded=True
+        )

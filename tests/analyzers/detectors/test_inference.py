@@ -123,8 +123,16 @@ def test_kv_pressure_on_one_replica_and_capacity_on_all():
 
 def test_failing_gpu_makes_a_failing_replica():
     f = Fleet()
-    lost = Finding(kind="failing_node", severity="critical", node="n0", gpu="1", start=START + 600,
-                   cause="gpu_lost", action="drain", evidence={"XID 79": "1"})  # fmt: skip
+    lost = Finding(
+        kind="failing_node",
+        severity="critical",
+        node="n0",
+        gpu="1",
+        start=START + 600,
+        cause="gpu_lost",
+        action="drain",
+        evidence={"XID 79": "1"},
+    )
     (finding,) = f.detect([lost])
     assert (finding.kind, finding.cause, finding.node, finding.gpu) == (
         "failing_replica",

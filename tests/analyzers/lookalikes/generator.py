@@ -153,7 +153,13 @@ class Cluster:
     def gcol(self, node: int, gpu: int) -> int:
         return node * GPUS + gpu
 
-    def vanish(self, node: int, t_from: float, t_to: float | None = None, what: tuple[str, ...] = ("gpu", "train", "efa", "lustre")) -> None:  # fmt: skip
+    def vanish(
+        self,
+        node: int,
+        t_from: float,
+        t_to: float | None = None,
+        what: tuple[str, ...] = ("gpu", "train", "efa", "lustre"),
+    ) -> None:
         a, b = self.k(t_from), (len(self.t) if t_to is None else self.k(t_to))
         for w in what:
             self.absent[w][a:b, node] = True
@@ -176,8 +182,12 @@ class Cluster:
             lab = self._rank_labels(job.job_id, rank, node, gpu)
             m = ~np.isnan(cnt["steps"])
             m &= ~self.absent["train"][:, node]
-            for name, key in (("training_steps_total", "steps"), ("training_step_seconds_total", "step_s"),
-                              ("training_tokens_total", "tokens"), ("training_model_flops_total", "flops")):  # fmt: skip
+            for name, key in (
+                ("training_steps_total", "steps"),
+                ("training_step_seconds_total", "step_s"),
+                ("training_tokens_total", "tokens"),
+                ("training_model_flops_total", "flops"),
+            ):
                 self._put(out, name, lab, node, cnt[key], m, counter=True)
             for ph in ("data", "forward", "backward", "optimizer", "checkpoint") if job.phases else ():
                 self._put(
@@ -309,14 +319,26 @@ class Cluster:
 
     def _gpu_labels(self, node: int, gpu: int) -> Labels:
         m = self.model[node]
-        uuid = f"GPU-{self.seed:04x}{node:04x}-{gpu:04x}-4c1e-9a2b-{zlib.crc32(self.names[node].encode()) % 10**12:012d}"
-        return (("gpu", str(gpu)), ("UUID", uuid), ("pci_bus_id", f"00000000:{0x18 + 0x10 * gpu:02X}:00.0"),
-                ("device", f"nvidia{gpu}"), ("modelName", m.name), ("Hostname", self.names[node]),
-                ("DCGM_FI_DRIVER_VERSION", "550.127.05"))  # fmt: skip
+        crc = zlib.crc32(self.names[node].encode()) % 10**12
+        uuid = f"GPU-{self.seed:04x}{node:04x}-{gpu:04x}-4c1e-9a2b-{crc:012d}"
+        return (
+            ("gpu", str(gpu)),
+            ("UUID", uuid),
+            ("pci_bus_id", f"00000000:{0x18 + 0x10 * gpu:02X}:00.0"),
+            ("device", f"nvidia{gpu}"),
+            ("modelName", m.name),
+            ("Hostname", self.names[node]),
+            ("DCGM_FI_DRIVER_VERSION", "550.127.05"),
+        )
 
     def _rank_labels(self, job_id: str, rank: int, node: int, gpu: int) -> Labels:
-        return (("job_id", job_id), ("rank", str(rank)), ("local_rank", str(gpu)),
-                ("Hostname", self.names[node]), ("gpu", str(gpu)))  # fmt: skip
+        return (
+            ("job_id", job_id),
+            ("rank", str(rank)),
+            ("local_rank", str(gpu)),
+            ("Hostname", self.names[node]),
+            ("gpu", str(gpu)),
+        )
 
     def _put(
         self, out, name: str, lab: Labels, node: int, v: np.ndarray, mask: np.ndarray, counter: bool
@@ -377,14 +399,20 @@ class Cluster:
             training = s == 1
             util = np.select(
                 [s == 1, s == 2, s == 3, s == 4],
-                [100 - np.abs(rng.normal(0, 1.2, K)), rng.uniform(0, 25, K), 100 - np.abs(rng.normal(0, 0.3, K)),
-                 rng.uniform(10, 40, K)],
+                [
+                    100 - np.abs(rng.normal(0, 1.2, K)),
+                    rng.uniform(0, 25, K),
+                    100 - np.abs(rng.normal(0, 0.3, K)),
+                    rng.uniform(10, 40, K),
+                ],
                 0.0,
-            ).round()  # fmt: skip
+            ).round()
             b = np.where(training, busy[:, c], 0.0)
-            power = np.select([s == 1, s == 2, s == 3, s == 4],
-                              [m.tdp * (0.45 + 0.45 * b), m.tdp * 0.3, m.tdp * 0.42, m.tdp * 0.25],
-                              m.tdp * 0.11) * (1 + rng.normal(0, 0.02, K))  # fmt: skip
+            power = np.select(
+                [s == 1, s == 2, s == 3, s == 4],
+                [m.tdp * (0.45 + 0.45 * b), m.tdp * 0.3, m.tdp * 0.42, m.tdp * 0.25],
+                m.tdp * 0.11,
+            ) * (1 + rng.normal(0, 0.02, K))
             clock = np.where(s == 0, m.idle_clock, m.sm_clock) * self.clock_f[:, c]
             clock = clock * (1 - np.abs(rng.normal(0, 0.003, K)))
             reasons = np.where(s == 0, 0x1, 0).astype(np.int64) | self.bits[:, c]
@@ -427,8 +455,10 @@ class Cluster:
                 self._put(out, name, lab, node, v, gmask, counter=False)
             self._exporter_own(out, lab, node, gpu, up[:, c], m, mask, gmask)
             # DCGM's violation counters are driver-cumulative (ns); they do not move at exporter restarts.
-            for name, share in (("DCGM_FI_DEV_POWER_VIOLATION", pviol), ("DCGM_FI_DEV_THERMAL_VIOLATION",
-                                                                        self.thermal_viol[:, c])):  # fmt: skip
+            for name, share in (
+                ("DCGM_FI_DEV_POWER_VIOLATION", pviol),
+                ("DCGM_FI_DEV_THERMAL_VIOLATION", self.thermal_viol[:, c]),
+            ):
                 base = 3.1e12 + 1e9 * c
                 v = base + np.concatenate([[0.0], np.cumsum(share[:-1] * dt * 1e9)])
                 self._put(out, name, lab, node, np.round(v), gmask, counter=False)
@@ -437,10 +467,24 @@ class Cluster:
                 out, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", lab, node, np.zeros(K), gmask, counter=False
             )
             if self.remap_pending.any():  # H100 row remapping: pending until the next GPU reset
-                self._put(out, "DCGM_FI_DEV_ROW_REMAP_PENDING", lab, node, self.remap_pending[:, c], gmask,
-                          counter=False)  # fmt: skip
-                self._put(out, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", lab, node, self.correctable_remapped[:, c],
-                          gmask, counter=False)  # fmt: skip
+                self._put(
+                    out,
+                    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+                    lab,
+                    node,
+                    self.remap_pending[:, c],
+                    gmask,
+                    counter=False,
+                )
+                self._put(
+                    out,
+                    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+                    lab,
+                    node,
+                    self.correctable_remapped[:, c],
+                    gmask,
+                    counter=False,
+                )
         # XIDs: a series appears at the first occurrence of each code (the exporter's counter).
         for n, g in sorted({(n, g) for n, g, _, _ in self.xids} if not self.dcgm_only else ()):
             for x in sorted({x for nn, gg, x, _ in self.xids if (nn, gg) == (n, g)}):
@@ -464,8 +508,15 @@ class Cluster:
             self._put(out, "DCGM_FI_DEV_XID_ERRORS", lab, node, xg, gmask, counter=False)
             return
         self._put(out, "fleetscope_gpu_up", lab, node, up, mask, counter=False)
-        self._put(out, "fleetscope_gpu_peak_flops", lab + (("dtype", "bf16"),), node, np.full(K, m.peak_bf16),
-                  mask, counter=False)  # fmt: skip
+        self._put(
+            out,
+            "fleetscope_gpu_peak_flops",
+            lab + (("dtype", "bf16"),),
+            node,
+            np.full(K, m.peak_bf16),
+            mask,
+            counter=False,
+        )
 
     def _efa_lustre(self, out, state, rng) -> None:
         K = state.shape[0]
@@ -481,22 +532,46 @@ class Cluster:
                 bad = np.concatenate([[0.0], np.cumsum(pps[:-1] * dt * self.efa_retrans[:-1, n])])
                 retr = np.floor(tx * 2e-6 + bad)
                 if self.efa_retrans.any():  # the bad NIC also drops received packets
-                    self._put(out, "efa_rx_drops_total", lab, n, np.floor(0.3 * bad), ~self.absent["efa"][:, n],
-                              counter=True)  # fmt: skip
+                    self._put(
+                        out,
+                        "efa_rx_drops_total",
+                        lab,
+                        n,
+                        np.floor(0.3 * bad),
+                        ~self.absent["efa"][:, n],
+                        counter=True,
+                    )
                 mask = ~self.absent["efa"][:, n]
                 self._put(out, "efa_tx_pkts_total", lab, n, np.round(tx), mask, counter=True)
                 self._put(out, "efa_retrans_pkts_total", lab, n, retr, mask, counter=True)
-                for name in ("efa_retrans_timeout_events_total", "efa_impaired_remote_conn_events_total",
-                             "efa_unresponsive_remote_events_total"):  # fmt: skip
+                for name in (
+                    "efa_retrans_timeout_events_total",
+                    "efa_impaired_remote_conn_events_total",
+                    "efa_unresponsive_remote_events_total",
+                ):
                     self._put(out, name, lab, n, np.zeros(K), mask, counter=True)
             lab = (("Hostname", self.names[n]), ("fs", "fsx"), ("mount", "/fsx"))
             rd = 2.0e8 * training * (1 + rng.normal(0, 0.1, K)).clip(0)
             wr = 1.5e9 * ckpt * (1 + rng.normal(0, 0.1, K)).clip(0) + 1e5
             mask = ~self.absent["lustre"][:, n]
-            self._put(out, "lustre_client_read_bytes_total", lab, n,
-                      np.round(np.concatenate([[0.0], np.cumsum(rd[:-1] * dt)]) + 1e12), mask, counter=True)  # fmt: skip
-            self._put(out, "lustre_client_write_bytes_total", lab, n,
-                      np.round(np.concatenate([[0.0], np.cumsum(wr[:-1] * dt)]) + 4e11), mask, counter=True)  # fmt: skip
+            self._put(
+                out,
+                "lustre_client_read_bytes_total",
+                lab,
+                n,
+                np.round(np.concatenate([[0.0], np.cumsum(rd[:-1] * dt)]) + 1e12),
+                mask,
+                counter=True,
+            )
+            self._put(
+                out,
+                "lustre_client_write_bytes_total",
+                lab,
+                n,
+                np.round(np.concatenate([[0.0], np.cumsum(wr[:-1] * dt)]) + 4e11),
+                mask,
+                counter=True,
+            )
 
     def write(self, path: str | Path) -> Path:
         write_samples(self.build(), path)
@@ -588,8 +663,10 @@ class Case:
                 problems.append(f"missing {w}")
             same = [f for f in findings if f.kind == w.kind and (w.node is None or f.node == w.node)]
             if self.single and len(same) > 1:
-                problems.append(f"{len(same)} {w.kind} findings on {w.node}, one expected: " + ", ".join(
-                    f"gpu={f.gpu} rank={f.rank} cause={f.cause}" for f in same))  # fmt: skip
+                problems.append(
+                    f"{len(same)} {w.kind} findings on {w.node}, one expected: "
+                    + ", ".join(f"gpu={f.gpu} rank={f.rank} cause={f.cause}" for f in same)
+                )
         if self.one_of and not any(w.matches(f) for w in self.one_of for f in findings):
             problems.append("missing one of " + ", ".join(str(w) for w in self.one_of))
         for f in findings:
@@ -609,8 +686,9 @@ class Case:
 
 
 # ---------------------------------------------------------------------- the cases
-def _one_job(n: int, *, step_s: float = 5.0, dur: float = 40 * MIN, scrape: float = 15.0, seed: int = 1,
-             **job) -> Cluster:  # fmt: skip
+def _one_job(
+    n: int, *, step_s: float = 5.0, dur: float = 40 * MIN, scrape: float = 15.0, seed: int = 1, **job
+) -> Cluster:
     cl = Cluster(n, duration_s=dur, scrape_s=scrape, seed=seed)
     cl.jobs.append(Job("llm-a", [Segment(0.0, dur + 1, list(range(n)))], step_s=step_s, **job))
     return cl
@@ -719,8 +797,13 @@ def c08_efa_collector_down() -> Cluster:
 
 def c09_app_xids() -> Cluster:
     cl = _one_job(4, seed=91)
-    cl.xids += [(1, 2, 13, 8 * MIN), (1, 2, 13, 8.5 * MIN), (2, 0, 31, 15 * MIN), (2, 0, 43, 15.2 * MIN),
-                (3, 7, 63, 22 * MIN)]  # fmt: skip
+    cl.xids += [
+        (1, 2, 13, 8 * MIN),
+        (1, 2, 13, 8.5 * MIN),
+        (2, 0, 31, 15 * MIN),
+        (2, 0, 43, 15.2 * MIN),
+        (3, 7, 63, 22 * MIN),
+    ]
     return cl
 
 
@@ -776,8 +859,11 @@ def c13_node_replaced_linger() -> Cluster:
     dur = 40 * MIN
     names = [f"node-{i}" for i in range(4)] + ["node-9"]
     cl = Cluster(5, duration_s=dur, seed=132, node_names=names)
-    job = Job("llm-a", [Segment(0.0, 21.5 * MIN, [0, 1, 2, 3]), Segment(24 * MIN, dur + 1, [0, 1, 2, 4])],
-              idle=[(20 * MIN, 21.5 * MIN)])  # fmt: skip
+    job = Job(
+        "llm-a",
+        [Segment(0.0, 21.5 * MIN, [0, 1, 2, 3]), Segment(24 * MIN, dur + 1, [0, 1, 2, 4])],
+        idle=[(20 * MIN, 21.5 * MIN)],
+    )
     cl.jobs.append(job)
     cl.vanish(3, 20 * MIN)
     cl.vanish(4, 0.0, 24 * MIN)
@@ -801,8 +887,13 @@ def c14_thermal_drift() -> Cluster:
 def c15_kernel_panic() -> Cluster:
     dur = 42 * MIN
     cl = Cluster(5, duration_s=dur, seed=151)
-    cl.jobs.append(Job("llm-a", [Segment(0.0, 30 * MIN, [0, 1, 2, 3, 4]), Segment(31 * MIN, dur + 1, [0, 1, 3, 4])],
-                       hangs=[(20 * MIN, 30 * MIN)]))  # fmt: skip
+    cl.jobs.append(
+        Job(
+            "llm-a",
+            [Segment(0.0, 30 * MIN, [0, 1, 2, 3, 4]), Segment(31 * MIN, dur + 1, [0, 1, 3, 4])],
+            hangs=[(20 * MIN, 30 * MIN)],
+        )
+    )
     cl.vanish(2, 20 * MIN)
     return cl
 
@@ -991,8 +1082,9 @@ def r2_xid48_spare() -> Cluster:
     in node-1's place. Expected: failing_node on node-1 GPU 2; no straggler, no hang (the crash is
     not a spin), no finding on the spare."""
     cl = Cluster(5, duration_s=40 * MIN, seed=251)
-    cl.jobs.append(Job("llm-a", [Segment(0.0, 18.5 * MIN, [0, 1, 2, 3]),
-                                 Segment(22 * MIN, 40 * MIN + 1, [0, 2, 3, 4])]))  # fmt: skip
+    cl.jobs.append(
+        Job("llm-a", [Segment(0.0, 18.5 * MIN, [0, 1, 2, 3]), Segment(22 * MIN, 40 * MIN + 1, [0, 2, 3, 4])])
+    )
     a, c = cl.k(18 * MIN), cl.gcol(1, 2)
     cl.xids.append((1, 2, 48, 18 * MIN))
     cl.dbe[a:, c] = 1
@@ -1155,8 +1247,13 @@ def r3_mid_hang() -> Cluster:
     dur = 30 * MIN
     cl = Cluster(4, duration_s=dur, seed=411)
     nodes = [0, 1, 2, 3]
-    cl.jobs.append(Job("llm-a", [Segment(-20 * MIN, 8 * MIN, nodes), Segment(9 * MIN, dur + 1, nodes)],
-                       hangs=[(-10 * MIN, 8 * MIN)]))  # fmt: skip
+    cl.jobs.append(
+        Job(
+            "llm-a",
+            [Segment(-20 * MIN, 8 * MIN, nodes), Segment(9 * MIN, dur + 1, nodes)],
+            hangs=[(-10 * MIN, 8 * MIN)],
+        )
+    )
     return cl
 
 

@@ -87,8 +87,9 @@ def kubelet(tmp_path: Path):
 
 def test_pod_labels_from_a_real_grpc_kubelet(kubelet) -> None:
     sock, calls = kubelet
-    collector = GpuCollector(context(gpu_nvml_replay=H100X8, gpu_kubernetes=True,
-                                     gpu_pod_resources_socket=str(sock)))  # fmt: skip
+    collector = GpuCollector(
+        context(gpu_nvml_replay=H100X8, gpu_kubernetes=True, gpu_pod_resources_socket=str(sock))
+    )
     try:
         families = list(collector.collect())
         list(collector.collect())  # within the cache TTL: no second List call
@@ -116,8 +117,9 @@ def test_kubelet_socket_that_refuses(tmp_path: Path, caplog: pytest.LogCaptureFi
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(path))  # the socket file exists, but nothing listens: connection refused
     try:
-        collector = GpuCollector(context(gpu_nvml_replay=H100X8, gpu_kubernetes=True,
-                                         gpu_pod_resources_socket=str(path)))  # fmt: skip
+        collector = GpuCollector(
+            context(gpu_nvml_replay=H100X8, gpu_kubernetes=True, gpu_pod_resources_socket=str(path))
+        )
         collector.attributor.pods.ttl = 0  # ask on every scrape
         with caplog.at_level(logging.WARNING, logger="fleetscope.exporters.gpu.attribution"):
             for _ in range(3):
@@ -197,9 +199,11 @@ def test_mig_pods_one_series_per_gpu_instance() -> None:
     class Kubelet:
         def mapping(self):
             pod = {"pod": "infer-0", "namespace": "serve", "container": "vllm"}
-            return {"MIG-00000000-0000-0000-0000-000000000000": [pod],
-                    "MIG-00000001-0000-0000-0000-000000000001": [pod],
-                    "MIG-00000003-0000-0000-0000-000000000003": [{**pod, "pod": "infer-1"}]}  # fmt: skip
+            return {
+                "MIG-00000000-0000-0000-0000-000000000000": [pod],
+                "MIG-00000001-0000-0000-0000-000000000001": [pod],
+                "MIG-00000003-0000-0000-0000-000000000003": [{**pod, "pod": "infer-1"}],
+            }
 
         def close(self) -> None:
             pass
@@ -210,6 +214,9 @@ def test_mig_pods_one_series_per_gpu_instance() -> None:
         s = samples(collector.collect())
     finally:
         collector.close()
-    fb = {(dict(lbl)["GPU_I_ID"], dict(lbl).get("pod")) for (n, lbl) in s if n == c.DCGM_FI_DEV_FB_USED and
-          "GPU_I_ID" in dict(lbl)}  # fmt: skip
+    fb = {
+        (dict(lbl)["GPU_I_ID"], dict(lbl).get("pod"))
+        for (n, lbl) in s
+        if n == c.DCGM_FI_DEV_FB_USED and "GPU_I_ID" in dict(lbl)
+    }
     assert fb == {("2", "infer-0"), ("3", None), ("9", "infer-1"), ("10", None)}

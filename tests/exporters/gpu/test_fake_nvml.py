@@ -92,9 +92,14 @@ def test_exporter_reads_the_fake_library_through_pynvml(fake_lib: Path) -> None:
     assert sum(1 for name, _labels in s if name == c.GPU_UP) == 2
     assert value(res.stdout, c.COLLECTOR_SUCCESS, collector="gpu") == 1
     # Functions the fake library lacks (FunctionNotFound) are absent, never 0.
-    for missing in (c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-                    c.DCGM_FI_DEV_PCIE_LINK_GEN, c.DCGM_FI_PROF_SM_ACTIVE, c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
-                    c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS):  # fmt: skip
+    for missing in (
+        c.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        c.DCGM_FI_DEV_PCIE_LINK_GEN,
+        c.DCGM_FI_PROF_SM_ACTIVE,
+        c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+        c.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    ):
         assert missing not in _names(s), missing
 
 

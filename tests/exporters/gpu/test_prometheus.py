@@ -20,18 +20,25 @@ KMSG = NVML_FIXTURES / "kmsg-xid79.txt"
 
 def test_prometheus_scrapes_the_recorded_8xh100(tmp_path: Path) -> None:
     flags = [
-        "--collector.disable-defaults", "--collector.gpu", "--collector.xid",
+        "--collector.disable-defaults",
+        "--collector.gpu",
+        "--collector.xid",
         f"--collector.gpu.nvml-replay={NVML_FIXTURES / 'h100x8.json'}",
-        f"--collector.xid.kmsg-path={KMSG}", "--node.name=p5-node-1",
-    ]  # fmt: skip
+        f"--collector.xid.kmsg-path={KMSG}",
+        "--node.name=p5-node-1",
+    ]
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         scrape = [{"job_name": "fleetscope", "static_configs": [{"targets": [exporter.url.split("//")[1]]}]}]
         with Prometheus(tmp_path / "prom", scrape_configs=scrape, scrape_interval="1s") as prom:
             # Rates (GPM, NVLink bandwidth) need a second scrape; wait for them.
             prom.wait_until(c.DCGM_FI_PROF_SM_ACTIVE, timeout=30, min_series=7)
             names = {r["metric"]["__name__"] for r in prom.query('{__name__=~"DCGM_.*|fleetscope_gpu_.*"}')}
-            expected = {str(m) for m in GPU_SERIES} | {c.GPU_UP, c.GPU_PEAK_FLOPS, c.GPU_XID_ERRORS_TOTAL,
-                                                      c.DCGM_FI_DEV_XID_ERRORS}  # fmt: skip
+            expected = {str(m) for m in GPU_SERIES} | {
+                c.GPU_UP,
+                c.GPU_PEAK_FLOPS,
+                c.GPU_XID_ERRORS_TOTAL,
+                c.DCGM_FI_DEV_XID_ERRORS,
+            }
             assert expected <= names, sorted(expected - names)
             # Counters keep dcgm-exporter's names in the TSDB (no _total appended).
             assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total" not in names

@@ -51,6 +51,11 @@ def test_a_hung_call_is_recorded_as_lost() -> None:
 def test_plain_turns_ctypes_structures_into_json() -> None:
     mem = pynvml.c_nvmlMemory_v2_t()
     mem.version, mem.total, mem.used = pynvml.nvmlMemory_v2, 80 << 30, 1 << 30
-    assert plain(mem) == {"version": pynvml.nvmlMemory_v2, "total": 80 << 30, "reserved": 0, "free": 0,
-                          "used": 1 << 30}  # fmt: skip
+    assert plain(mem) == {
+        "version": pynvml.nvmlMemory_v2,
+        "total": 80 << 30,
+        "reserved": 0,
+        "free": 0,
+        "used": 1 << 30,
+    }
     assert plain((1, b"GPU-x", [2.5])) == [1, "GPU-x", [2.5]]

@@ -100,8 +100,13 @@ def test_l40s_absent_not_zero() -> None:
     q = capture_q(L40S)
     assert re.search(r"Memory Current Temp\s+:\s+N/A", q)
     assert values(s, c.DCGM_FI_DEV_MEMORY_TEMP) == []
-    for m in (c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
-              c.DCGM_FI_PROF_GR_ENGINE_ACTIVE, c.DCGM_FI_PROF_SM_ACTIVE, c.DCGM_FI_PROF_PCIE_TX_BYTES):  # fmt: skip
+    for m in (
+        c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+        c.DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+        c.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+        c.DCGM_FI_PROF_SM_ACTIVE,
+        c.DCGM_FI_PROF_PCIE_TX_BYTES,
+    ):
         assert values(s, m) == [], m
     assert values(s, c.GPU_PEAK_FLOPS) == []
     # What the L40S does report is there, including a non-zero power-capping counter.
@@ -197,9 +202,11 @@ def test_exposition_names_are_exact_and_promtool_accepts_them() -> None:
     # dashboards depend on; docs/gpu.md lists them.
     assert res.returncode in (0, 3), problems
     for line in problems.splitlines():
-        assert re.search(r"label names should be written in 'snake_case' not 'camelCase'$|"
-                         r"^DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'$",
-                         line), line  # fmt: skip
+        assert re.search(
+            r"label names should be written in 'snake_case' not 'camelCase'$|"
+            r"^DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'$",
+            line,
+        ), line
 
     from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 

@@ -41,10 +41,12 @@ def test_catalog_classes() -> None:
 @pytest.mark.server
 def test_xid79_in_kmsg_fixture_through_the_exporter(tmp_path: Path) -> None:
     flags = [
-        "--collector.disable-defaults", "--collector.gpu", "--collector.xid",
+        "--collector.disable-defaults",
+        "--collector.gpu",
+        "--collector.xid",
         f"--collector.gpu.nvml-replay={NVML_FIXTURES / 'h100x8.json'}",
         f"--collector.xid.kmsg-path={KMSG}",
-    ]  # fmt: skip
+    ]
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         body = wait_for(
             lambda: (b := exporter.metrics()) and len(matching(b, c.GPU_XID_ERRORS_TOTAL)) == 3 and b,
@@ -83,9 +85,11 @@ def test_kmsg_fifo_and_nvml_event_are_deduplicated(tmp_path: Path) -> None:
         assert one(s, c.GPU_XID_ERRORS_TOTAL, gpu="4", xid="48") == 1
         # The same XID from the kernel log a moment later is the same error: not counted twice.
         writer = threading.Thread(
-            target=lambda: fifo.write_text("4,9,9,-;NVRM: Xid (PCI:0000:9a:00): 48, pid=1, DBE\n"
-                                           "4,10,10,-;NVRM: Xid (PCI:0000:9a:00): 94, pid=1, contained\n")
-        )  # fmt: skip
+            target=lambda: fifo.write_text(
+                "4,9,9,-;NVRM: Xid (PCI:0000:9a:00): 48, pid=1, DBE\n"
+                "4,10,10,-;NVRM: Xid (PCI:0000:9a:00): 94, pid=1, contained\n"
+            )
+        )
         writer.start()
         writer.join(timeout=10)
         wait_for(lambda: values(samples(xid.collect()), c.GPU_XID_ERRORS_TOTAL, xid="94"), timeout=10)

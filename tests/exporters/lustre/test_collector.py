@@ -211,8 +211,10 @@ def test_mountinfo_is_preferred_and_bind_mounts_resolve_to_the_root_mount(tmp_pa
         [
             "22 1 259:1 / / rw,noatime shared:1 - xfs /dev/nvme0n1p1 rw",
             # a bind of a subdirectory listed first, then the file system's own mount (same 0:52)
-            "801 30 0:52 /datasets /mnt/data rw,relatime shared:400 - lustre 172.31.40.12@tcp:/yd4tjbmv rw,flock",
-            "790 22 0:52 / /fsx\\040mount rw,relatime shared:400 - lustre 172.31.40.12@tcp:/yd4tjbmv rw,flock",
+            "801 30 0:52 /datasets /mnt/data rw,relatime shared:400 - lustre 172.31.40.12@tcp:/yd4tjbmv "
+            "rw,flock",
+            "790 22 0:52 / /fsx\\040mount rw,relatime shared:400 - lustre 172.31.40.12@tcp:/yd4tjbmv "
+            "rw,flock",
             "795 22 0:61 / /scratch rw,relatime shared:410 - lustre 172.31.33.190@tcp:/ab12cdef rw,flock",
         ],
     )

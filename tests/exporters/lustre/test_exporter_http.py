@@ -19,10 +19,15 @@ P5 = FIXTURES / "p5"
 
 def test_exporter_serves_lustre_series_of_the_p5_tree(tmp_path: Path) -> None:
     flags = (
-        "--no-collector.gpu", "--no-collector.xid", "--no-collector.efa", "--no-collector.training",
-        f"--path.sysfs={P5 / 'sys'}", f"--path.procfs={P5 / 'proc'}",
-        f"--path.debugfs={P5 / 'sys' / 'kernel' / 'debug'}", "--node.name=p5-node-7",
-    )  # fmt: skip
+        "--no-collector.gpu",
+        "--no-collector.xid",
+        "--no-collector.efa",
+        "--no-collector.training",
+        f"--path.sysfs={P5 / 'sys'}",
+        f"--path.procfs={P5 / 'proc'}",
+        f"--path.debugfs={P5 / 'sys' / 'kernel' / 'debug'}",
+        "--node.name=p5-node-7",
+    )
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         text = exporter.metrics()
     found = series(text)

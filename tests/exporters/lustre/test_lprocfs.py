@@ -22,9 +22,19 @@ def test_real_210_llite_stats() -> None:
     assert stats.counters["write_bytes"].samples == 89467810
     assert stats.counters["open"] == Counter("open", 136, "regs")
     assert list(stats.counters) == [
-        "read_bytes", "write_bytes", "open", "close", "readdir", "truncate", "getattr",
-        "alloc_inode", "getxattr", "getxattr_hits", "removexattr", "inode_permission",
-    ]  # fmt: skip
+        "read_bytes",
+        "write_bytes",
+        "open",
+        "close",
+        "readdir",
+        "truncate",
+        "getattr",
+        "alloc_inode",
+        "getxattr",
+        "getxattr_hits",
+        "removexattr",
+        "inode_permission",
+    ]
 
 
 def test_real_210_osc_stats_usec_and_sumsq_above_2_63() -> None:
@@ -46,8 +56,12 @@ def test_real_210_osc_stats_usec_and_sumsq_above_2_63() -> None:
 def test_real_210_md_stats_and_empty_read_ahead() -> None:
     md = parse_stats((P210 / "mdc" / "lustrefs-MDT0000-mdc-ffff88105db50000" / "md_stats").read_text())
     assert {n: c.samples for n, c in md.counters.items()} == {
-        "close": 11, "getattr": 1, "intent_lock": 329, "setattr": 134, "read_page": 6,
-    }  # fmt: skip
+        "close": 11,
+        "getattr": 1,
+        "intent_lock": 329,
+        "setattr": 134,
+        "read_page": 6,
+    }
     ra = parse_stats((P210 / "llite" / "lustrefs-ffff88105db50000" / "read_ahead_stats").read_text())
     assert ra.counters == {} and ra.problems == [] and ra.snapshot_time is not None
 

@@ -41,10 +41,13 @@ def test_prometheus_computes_metadata_latency_per_mount(tmp_path: Path) -> None:
     for sub in ("sys/fs", "sys/kernel", "proc"):
         shutil.copytree(FIXTURES / "p5" / sub, root / sub)
     flags = (
-        "--collector.disable-defaults", "--collector.lustre", "--node.name=p5-node-3",
-        f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
+        "--collector.disable-defaults",
+        "--collector.lustre",
+        "--node.name=p5-node-3",
+        f"--path.sysfs={root / 'sys'}",
+        f"--path.procfs={root / 'proc'}",
         f"--path.debugfs={root / 'sys/kernel/debug'}",
-    )  # fmt: skip
+    )
     with ExporterProcess(*flags, log_dir=tmp_path) as exporter:
         scrape = [{"job_name": "node", "static_configs": [{"targets": [exporter.url.split("//")[1]]}]}]
         with Prometheus(tmp_path / "prom", scrape_configs=scrape) as prom:

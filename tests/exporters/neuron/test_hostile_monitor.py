@@ -106,7 +106,10 @@ def test_a_daemonizing_monitor_leaves_no_orphans(tmp_path: Path) -> None:
 @pytest.mark.server  # a real fleetscope exporter process
 def test_the_monitor_dies_with_a_sigkilled_exporter(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    body = f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\nwhile True:\n    print(REPORT, flush=True)\n    time.sleep(0.1)"
+    body = (
+        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\nwhile True:\n    print(REPORT, "
+        "flush=True)\n    time.sleep(0.1)"
+    )
     monitor = _monitor(tmp_path, body)
     exp = exporter(f"--collector.neuron.monitor-path={monitor}", tmp_path=tmp_path).start()
     try:

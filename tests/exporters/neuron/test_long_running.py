@@ -45,9 +45,10 @@ def _runtime_series(samples: dict, tag: str | None = None) -> list:
 def _completed(samples: dict, tag: str) -> float:
     at = c.NEURON_EXECUTION_STATUS.labels.index("runtime_tag")
     return sum(
-        v for k, v in samples.items()
+        v
+        for k, v in samples.items()
         if k[0] == c.NEURON_EXECUTION_STATUS and k[1][at] == tag and k[1][-1] == "completed"
-    )  # fmt: skip
+    )
 
 
 def test_a_thousand_short_lived_processes_leave_no_series_behind() -> None:
