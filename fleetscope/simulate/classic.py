@@ -73,18 +73,23 @@ def classic_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | Non
                 e["node"] = node
                 e["gpu"] = str(f.gpu) if per_gpu else None
             expected.append(e)
-        faults.append({
-            "kind": f.kind,
-            "node": node,
-            "gpu": str(f.gpu) if per_gpu else None,
-            "rank": f.node * spec.gpus_per_node + f.gpu if per_gpu else None,
-            "device": f"rdmap{79 + 16 * f.device}s0" if f.kind == "efa_degraded" else None,
-            "onset": rfc3339(onset),
-            "end": rfc3339(end),
-            "fail_stop": f.kind in ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop"),
-            "slowdown": f.slowdown if f.kind in ("thermal_throttle", "power_brake", "efa_degraded", "data_stall") else None,
-            "expected": expected,
-        })  # fmt: skip
+        faults.append(
+            {
+                "kind": f.kind,
+                "node": node,
+                "gpu": str(f.gpu) if per_gpu else None,
+                "rank": f.node * spec.gpus_per_node + f.gpu if per_gpu else None,
+                "device": f"rdmap{79 + 16 * f.device}s0" if f.kind == "efa_degraded" else None,
+                "onset": rfc3339(onset),
+                "end": rfc3339(end),
+                "fail_stop": f.kind
+                in ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop"),
+                "slowdown": f.slowdown
+                if f.kind in ("thermal_throttle", "power_brake", "efa_degraded", "data_stall")
+                else None,
+                "expected": expected,
+            }
+        )
     return {
         "scenario": spec.name,
         "family": spec.family,

@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "examples:\n"
-        "  fleetscope simulate --nodes 16 --duration 2h --fault thermal_throttle --fault-at 20m -o run.om.gz\n"
+        "  fleetscope simulate --nodes 16 --duration 2h --fault thermal_throttle --fault-at 20m"
+        " -o run.om.gz\n"
         "  fleetscope simulate --scenario tests/fixtures/scenarios/gpu_lost_8n.json -o run.om\n"
         "  fleetscope simulate --live --nodes 4 --base-port 9500 --fault gpu_lost --fault-at 90 \\\n"
         "      --fault-node 1 --seed 1 --targets-file /tmp/targets.json\n"
@@ -84,16 +85,33 @@ def spec_from_args(args: argparse.Namespace):
     faults = []
     if args.fault != "healthy":
         dur = parse_duration(args.fault_duration) if args.fault_duration else None
-        faults.append(FaultSpec(kind=args.fault, at_s=parse_duration(args.fault_at), duration_s=dur,
-                                node=args.fault_node, gpu=args.fault_gpu, slowdown=args.slowdown,
-                                restart=args.restart))  # fmt: skip
+        faults.append(
+            FaultSpec(
+                kind=args.fault,
+                at_s=parse_duration(args.fault_at),
+                duration_s=dur,
+                node=args.fault_node,
+                gpu=args.fault_gpu,
+                slowdown=args.slowdown,
+                restart=args.restart,
+            )
+        )
     try:
         start = parse_rfc3339(args.start) if args.start else DEFAULT_START
     except ValueError:
         raise FleetscopeError(f"--start must be RFC 3339, not {args.start!r}") from None
-    return ScenarioSpec(name="cli", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                        efa_per_node=args.efa_per_node, duration_s=parse_duration(args.duration),
-                        step_s=args.step, seed=args.seed, start=start, job_id=args.job_id, faults=faults)  # fmt: skip
+    return ScenarioSpec(
+        name="cli",
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        efa_per_node=args.efa_per_node,
+        duration_s=parse_duration(args.duration),
+        step_s=args.step,
+        seed=args.seed,
+        start=start,
+        job_id=args.job_id,
+        faults=faults,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
     if args.live:
         from fleetscope.simulate.live import LiveCluster
 
-        cluster = LiveCluster(spec, host=args.listen, base_port=args.base_port, speed=args.speed,
-                              targets_file=args.targets_file).start()  # fmt: skip
+        cluster = LiveCluster(
+            spec, host=args.listen, base_port=args.base_port, speed=args.speed, targets_file=args.targets_file
+        ).start()
         print(
             f"serving {spec.nodes} virtual nodes: {', '.join(cluster.targets)}", file=sys.stderr, flush=True
         )

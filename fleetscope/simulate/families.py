@@ -78,7 +78,7 @@ FAMILIES: tuple[Family, ...] = (
            "fleetscope.simulate.jobs:RealisticModel", "fleetscope.simulate.truth:training_truth",
            "fleetscope.simulate.jobs:check_training_spec", TRAINING_OPTIONS),
     Family("inference", ("inference",), "fleetscope.simulate.inference:InferenceModel",
-           "fleetscope.simulate.inference:inference_truth", "fleetscope.simulate.inference:check_inference_spec",
+           "fleetscope.simulate.inference:inference_truth", "fleetscope.simulate.inference:check_inference_spec",  # noqa: E501
            ("gpus_per_replica", "served_model", "day_s")),
     Family("neuron", ("neuron",), "fleetscope.simulate.neuron:NeuronModel",
            "fleetscope.simulate.neuron:neuron_truth", "fleetscope.simulate.neuron:check_neuron_spec",

@@ -56,12 +56,77 @@ GENERATION_TOKENS = c.VLLM_GENERATION_TOKENS
 REQUEST_SUCCESS = c.VLLM_REQUEST_SUCCESS
 
 #: vLLM's histogram bucket bounds (seconds), +Inf last.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0, math.inf)  # fmt: skip
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0, math.inf)  # fmt: skip
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-               240.0, 480.0, 960.0, 1920.0, 7680.0, math.inf)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+    math.inf,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    math.inf,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+    math.inf,
+)
 
 # One replica of a 70B-class model on 8 H100s (tensor parallel); fewer GPUs scale the capacity.
 ITER_BASE_S = 0.012  # one decode iteration with an empty batch (weights streamed from HBM once)
@@ -156,8 +221,10 @@ class InferenceModel(ClusterModel):
         """Per-replica multipliers of the serving faults active now (the GPU ones are the base's)."""
         R = self.R
         eff: dict[str, np.ndarray | float] = {
-            "traffic": 1.0, "prompt": np.ones(R), "kv": np.ones(R),
-        }  # fmt: skip
+            "traffic": 1.0,
+            "prompt": np.ones(R),
+            "kv": np.ones(R),
+        }
         for f in self.spec.faults:
             if not self._active(f):
                 continue
@@ -262,8 +329,9 @@ class InferenceModel(ClusterModel):
             self._observe(int(r), n_done[r], gen[r], mean_wait[r], mean_iter[r], p_med[r], slow[r])
         return np.where(up, np.clip(0.35 + 0.6 * self.running / 120, 0, 1), 0.0)
 
-    def _observe(self, r: int, n: float, tokens: float, wait: float, it: float, p_med: float,
-                 slow: float) -> None:  # fmt: skip
+    def _observe(
+        self, r: int, n: float, tokens: float, wait: float, it: float, p_med: float, slow: float
+    ) -> None:
         """Add one tick's requests and tokens to replica ``r``'s latency histograms."""
         rng = self.rng
         k = 48
@@ -272,8 +340,11 @@ class InferenceModel(ClusterModel):
         outs = OUTPUT_MEDIAN * np.exp(rng.normal(0, OUTPUT_SIGMA, k))
         e2e = ttft + outs * it
         it_med = it * (1 + rng.normal(0, 0.01))
-        for name, samples, sigma, count in ((TTFT, ttft, 0.15, n), (E2E, e2e, 0.1, n),
-                                            (ITL, np.array([it_med]), 0.25, tokens)):  # fmt: skip
+        for name, samples, sigma, count in (
+            (TTFT, ttft, 0.15, n),
+            (E2E, e2e, 0.1, n),
+            (ITL, np.array([it_med]), 0.25, tokens),
+        ):
             bounds, buckets, total = self.hist[name]
             buckets[r] += count * _lognormal_cdf(bounds, samples, sigma)
             mean = float(np.mean(samples)) * math.exp(sigma * sigma / 2)
@@ -302,13 +373,21 @@ class InferenceModel(ClusterModel):
             self.efa_lifespan += dt
         fb = np.where(busy > 0, 74000.0, 0.0)
         self.g = {
-            "util": util, "mem_util": util * 0.6, "clock": clock, "mem_clock": np.full(G, 2619.0),
-            "temp": temp, "mem_temp": temp + 6, "power": power,
+            "util": util,
+            "mem_util": util * 0.6,
+            "clock": clock,
+            "mem_clock": np.full(G, 2619.0),
+            "temp": temp,
+            "mem_temp": temp + 6,
+            "power": power,
             "tensor": np.clip(0.3 * busy * (1 + rng.normal(0, 0.02, G)), 0, 1),
-            "sm_active": np.clip(busy * 0.8, 0, 1), "gr_active": util / 100 * 0.98,
-            "dram": np.clip(busy * 0.7, 0, 1), "fb_used": fb, "reasons": reasons,
+            "sm_active": np.clip(busy * 0.8, 0, 1),
+            "gr_active": util / 100 * 0.98,
+            "dram": np.clip(busy * 0.7, 0, 1),
+            "fb_used": fb,
+            "reasons": reasons,
             "nvlink_bw": busy * 90000.0,
-        }  # fmt: skip
+        }
 
     # ------------------------------------------------------------------ series
     def series(self) -> dict[str, Series]:
@@ -373,7 +452,7 @@ def _le(bound: float) -> str:
 #: neither (``capacity``: scale out, drain nothing). The training detectors' view of the same GPU
 #: (a hardware-only straggler, the failing node) is true too, so allowed.
 INFERENCE_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
-    "thermal_throttle": [("slow_replica", "thermal_throttle", "gpu", True), ("straggler", "thermal_throttle", "gpu", False)],
+    "thermal_throttle": [("slow_replica", "thermal_throttle", "gpu", True), ("straggler", "thermal_throttle", "gpu", False)],  # noqa: E501
     "power_brake": [("slow_replica", "power_brake", "gpu", True), ("straggler", "power_brake", "gpu", False)],
     "gpu_lost": [("failing_replica", "gpu_lost", "gpu", True), ("failing_node", "gpu_lost", "gpu", False)],
     "kv_pressure": [("slow_replica", "kv_cache_pressure", "node", True)],

@@ -68,8 +68,15 @@ LOAD_SHARE = 0.4
 ALWAYS = math.inf
 #: Where a job's GPU-seconds go (the true account the analyzers' goodput account is scored against).
 GOODPUT_CATEGORIES: tuple[str, ...] = (
-    "productive", "checkpoint", "recovery", "rework", "stall", "eval", "slowdown", "idle",
-)  # fmt: skip
+    "productive",
+    "checkpoint",
+    "recovery",
+    "rework",
+    "stall",
+    "eval",
+    "slowdown",
+    "idle",
+)
 #: Fault kinds of the GPUs themselves (the rest act on the network, data path, CPU or file system).
 _GPU_FAULTS = frozenset(
     {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "pcie_width_drop"}
@@ -151,8 +158,14 @@ class RealisticModel(ClusterModel):
         #: The monitors' clock: the Unix time of the call the simulator makes into them.
         self.clock = _ranks.VirtualClock(self.t)
         self._mask_cache: dict[tuple, np.ndarray] = {}
-        jspecs = spec.jobs or [JobSpec(job_id=spec.job_id, pipeline_stages=spec.pipeline_stages,
-                                       tensor_parallel=spec.tensor_parallel, mfu=spec.mfu)]  # fmt: skip
+        jspecs = spec.jobs or [
+            JobSpec(
+                job_id=spec.job_id,
+                pipeline_stages=spec.pipeline_stages,
+                tensor_parallel=spec.tensor_parallel,
+                mfu=spec.mfu,
+            )
+        ]
         self.jobs: list[Job] = []
         for i, js in enumerate(jspecs):
             n = js.nodes or spec.nodes
@@ -226,10 +239,18 @@ class RealisticModel(ClusterModel):
         sl = job.slots
         layouts = None
         if self.spec.emit_layout:
-            layouts = [dict(zip(LAYOUT, (int(job.stage[r]), int(job.dp_rank[r]), int(job.tp_rank[r])),
-                                strict=True)) for r in range(len(sl))]  # fmt: skip
-        job.mons = _ranks.spawn(self.clock, job.spec.job_id, list(range(len(sl))),
-                                [int(self.slot_gpu[s]) for s in sl], job.attempt, layouts)  # fmt: skip
+            layouts = [
+                dict(zip(LAYOUT, (int(job.stage[r]), int(job.dp_rank[r]), int(job.tp_rank[r])), strict=True))
+                for r in range(len(sl))
+            ]
+        job.mons = _ranks.spawn(
+            self.clock,
+            job.spec.job_id,
+            list(range(len(sl))),
+            [int(self.slot_gpu[s]) for s in sl],
+            job.attempt,
+            layouts,
+        )
         job.spawned = True
 
     def _job_at(self, node: int) -> Job | None:
@@ -284,11 +305,20 @@ class RealisticModel(ClusterModel):
     def _quiet_effects(self) -> dict:
         G = self.G
         return {
-            "slow": np.ones(G), "clock": np.full(G, MAX_SM_CLOCK), "reasons": np.zeros(G),
-            "temp_add": np.zeros(G), "power_cap": np.full(G, 700.0), "thermal_frac": np.zeros(G),
-            "power_frac": np.zeros(G), "data_add": np.zeros(G), "opt_add": np.zeros(G),
-            "net_add": {}, "bad_efa": [], "read_latency": np.ones(self.n_nodes), "fsx": 1.0,
-        }  # fmt: skip
+            "slow": np.ones(G),
+            "clock": np.full(G, MAX_SM_CLOCK),
+            "reasons": np.zeros(G),
+            "temp_add": np.zeros(G),
+            "power_cap": np.full(G, 700.0),
+            "thermal_frac": np.zeros(G),
+            "power_frac": np.zeros(G),
+            "data_add": np.zeros(G),
+            "opt_add": np.zeros(G),
+            "net_add": {},
+            "bad_efa": [],
+            "read_latency": np.ones(self.n_nodes),
+            "fsx": 1.0,
+        }
 
     def _effects(self, t: float) -> dict:
         """What the faults acting at scenario time ``t`` change (per GPU slot, node or job)."""
@@ -573,8 +603,9 @@ class RealisticModel(ClusterModel):
         """Every live rank completes the step: its monitor counts its phases and the step."""
         flops = job.spec.mfu * self.peak.get("bf16", 0.9895e15) * job.t0
         self._at(step["end"])
-        _ranks.commit_step(job.mons, self._live(job), step["T"], step["phases"],
-                           TOKENS_PER_STEP * job.spec.step_scale, flops)  # fmt: skip
+        _ranks.commit_step(
+            job.mons, self._live(job), step["T"], step["phases"], TOKENS_PER_STEP * job.spec.step_scale, flops
+        )
         self._account_step(job, step)
         job.global_step += 1
 
@@ -632,13 +663,21 @@ class RealisticModel(ClusterModel):
                 self.pcie_width < 16, rng.poisson(40 * dt / 15, G), rng.random(G) < 0.01
             )
         self.g = {
-            "util": util, "mem_util": util * 0.35, "clock": clock, "mem_clock": np.full(G, 2619.0),
-            "temp": temp, "mem_temp": temp + 6, "power": power, "tensor": tensor,
-            "sm_active": np.clip(0.92 * active, 0, 1), "gr_active": util / 100 * 0.98,
+            "util": util,
+            "mem_util": util * 0.35,
+            "clock": clock,
+            "mem_clock": np.full(G, 2619.0),
+            "temp": temp,
+            "mem_temp": temp + 6,
+            "power": power,
+            "tensor": tensor,
+            "sm_active": np.clip(0.92 * active, 0, 1),
+            "gr_active": util / 100 * 0.98,
             "dram": np.clip(0.45 * busy + 0.1 * a["eval"], 0, 1),
-            "fb_used": np.where(in_job | (a["hang"] > 0), 71500.0, 0.0), "reasons": reasons,
+            "fb_used": np.where(in_job | (a["hang"] > 0), 71500.0, 0.0),
+            "reasons": reasons,
             "nvlink_bw": busy * 150000.0,
-        }  # fmt: skip
+        }
         self.present = self.node_present[self.slot_node] & ~self.vanished
         if dt > 0:
             self._network_and_storage(eff, dt, span)
@@ -658,9 +697,16 @@ class RealisticModel(ClusterModel):
         per_dev *= 1 + rng.normal(0, 0.02, per_dev.shape)
         base = self.node_present[:, None].astype(float)
         pkts = per_dev / 8800
-        for name, v in (("tx_bytes", per_dev), ("rx_bytes", per_dev), ("tx_pkts", pkts), ("rx_pkts", pkts),
-                        ("rdma_write_bytes", per_dev * 0.9), ("rdma_read_bytes", per_dev * 0.05),
-                        ("rdma_write_wrs", pkts / 4), ("rdma_read_wrs", pkts / 80)):  # fmt: skip
+        for name, v in (
+            ("tx_bytes", per_dev),
+            ("rx_bytes", per_dev),
+            ("tx_pkts", pkts),
+            ("rx_pkts", pkts),
+            ("rdma_write_bytes", per_dev * 0.9),
+            ("rdma_read_bytes", per_dev * 0.05),
+            ("rdma_write_wrs", pkts / 4),
+            ("rdma_read_wrs", pkts / 80),
+        ):
             self.efa[name] += v * base
         for name in ("send_bytes", "recv_bytes"):
             self.efa[name] += 2e4 * dt * base
@@ -731,8 +777,13 @@ class RealisticModel(ClusterModel):
 
         def key(s: int) -> tuple[str, ...]:
             n = int(self.slot_node[s])
-            return (jobs[self.job_of[s]].spec.job_id, str(int(self.rank_of[s])), str(int(self.slot_gpu[s])),
-                    self.hostnames[n], str(int(self.slot_gpu[s]))) + self._scrape(n)  # fmt: skip
+            return (
+                jobs[self.job_of[s]].spec.job_id,
+                str(int(self.rank_of[s])),
+                str(int(self.slot_gpu[s])),
+                self.hostnames[n],
+                str(int(self.slot_gpu[s])),
+            ) + self._scrape(n)
 
         keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
         mons = [jobs[self.job_of[s]].mons[self.rank_of[s]] for s in slots]
@@ -752,9 +803,11 @@ def _slowed(eff: dict, job: Job) -> bool:
     """Whether a fault acting now slows ``job``'s steps (its GPUs, data path, host CPU or network)."""
     sl = job.slots
     return bool(
-        (eff["slow"][sl] > 1.0).any() or (eff["data_add"][sl] > 0).any() or (eff["opt_add"][sl] > 0).any()
+        (eff["slow"][sl] > 1.0).any()
+        or (eff["data_add"][sl] > 0).any()
+        or (eff["opt_add"][sl] > 0).any()
         or eff["net_add"].get(job.index, 0.0) > 0
-    )  # fmt: skip
+    )
 
 
 def check_training_spec(spec: ScenarioSpec) -> None:

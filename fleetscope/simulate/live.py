@@ -31,8 +31,15 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class LiveCluster:
     """``LiveCluster(spec, host, base_port).start()`` serves node i on ``base_port + i``."""
 
-    def __init__(self, spec: ScenarioSpec, host: str = "127.0.0.1", base_port: int = 9500,
-                 speed: float = 1.0, tick_s: float = 1.0, targets_file: str | Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: ScenarioSpec,
+        host: str = "127.0.0.1",
+        base_port: int = 9500,
+        speed: float = 1.0,
+        tick_s: float = 1.0,
+        targets_file: str | Path | None = None,
+    ) -> None:
         self.spec = spec
         self.host = host
         self.base_port = base_port
@@ -124,8 +131,10 @@ class LiveCluster:
 
     def write_targets(self, path: Path) -> None:
         """A Prometheus file_sd JSON with one target per virtual node."""
-        groups = [{"targets": [t], "labels": {"fleetscope_sim_node": self.model.hostnames[i]}}
-                  for i, t in enumerate(self.targets)]  # fmt: skip
+        groups = [
+            {"targets": [t], "labels": {"fleetscope_sim_node": self.model.hostnames[i]}}
+            for i, t in enumerate(self.targets)
+        ]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(groups, indent=2) + "\n")

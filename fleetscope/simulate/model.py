@@ -275,8 +275,15 @@ class ClusterModel:
             elif f.kind == "data_stall":
                 eff["data"] = f.slowdown * STEP_TYPICAL_S
                 eff["lustre_read"] = 0.08
-        eff.update(slow=slow, clock=clock, reasons=reasons, temp_add=temp_add, power_cap=power_cap,
-                   thermal_frac=thermal_frac, power_frac=power_frac)  # fmt: skip
+        eff.update(
+            slow=slow,
+            clock=clock,
+            reasons=reasons,
+            temp_add=temp_add,
+            power_cap=power_cap,
+            thermal_frac=thermal_frac,
+            power_frac=power_frac,
+        )
         eff["bad_efa"] = bad_efa  # type: ignore[assignment]
         return eff
 
@@ -419,8 +426,15 @@ class ClusterModel:
     # ------------------------------------------------------------------ series
     def _gpu_key(self, s: int) -> tuple[str, ...]:
         n, g = int(self.slot_node[s]), int(self.slot_gpu[s])
-        key = (str(g), self.uuid[s], f"00000000:{BUS_IDS[g % 8]}:00.0", f"nvidia{g}",
-               self.spec.model_name, self.hostnames[n], "590.48.01")  # fmt: skip
+        key = (
+            str(g),
+            self.uuid[s],
+            f"00000000:{BUS_IDS[g % 8]}:00.0",
+            f"nvidia{g}",
+            self.spec.model_name,
+            self.hostnames[n],
+            "590.48.01",
+        )
         return key + self._scrape(n)
 
     def _scrape(self, n: int) -> tuple[str, ...]:
@@ -483,9 +497,18 @@ class ClusterModel:
         # XID gauge (dcgm-exporter compat): value = last XID, with err_code/err_msg labels.
         xl = gl + ("err_code", "err_msg")
         xver = (pver, tuple(self.last_xid[alive]))
-        xkeys = self._cached("xid_gauge", xver, lambda: [
-            self._gpu_key(int(s)) + (str(int(self.last_xid[s])), xids.message(int(self.last_xid[s])) if self.last_xid[s] else "")
-            for s in alive])  # fmt: skip
+        xkeys = self._cached(
+            "xid_gauge",
+            xver,
+            lambda: [
+                self._gpu_key(int(s))
+                + (
+                    str(int(self.last_xid[s])),
+                    xids.message(int(self.last_xid[s])) if self.last_xid[s] else "",
+                )
+                for s in alive
+            ],
+        )
         out[c.DCGM_FI_DEV_XID_ERRORS] = Series(xl, xkeys, self.last_xid[alive].astype(float))
         out[c.GPU_UP] = Series(gl, all_keys, (~self.gpu_lost[present_slots]).astype(float))
         pl = gl + ("dtype",)
@@ -514,8 +537,13 @@ class ClusterModel:
 
         def key(s: int) -> tuple[str, ...]:
             n = int(self.slot_node[s])
-            return (self.spec.job_id, str(int(self.rank_of[s])), str(int(self.slot_gpu[s])),
-                    self.hostnames[n], str(int(self.slot_gpu[s]))) + self._scrape(n)  # fmt: skip
+            return (
+                self.spec.job_id,
+                str(int(self.rank_of[s])),
+                str(int(self.slot_gpu[s])),
+                self.hostnames[n],
+                str(int(self.slot_gpu[s])),
+            ) + self._scrape(n)
 
         keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
         out[c.TRAINING_STEPS] = Series(tl, keys, self.r_steps[slots])
@@ -536,8 +564,13 @@ class ClusterModel:
         nodes = np.nonzero(self.node_present)[0]
         ver = tuple(nodes)
         el = c.EFA_LABELS + sl
-        ekeys = self._cached("efa", ver, lambda: [
-            (self.hostnames[n], d, "1") + self._scrape(int(n)) for n in nodes for d in self.efa_names])  # fmt: skip
+        ekeys = self._cached(
+            "efa",
+            ver,
+            lambda: [
+                (self.hostnames[n], d, "1") + self._scrape(int(n)) for n in nodes for d in self.efa_names
+            ],
+        )
         for name in _EFA_COUNTERS:
             out[c.efa_metric_name(name)] = Series(el, ekeys, np.floor(self.efa[name][nodes].ravel()))
         out[c.EFA_LIFESPAN] = Series(el, ekeys, np.floor(self.efa_lifespan[nodes].ravel()))
@@ -561,8 +594,11 @@ class ClusterModel:
         )
         out[c.LUSTRE_CLIENT_HEALTHY] = Series(hl, hkeys, np.ones(len(nodes)))
         cl = ("collector", c.NODE_LABEL, *sl)
-        ckeys = self._cached("collector", ver, lambda: [
-            (col, self.hostnames[n], *self._scrape(int(n))) for col in _COLLECTORS for n in nodes])  # fmt: skip
+        ckeys = self._cached(
+            "collector",
+            ver,
+            lambda: [(col, self.hostnames[n], *self._scrape(int(n))) for col in _COLLECTORS for n in nodes],
+        )
         out[c.COLLECTOR_SUCCESS] = Series(cl, ckeys, np.ones(len(ckeys)))
 
 
@@ -583,10 +619,26 @@ def _overlap_periodic(a: float, b: float, every: float, length: float) -> float:
 
 
 _EFA_COUNTERS = (
-    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes",
-    "recv_wrs", "rdma_read_bytes", "rdma_read_wrs", "rdma_read_wr_err", "rdma_write_bytes",
-    "rdma_write_wrs", "rdma_write_wr_err", "retrans_bytes", "retrans_pkts", "retrans_timeout_events",
-    "unresponsive_remote_events", "impaired_remote_conn_events",
-)  # fmt: skip
+    "tx_bytes",
+    "tx_pkts",
+    "rx_bytes",
+    "rx_pkts",
+    "rx_drops",
+    "send_bytes",
+    "send_wrs",
+    "recv_bytes",
+    "recv_wrs",
+    "rdma_read_bytes",
+    "rdma_read_wrs",
+    "rdma_read_wr_err",
+    "rdma_write_bytes",
+    "rdma_write_wrs",
+    "rdma_write_wr_err",
+    "retrans_bytes",
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
+)
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
 _COLLECTORS = ("gpu", "xid", "efa", "lustre", "training")

@@ -176,8 +176,18 @@ class NeuronModel(RealisticModel):
 
         def core_key(s: int) -> tuple[str, ...]:
             n, core = int(self.slot_node[s]), int(self.slot_gpu[s])
-            return (*self._instance(n), "train", self.hostnames[n], str(core), str(core // CORES_PER_DEVICE),
-                    "", "", "", "", *self._scrape(n))  # fmt: skip
+            return (
+                *self._instance(n),
+                "train",
+                self.hostnames[n],
+                str(core),
+                str(core // CORES_PER_DEVICE),
+                "",
+                "",
+                "",
+                "",
+                *self._scrape(n),
+            )
 
         keys = self._cached("n_core", ver, lambda: [core_key(s) for s in slots])
         out[c.NEURONCORE_UTILIZATION] = Series(
@@ -186,8 +196,17 @@ class NeuronModel(RealisticModel):
 
         def peak_key(s: int, dtype: str) -> tuple[str, ...]:
             n, core = int(self.slot_node[s]), int(self.slot_gpu[s])
-            return (str(core), "", "", f"neuron{core // CORES_PER_DEVICE}", f"{DEVICE_TYPE} NeuronCore",
-                    self.hostnames[n], "", dtype, *self._scrape(n))  # fmt: skip
+            return (
+                str(core),
+                "",
+                "",
+                f"neuron{core // CORES_PER_DEVICE}",
+                f"{DEVICE_TYPE} NeuronCore",
+                self.hostnames[n],
+                "",
+                dtype,
+                *self._scrape(n),
+            )
 
         dtypes = sorted(self.peak)
         pkeys = self._cached("n_peak", ver, lambda: [peak_key(s, d) for d in dtypes for s in slots])
@@ -205,9 +224,23 @@ class NeuronModel(RealisticModel):
         keys = self._cached("n_ecc", ver, lambda: [key(n, d, e) for e in events for n, d in rows])
         values = np.concatenate([np.array([self.ecc[e][n, d] for n, d in rows]) for e in events])
         out[c.NEURON_HW_ECC_EVENTS] = Series(c.NEURON_HW_ECC_EVENTS.labels + sl, keys, values)
-        hw_keys = self._cached("n_hw", tuple(nodes), lambda: [
-            (*self._instance(n), self.hostnames[n], str(self.devices), str(CORES_PER_DEVICE), DEVICE_TYPE, "v3d",
-             str(DEVICE_MEMORY_BYTES), *self._scrape(n)) for n in nodes])  # fmt: skip
+        hw_keys = self._cached(
+            "n_hw",
+            tuple(nodes),
+            lambda: [
+                (
+                    *self._instance(n),
+                    self.hostnames[n],
+                    str(self.devices),
+                    str(CORES_PER_DEVICE),
+                    DEVICE_TYPE,
+                    "v3d",
+                    str(DEVICE_MEMORY_BYTES),
+                    *self._scrape(n),
+                )
+                for n in nodes
+            ],
+        )
         out[c.NEURON_HARDWARE_INFO] = Series(c.NEURON_HARDWARE_INFO.labels + sl, hw_keys, np.ones(len(nodes)))
 
     def _runtime_series(self, out: dict[str, Series], nodes: list[int], sl: tuple[str, ...]) -> None:
@@ -215,17 +248,25 @@ class NeuronModel(RealisticModel):
             return (*self._instance(n), "train", self.hostnames[n])
 
         ver = tuple(nodes)
-        err_keys = self._cached("n_err", ver, lambda: [(*base(n), e, *self._scrape(n)) for e in c.NEURON_ERROR_TYPES
-                                                      for n in nodes])  # fmt: skip
-        errs = np.concatenate([self.hw_errors[nodes] if e == "hardware" else np.zeros(len(nodes))
-                               for e in c.NEURON_ERROR_TYPES])  # fmt: skip
+        err_keys = self._cached(
+            "n_err",
+            ver,
+            lambda: [(*base(n), e, *self._scrape(n)) for e in c.NEURON_ERROR_TYPES for n in nodes],
+        )
+        errs = np.concatenate(
+            [self.hw_errors[nodes] if e == "hardware" else np.zeros(len(nodes)) for e in c.NEURON_ERROR_TYPES]
+        )
         out[c.NEURON_EXECUTION_ERRORS] = Series(c.NEURON_EXECUTION_ERRORS.labels + sl, err_keys, errs)
-        st_keys = self._cached("n_st", ver, lambda: [(*base(n), s, *self._scrape(n)) for s in c.NEURON_EXECUTION_STATUSES
-                                                     for n in nodes])  # fmt: skip
+        st_keys = self._cached(
+            "n_st",
+            ver,
+            lambda: [(*base(n), s, *self._scrape(n)) for s in c.NEURON_EXECUTION_STATUSES for n in nodes],
+        )
         status = np.concatenate([self.executions[s][nodes] for s in c.NEURON_EXECUTION_STATUSES])
         out[c.NEURON_EXECUTION_STATUS] = Series(c.NEURON_EXECUTION_STATUS.labels + sl, st_keys, status)
-        lat_keys = self._cached("n_lat", ver, lambda: [(*base(n), p, *self._scrape(n)) for p in ("p50", "p99")
-                                                      for n in nodes])  # fmt: skip
+        lat_keys = self._cached(
+            "n_lat", ver, lambda: [(*base(n), p, *self._scrape(n)) for p in ("p50", "p99") for n in nodes]
+        )
         lat = np.concatenate([np.round(self.latency[nodes] * k, 6) for k in (1.0, 1.15)])
         out[c.NEURON_EXECUTION_LATENCY] = Series(c.NEURON_EXECUTION_LATENCY.labels + sl, lat_keys, lat)
 
@@ -233,9 +274,15 @@ class NeuronModel(RealisticModel):
 #: The GPU collector's series, which a Trainium node does not have.
 _GPU_NAMES = frozenset(m for m in c.metrics_by_origin("gpu") if m != c.GPU_PEAK_FLOPS)
 _NEURON_NAMES = (
-    c.NEURON_DEVICES, c.NEURONCORE_UTILIZATION, c.GPU_PEAK_FLOPS, c.NEURON_HW_ECC_EVENTS, c.NEURON_HARDWARE_INFO,
-    c.NEURON_EXECUTION_ERRORS, c.NEURON_EXECUTION_STATUS, c.NEURON_EXECUTION_LATENCY,
-)  # fmt: skip
+    c.NEURON_DEVICES,
+    c.NEURONCORE_UTILIZATION,
+    c.GPU_PEAK_FLOPS,
+    c.NEURON_HW_ECC_EVENTS,
+    c.NEURON_HARDWARE_INFO,
+    c.NEURON_EXECUTION_ERRORS,
+    c.NEURON_EXECUTION_STATUS,
+    c.NEURON_EXECUTION_LATENCY,
+)
 
 
 def neuron_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:

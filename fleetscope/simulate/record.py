@@ -22,8 +22,15 @@ from fleetscope.simulate.exposition import (
 from fleetscope.simulate.families import cluster_model, ground_truth
 from fleetscope.simulate.spec import ScenarioSpec
 
-__all__ = ["Recording", "Samples", "ground_truth", "simulate", "write_openmetrics", "write_samples",
-           "write_scenario"]  # fmt: skip
+__all__ = [
+    "Recording",
+    "Samples",
+    "ground_truth",
+    "simulate",
+    "write_openmetrics",
+    "write_samples",
+    "write_scenario",
+]
 
 
 class Recording:
@@ -103,8 +110,12 @@ def write_samples(samples: Samples, path: str | Path) -> None:
     write_openmetrics_file(iter_openmetrics(samples_families(samples)), path)
 
 
-def write_scenario(spec: ScenarioSpec, out: str | Path, truth: str | Path | None = None,
-                   progress: Callable[[float], None] | None = None) -> tuple[Path, Path]:  # fmt: skip
+def write_scenario(
+    spec: ScenarioSpec,
+    out: str | Path,
+    truth: str | Path | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> tuple[Path, Path]:
     """Simulate ``spec`` into ``out`` (OpenMetrics) and its ground truth into ``truth`` (JSON)."""
     out = Path(out)
     truth = Path(truth) if truth else out.with_name(out.name.split(".")[0] + ".truth.json")

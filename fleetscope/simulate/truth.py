@@ -29,7 +29,7 @@ from fleetscope.times import rfc3339
 
 #: Per fault kind: (finding kind, cause, scope, required); scope ``gpu``, ``node`` or ``job``.
 EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
-    "thermal_throttle": [("straggler", "thermal_throttle", "gpu", True), ("mfu_drop", "straggler", "job", False)],
+    "thermal_throttle": [("straggler", "thermal_throttle", "gpu", True), ("mfu_drop", "straggler", "job", False)],  # noqa: E501
     "power_brake": [("straggler", "power_brake", "gpu", True), ("mfu_drop", "straggler", "job", False)],
     "psu_brake": [("straggler", "power_brake", "node", True), ("mfu_drop", "straggler", "job", False)],
     "silent_slowdown": [("straggler", "unknown", "gpu", False), ("mfu_drop", "straggler", "job", False)],
@@ -120,20 +120,24 @@ def realistic_truth(
         job_id, first = _job_of(spec, f.node)
         rules = rules_of(f)
         per_gpu = any(scope == "gpu" for _, _, scope, _ in rules)
-        faults.append({
-            "kind": f.kind,
-            "cause": f.cause if f.kind == "hang" else None,
-            "node": node_name(f.node),
-            "gpu": str(f.gpu) if per_gpu else None,
-            "rank": (f.node - first) * spec.gpus_per_node + f.gpu if per_gpu else None,
-            "job_id": job_id,
-            "device": f"rdmap{79 + 16 * f.device}s0" if f.kind == "efa_degraded" or f.cause == "efa" else None,
-            "onset": rfc3339(onset),
-            "end": rfc3339(end),
-            "fail_stop": f.kind == "hang",
-            "slowdown": f.slowdown if f.kind in _SLOW else None,
-            "expected": _expected(spec, rules, f),
-        })  # fmt: skip
+        faults.append(
+            {
+                "kind": f.kind,
+                "cause": f.cause if f.kind == "hang" else None,
+                "node": node_name(f.node),
+                "gpu": str(f.gpu) if per_gpu else None,
+                "rank": (f.node - first) * spec.gpus_per_node + f.gpu if per_gpu else None,
+                "job_id": job_id,
+                "device": f"rdmap{79 + 16 * f.device}s0"
+                if f.kind == "efa_degraded" or f.cause == "efa"
+                else None,
+                "onset": rfc3339(onset),
+                "end": rfc3339(end),
+                "fail_stop": f.kind == "hang",
+                "slowdown": f.slowdown if f.kind in _SLOW else None,
+                "expected": _expected(spec, rules, f),
+            }
+        )
     truth = {
         "scenario": spec.name,
         "family": spec.family,
@@ -152,9 +156,18 @@ def training_truth(spec: ScenarioSpec, goodput: dict[str, dict[str, float]] | No
 
 
 _SLOW = frozenset(
-    {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "efa_degraded", "data_slow",
-     "cpu_contention", "data_stall", "fsx_saturation"}
-)  # fmt: skip
+    {
+        "thermal_throttle",
+        "power_brake",
+        "psu_brake",
+        "silent_slowdown",
+        "efa_degraded",
+        "data_slow",
+        "cpu_contention",
+        "data_stall",
+        "fsx_saturation",
+    }
+)
 
 
 def goodput_block(account: dict[str, dict[str, float]]) -> dict[str, Any]:

@@ -32,9 +32,17 @@ def _rank0(rec, metric: str, **match: str) -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="module")
 def drained():
     """Two nodes, a save every 300 s, node 1 drained at 700 s: 120 s later the job restarts on node 0."""
-    spec = ScenarioSpec(name="ck", family="goodput", nodes=2, seed=11, duration_s=1500, scrape_miss=0.0,
-                        checkpoint_every_s=300, checkpoint_s=30,
-                        faults=[FaultSpec(kind="node_drain", at_s=700, node=1, stall_s=120)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="ck",
+        family="goodput",
+        nodes=2,
+        seed=11,
+        duration_s=1500,
+        scrape_miss=0.0,
+        checkpoint_every_s=300,
+        checkpoint_s=30,
+        faults=[FaultSpec(kind="node_drain", at_s=700, node=1, stall_s=120)],
+    )
     return spec, simulate(spec)
 
 
@@ -103,8 +111,9 @@ def test_the_account_reads_the_series_and_meets_the_truth(tmp_path: Path):
 
 
 def test_a_job_without_training_telemetry_writes_no_checkpoint_series(tmp_path: Path):
-    spec = ScenarioSpec(name="quiet", family="realistic", nodes=2, seed=5, duration_s=300,
-                        training_telemetry=False)  # fmt: skip
+    spec = ScenarioSpec(
+        name="quiet", family="realistic", nodes=2, seed=5, duration_s=300, training_telemetry=False
+    )
     rec = simulate(spec)
     write_openmetrics(rec, tmp_path / "q.om")
     assert c.TRAINING_CHECKPOINT_SAVES not in rec.metric_names()

@@ -53,8 +53,13 @@ def _at(rec, metric: str, t: float, **match: str) -> dict[str, float]:
 
 def test_classic_specs_keep_their_recordings(tmp_path):
     """A spec without a family runs the classic model byte for byte as before the realistic one."""
-    spec = ScenarioSpec(name="healthy_2n", nodes=2, duration_s=600, seed=3,
-                        faults=[FaultSpec(kind="thermal_throttle", at_s=300, node=1, gpu=2)])  # fmt: skip
+    spec = ScenarioSpec(
+        name="healthy_2n",
+        nodes=2,
+        duration_s=600,
+        seed=3,
+        faults=[FaultSpec(kind="thermal_throttle", at_s=300, node=1, gpu=2)],
+    )
     assert spec.family == "classic" and not spec.realistic
     write_openmetrics(simulate(spec), tmp_path / "a.om")
     digest = hashlib.sha1((tmp_path / "a.om").read_bytes()).hexdigest()
@@ -82,8 +87,11 @@ def test_backward_wait_slow_rank_shows_less_backward_time():
 
 
 def test_optimizer_wait_phase_and_jitter():
-    spec = _spec(wait_phase="optimizer", jitter=0.03,
-                 faults=[FaultSpec(kind="power_brake", at_s=0, node=0, gpu=1, slowdown=0.3)])  # fmt: skip
+    spec = _spec(
+        wait_phase="optimizer",
+        jitter=0.03,
+        faults=[FaultSpec(kind="power_brake", at_s=0, node=0, gpu=1, slowdown=0.3)],
+    )
     rec = simulate(spec)
     opt = _by(rec, c.TRAINING_PHASE_SECONDS, "rank", phase="optimizer")
     assert opt.pop("1") < min(opt.values()) * 0.9
@@ -144,8 +152,11 @@ def test_eval_pauses_stop_steps_and_lower_util(eval_phase):
 
 
 def test_fsx_saturation_slows_every_nodes_checkpoint_alike():
-    spec = _spec(nodes=3, checkpoint_s=30, faults=[FaultSpec(kind="fsx_saturation", at_s=590, duration_s=400,
-                                                             slowdown=8)])  # fmt: skip
+    spec = _spec(
+        nodes=3,
+        checkpoint_s=30,
+        faults=[FaultSpec(kind="fsx_saturation", at_s=590, duration_s=400, slowdown=8)],
+    )
     rec = simulate(spec)
     ck = _by(rec, c.TRAINING_PHASE_SECONDS, "rank", phase="checkpoint")
     assert 180 < ck["0"] < 330  # one slow (3-5 min) checkpoint plus the normal ones
@@ -158,9 +169,15 @@ def test_fsx_saturation_slows_every_nodes_checkpoint_alike():
 
 
 def test_hang_keeps_gpus_busy_and_steps_flat_until_the_watchdog():
-    spec = _spec(nodes=2, duration_s=1800,
-                 faults=[FaultSpec(kind="hang", cause="efa", at_s=300, lead_s=90, stall_s=600, node=1, device=2,
-                                   restart="same")])  # fmt: skip
+    spec = _spec(
+        nodes=2,
+        duration_s=1800,
+        faults=[
+            FaultSpec(
+                kind="hang", cause="efa", at_s=300, lead_s=90, stall_s=600, node=1, device=2, restart="same"
+            )
+        ],
+    )
     rec = simulate(spec)
     s0 = spec.start
     steps = _at(rec, c.TRAINING_STEPS, s0 + 420, rank="0")
@@ -196,20 +213,28 @@ def test_host_hang_blames_the_job_and_idles_the_stuck_gpu():
 
 
 def test_xid79_and_vanished_gpu():
-    spec = _spec(faults=[FaultSpec(kind="hang", cause="xid79", at_s=300, stall_s=600, node=1, gpu=2,
-                                   restart="shrink")])  # fmt: skip
+    spec = _spec(
+        faults=[FaultSpec(kind="hang", cause="xid79", at_s=300, stall_s=600, node=1, gpu=2, restart="shrink")]
+    )
     rec = simulate(spec)
     up = _at(rec, c.GPU_UP, spec.start + 400)
     assert up[f"{node_name(1)}/2"] == 0
-    spec = _spec(faults=[FaultSpec(kind="hang", cause="gpu_vanish", at_s=300, stall_s=600, node=1, gpu=2,
-                                   restart="shrink")])  # fmt: skip
+    spec = _spec(
+        faults=[
+            FaultSpec(kind="hang", cause="gpu_vanish", at_s=300, stall_s=600, node=1, gpu=2, restart="shrink")
+        ]
+    )
     rec = simulate(spec)
-    (t, _v) = rec.series_of(c.DCGM_FI_DEV_GPU_UTIL)[next(k for k in rec.series_of(c.DCGM_FI_DEV_GPU_UTIL)
-                                                          if k[5] == node_name(1) and k[0] == "2")]  # fmt: skip
+    (t, _v) = rec.series_of(c.DCGM_FI_DEV_GPU_UTIL)[
+        next(k for k in rec.series_of(c.DCGM_FI_DEV_GPU_UTIL) if k[5] == node_name(1) and k[0] == "2")
+    ]
     assert t[-1] - spec.start <= 300
     assert c.GPU_UP in rec.metric_names()
-    assert not [k for k in rec.series_of(c.GPU_UP) if k[5] == node_name(1) and k[0] == "2"
-                and rec.series_of(c.GPU_UP)[k][0][-1] > spec.start + 300]  # fmt: skip
+    assert not [
+        k
+        for k in rec.series_of(c.GPU_UP)
+        if k[5] == node_name(1) and k[0] == "2" and rec.series_of(c.GPU_UP)[k][0][-1] > spec.start + 300
+    ]
 
 
 def test_scrape_gap_and_drain():
@@ -241,9 +266,15 @@ def test_scrape_gap_and_drain():
 
 
 def test_several_jobs_fault_stays_in_its_job():
-    spec = _spec(family="multi_job", nodes=4, jobs=[JobSpec(job_id="a", nodes=2), JobSpec(job_id="b", nodes=2,
-                 first_node=2, step_scale=0.5, mfu=0.3)],
-                 faults=[FaultSpec(kind="thermal_throttle", at_s=0, node=3, gpu=0, slowdown=0.4)])  # fmt: skip
+    spec = _spec(
+        family="multi_job",
+        nodes=4,
+        jobs=[
+            JobSpec(job_id="a", nodes=2),
+            JobSpec(job_id="b", nodes=2, first_node=2, step_scale=0.5, mfu=0.3),
+        ],
+        faults=[FaultSpec(kind="thermal_throttle", at_s=0, node=3, gpu=0, slowdown=0.4)],
+    )
     rec = simulate(spec)
     steps = _by(rec, c.TRAINING_STEPS, "job_id")
     assert set(steps) == {"a", "b"}
@@ -255,8 +286,11 @@ def test_several_jobs_fault_stays_in_its_job():
 
 
 def test_intermittent_throttle_shows_hardware_evidence_only_when_on():
-    spec = _spec(faults=[FaultSpec(kind="thermal_throttle", at_s=0, period_s=300, on_s=120, node=0, gpu=3,
-                                   slowdown=0.15)])  # fmt: skip
+    spec = _spec(
+        faults=[
+            FaultSpec(kind="thermal_throttle", at_s=0, period_s=300, on_s=120, node=0, gpu=3, slowdown=0.15)
+        ]
+    )
     rec = simulate(spec)
     key = next(
         k for k in rec.series_of(c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS) if k[5] == node_name(0) and k[0] == "3"
@@ -271,8 +305,16 @@ def test_node_level_truth_and_spec_checks(tmp_path):
     spec = _spec(family="node_level", faults=[FaultSpec(kind="psu_brake", at_s=100, node=1, slowdown=0.2)])
     (fault,) = ground_truth(spec)["faults"]
     req = [e for e in fault["expected"] if not e.get("optional")]
-    assert req == [{"kind": "straggler", "cause": "power_brake", "node": node_name(1), "gpu": None,
-                    "node_level": True, "single": True}]  # fmt: skip
+    assert req == [
+        {
+            "kind": "straggler",
+            "cause": "power_brake",
+            "node": node_name(1),
+            "gpu": None,
+            "node_level": True,
+            "single": True,
+        }
+    ]
     rec = simulate(spec)
     reasons = _at(rec, c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, spec.start + 600)
     braked = {k for k, v in reasons.items() if int(v) & hardware.CLOCK_EVENT_HW_POWER_BRAKE}

@@ -12,8 +12,9 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
 
 def _spec(*faults: FaultSpec, **kw) -> ScenarioSpec:
-    return ScenarioSpec(name="inference_t", nodes=4, duration_s=1800, seed=5, scrape_miss=0.0,
-                        faults=list(faults), **kw)  # fmt: skip
+    return ScenarioSpec(
+        name="inference_t", nodes=4, duration_s=1800, seed=5, scrape_miss=0.0, faults=list(faults), **kw
+    )
 
 
 def _per_pod(rec, metric: str) -> dict[str, np.ndarray]:
@@ -32,8 +33,11 @@ def test_replicas_histograms_and_batching():
     assert len(running) == 4
     # Buckets are cumulative in le and in time, +Inf equals _count.
     i = rec.labels[c.VLLM_TIME_TO_FIRST_TOKEN.bucket].index("le")
-    last = {k[i]: float(v[-1]) for k, (_t, v) in rec.series_of(c.VLLM_TIME_TO_FIRST_TOKEN.bucket).items()
-            if k[rec.labels[c.VLLM_TIME_TO_FIRST_TOKEN.bucket].index("pod")] == "vllm-llama-3-1-70b-instruct-0"}  # fmt: skip
+    last = {
+        k[i]: float(v[-1])
+        for k, (_t, v) in rec.series_of(c.VLLM_TIME_TO_FIRST_TOKEN.bucket).items()
+        if k[rec.labels[c.VLLM_TIME_TO_FIRST_TOKEN.bucket].index("pod")] == "vllm-llama-3-1-70b-instruct-0"
+    }
     ordered = [last[le] for le in sorted(last, key=lambda x: float(x.replace("+Inf", "inf")))]
     assert ordered == sorted(ordered)
     assert (

@@ -10,10 +10,18 @@ from fleetscope.telemetry.writer import render
 
 
 def test_series_are_the_rank_files_the_exporter_reads():
-    spec = ScenarioSpec(name="ranks", family="realistic", nodes=2, seed=5, duration_s=900, checkpoint_every_s=200,
-                        eval_every_s=300, eval_s=40, emit_layout=True,
-                        faults=[FaultSpec(kind="hang", cause="xid79", at_s=400, stall_s=60, node=1, gpu=2,
-                                          restart="same")])  # fmt: skip
+    spec = ScenarioSpec(
+        name="ranks",
+        family="realistic",
+        nodes=2,
+        seed=5,
+        duration_s=900,
+        checkpoint_every_s=200,
+        eval_every_s=300,
+        eval_s=40,
+        emit_layout=True,
+        faults=[FaultSpec(kind="hang", cause="xid79", at_s=400, stall_s=60, node=1, gpu=2, restart="same")],
+    )
     model = cluster_model(spec, scrape_labels=False)
     for _ in range(50):  # 750 s: saves, evaluations, the hang, the abort, the restart and its load
         model.tick(15.0)

@@ -33,12 +33,20 @@ def test_each_family_names_a_model_a_truth_a_check_and_spec_fields(fam):
 
 @pytest.mark.parametrize(
     ("name", "model"),
-    [("x", "ClusterModel"), ("pipeline_x", "RealisticModel"), ("inference_x", "InferenceModel"),
-     ("neuron_x", "NeuronModel")],
-)  # fmt: skip
+    [
+        ("x", "ClusterModel"),
+        ("pipeline_x", "RealisticModel"),
+        ("inference_x", "InferenceModel"),
+        ("neuron_x", "NeuronModel"),
+    ],
+)
 def test_a_spec_gets_its_familys_model_and_truth(name, model):
-    spec = ScenarioSpec(name=name, nodes=1, duration_s=60, faults=[FaultSpec(kind="power_brake", at_s=30, node=0)]
-                        if not name.startswith("neuron") else [])  # fmt: skip
+    spec = ScenarioSpec(
+        name=name,
+        nodes=1,
+        duration_s=60,
+        faults=[FaultSpec(kind="power_brake", at_s=30, node=0)] if not name.startswith("neuron") else [],
+    )
     assert type(cluster_model(spec)).__name__ == model
     truth = families.ground_truth(spec)
     assert truth["family"] == spec.family and len(truth["faults"]) == len(spec.faults)

@@ -53,8 +53,11 @@ def test_deterministic_by_seed_and_gzip(tmp_path):
 def test_synchronous_training_model():
     """The slowest rank sets the pace: a throttled GPU raises everyone's step time; waiting ranks
     show less tensor activity than the straggler."""
-    spec = _spec(nodes=2, duration_s=900, faults=[FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1,
-                                                                slowdown=0.3)])  # fmt: skip
+    spec = _spec(
+        nodes=2,
+        duration_s=900,
+        faults=[FaultSpec(kind="thermal_throttle", at_s=300, node=0, gpu=1, slowdown=0.3)],
+    )
     rec = simulate(spec)
     steps = rec.series_of(c.TRAINING_STEPS)
     ((t, v),) = [tv for k, tv in steps.items() if k[1] == "0"]
@@ -103,8 +106,23 @@ def test_cli_records_and_explains_flags(tmp_path, capsys):
     helptext = capsys.readouterr().out
     for flag in ("--live", "--base-port", "--targets-file", "--speed", "--fault-at", "--fault-node"):
         assert flag in helptext
-    rc = main(["simulate", "--nodes", "1", "--duration", "2m", "--fault", "pcie_width_drop", "--fault-node", "0",
-               "--fault-at", "60", "-o", str(tmp_path / "x.om")])  # fmt: skip
+    rc = main(
+        [
+            "simulate",
+            "--nodes",
+            "1",
+            "--duration",
+            "2m",
+            "--fault",
+            "pcie_width_drop",
+            "--fault-node",
+            "0",
+            "--fault-at",
+            "60",
+            "-o",
+            str(tmp_path / "x.om"),
+        ]
+    )
     assert rc == 0 and (tmp_path / "x.truth.json").exists()
     assert main(["simulate", "--nodes", "2", "--fault", "gpu_lost", "--fault-node", "5", "-o", "y.om"]) == 1
     assert "fault node 5 outside" in capsys.readouterr().err
