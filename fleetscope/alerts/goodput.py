@@ -14,7 +14,7 @@ from __future__ import annotations
 from fleetscope import contract as c
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Recording, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries, Recording
 from fleetscope.alerts.testdata import JOB, num, rank
 
 _JOB = "Job {{ $labels.job_id }}"
@@ -66,7 +66,7 @@ def _two_regimes(per_min_before: float, minutes_before: int, per_min_after: floa
     )
 
 
-def _running(r: int, minutes: int) -> tuple[Series, Series]:
+def _running(r: int, minutes: int) -> tuple[InputSeries, InputSeries]:
     """A rank stepping the whole time (a step per 2 s) that started up in 2 minutes."""
     return (
         rank(c.TRAINING_STEPS, f"0+30x{minutes}", r),
@@ -74,19 +74,21 @@ def _running(r: int, minutes: int) -> tuple[Series, Series]:
     )
 
 
-def _saved_at(r: int, minute: int, minutes: int) -> Series:
+def _saved_at(r: int, minute: int, minutes: int) -> InputSeries:
     """The last-success timestamp of a rank that last saved at ``minute`` (Unix time = test time)."""
     return rank(c.TRAINING_CHECKPOINT_LAST_SUCCESS_TIMESTAMP, f"{minute * 60}x{minutes}", r)
 
 
-def _exposed(ranks: int, minutes: int) -> tuple[Series, ...]:
+def _exposed(ranks: int, minutes: int) -> tuple[InputSeries, ...]:
     """A job of ``ranks`` GPUs stepping for ``minutes`` since its one save at the start (the newest
     save is a max over ranks, so one rank's timestamp stands for all)."""
     steps = tuple(rank(c.TRAINING_STEPS, f"0+30x{minutes}", r) for r in range(ranks))
     return (*steps, _saved_at(0, 0, minutes))
 
 
-def _saves(r: int, seconds_per_save: tuple[float, float], minutes: tuple[int, int]) -> tuple[Series, ...]:
+def _saves(
+    r: int, seconds_per_save: tuple[float, float], minutes: tuple[int, int]
+) -> tuple[InputSeries, ...]:
     """One save an hour per rank, each taking ``seconds_per_save[0]`` then ``[1]`` (per-minute rates)."""
     (before, after), (m_before, m_after) = seconds_per_save, minutes
     return (

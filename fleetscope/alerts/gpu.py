@@ -7,7 +7,7 @@ from fleetscope import hardware as hw
 from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group
 from fleetscope.alerts.testdata import HOST, gpu, gpu_labels, num
 from fleetscope.xids import XID_APPLICATION, XID_DRAIN, XID_WATCH, promql_regex
 
@@ -341,4 +341,4 @@ def group(cfg: Thresholds) -> Group:
     return Group("gpu", tuple(alerts))
 
 
-__all__ = ["Series", "group", "xid_event"]
+__all__ = ["group", "xid_event"]

@@ -21,7 +21,7 @@ from fleetscope import contract as c
 from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Recording, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries, Recording
 from fleetscope.alerts.testdata import HOST, num
 
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
@@ -68,8 +68,8 @@ def kv_cache_usage() -> str:
 
 
 # ---- promtool input series ---------------------------------------------------------------------
-def _engine(metric: str, values: str, **extra: str) -> Series:
-    return Series(metric, {**_ENGINE, **extra}, values)
+def _engine(metric: str, values: str, **extra: str) -> InputSeries:
+    return InputSeries(metric, {**_ENGINE, **extra}, values)
 
 
 def _regimes(*parts: tuple[float, int]) -> str:
@@ -84,7 +84,7 @@ def _regimes(*parts: tuple[float, int]) -> str:
     return " ".join(out)
 
 
-def _latency(hist: c.Histogram, le: str, minutes: int, *slow: tuple[float, int]) -> tuple[Series, ...]:
+def _latency(hist: c.Histogram, le: str, minutes: int, *slow: tuple[float, int]) -> tuple[InputSeries, ...]:
     """A latency histogram's ``le`` bucket and count at 600 observations a minute, of which the
     share ``slow`` (per part of ``(share, minutes)``; the rest of ``minutes`` at 0) were slower."""
     parts = [(share, m) for share, m in slow]
@@ -97,15 +97,15 @@ def _latency(hist: c.Histogram, le: str, minutes: int, *slow: tuple[float, int])
     )
 
 
-def _ttft(minutes: int, *slow: tuple[float, int]) -> tuple[Series, ...]:
+def _ttft(minutes: int, *slow: tuple[float, int]) -> tuple[InputSeries, ...]:
     return _latency(c.VLLM_TIME_TO_FIRST_TOKEN, "2.5", minutes, *slow)
 
 
-def _itl(minutes: int, *slow: tuple[float, int]) -> tuple[Series, ...]:
+def _itl(minutes: int, *slow: tuple[float, int]) -> tuple[InputSeries, ...]:
     return _latency(c.VLLM_INTER_TOKEN_LATENCY, "0.1", minutes, *slow)
 
 
-def _http(minutes: int, *failing: tuple[float, int]) -> tuple[Series, ...]:
+def _http(minutes: int, *failing: tuple[float, int]) -> tuple[InputSeries, ...]:
     """vLLM's HTTP requests (600 a minute) of which the share ``failing`` answered 5xx, and the
     engine series that name the target's model."""
     parts = [(share, m) for share, m in failing]
@@ -113,12 +113,12 @@ def _http(minutes: int, *failing: tuple[float, int]) -> tuple[Series, ...]:
     regimes = [(0.0, rest)] + parts if rest > 0 else parts
     route = {"handler": "/v1/chat/completions", "method": "POST"}
     return (
-        Series(
+        InputSeries(
             c.VLLM_HTTP_REQUESTS,
             {**route, "status": "2xx", **_TARGET},
             _regimes(*((600 * (1 - s), m) for s, m in regimes)),
         ),
-        Series(
+        InputSeries(
             c.VLLM_HTTP_REQUESTS,
             {**route, "status": "5xx", **_TARGET},
             _regimes(*((600 * s, m) for s, m in regimes)),
@@ -134,7 +134,7 @@ def _minutes(window: str) -> int:
 
 # ---- rules -------------------------------------------------------------------------------------
 _Slo = tuple[
-    str, str, Callable[[Thresholds, str], str], Callable[[str], str], Callable[..., tuple[Series, ...]]
+    str, str, Callable[[Thresholds, str], str], Callable[[str], str], Callable[..., tuple[InputSeries, ...]]
 ]
 _SLOS: tuple[_Slo, ...] = (
     ("Ttft", "time to first token", ttft_slow, names.inference_ttft_slow, _ttft),
@@ -187,24 +187,24 @@ def recordings(cfg: Thresholds) -> tuple[Recording, ...]:
                     "10m",
                     (Fire(replica, 1),),
                 ),
-                Case("no serving target", (Series("up", _TARGET, "1x10"),), "10m"),
+                Case("no serving target", (InputSeries("up", _TARGET, "1x10"),), "10m"),
             ),
         )
     )
     return tuple(out)
 
 
-def _idle_http() -> tuple[Series, ...]:
+def _idle_http() -> tuple[InputSeries, ...]:
     route = {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx", **_TARGET}
-    return (Series(c.VLLM_HTTP_REQUESTS, route, "5x10"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "0x10"))
+    return (InputSeries(c.VLLM_HTTP_REQUESTS, route, "5x10"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "0x10"))
 
 
-def _idle_latency(hist: c.Histogram, le: str) -> tuple[Series, ...]:
+def _idle_latency(hist: c.Histogram, le: str) -> tuple[InputSeries, ...]:
     return (_engine(hist.bucket, "7x10", le=le), _engine(hist.observations, "7x10"))
 
 
 #: Input series of a model that serves nothing, per SLO: its SLIs are absent, not NaN.
-_IDLE: dict[str, Callable[[], tuple[Series, ...]]] = {
+_IDLE: dict[str, Callable[[], tuple[InputSeries, ...]]] = {
     "Ttft": lambda: _idle_latency(c.VLLM_TIME_TO_FIRST_TOKEN, "2.5"),
     "Itl": lambda: _idle_latency(c.VLLM_INTER_TOKEN_LATENCY, "0.1"),
     "Errors": _idle_http,
@@ -346,8 +346,8 @@ def group(cfg: Thresholds) -> Group:
                 Case(
                     "V0's name: 90% full, preempting 0.2/s",
                     (
-                        Series(c.VLLM_GPU_CACHE_USAGE, {"model_name": MODEL, **_TARGET}, "0.9x20"),
-                        Series(c.VLLM_NUM_PREEMPTIONS, {"model_name": MODEL, **_TARGET}, "0+12x20"),
+                        InputSeries(c.VLLM_GPU_CACHE_USAGE, {"model_name": MODEL, **_TARGET}, "0.9x20"),
+                        InputSeries(c.VLLM_NUM_PREEMPTIONS, {"model_name": MODEL, **_TARGET}, "0+12x20"),
                     ),
                     "20m",
                     (Fire({"model_name": MODEL, **_TARGET}, 90),),
@@ -398,18 +398,22 @@ def group(cfg: Thresholds) -> Group:
             cases=(
                 Case(
                     "vLLM target down for 10 minutes",
-                    (Series("up", _TARGET, "1x10 0x10"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10")),
+                    (InputSeries("up", _TARGET, "1x10 0x10"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x10")),
                     "20m",
                     (Fire(_TARGET, 0),),
                 ),
                 Case(
                     "an exporter is down, no replica",
-                    (Series("up", {c.INSTANCE_LABEL: f"{HOST}:9401", "job": "fleetscope-nodes"}, "0x20"),),
+                    (
+                        InputSeries(
+                            "up", {c.INSTANCE_LABEL: f"{HOST}:9401", "job": "fleetscope-nodes"}, "0x20"
+                        ),
+                    ),
                     "20m",
                 ),
                 Case(
                     "serving",
-                    (Series("up", _TARGET, "1x20"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x20")),
+                    (InputSeries("up", _TARGET, "1x20"), _engine(c.VLLM_NUM_REQUESTS_RUNNING, "4x20")),
                     "20m",
                 ),
             ),

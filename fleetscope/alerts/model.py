@@ -44,7 +44,7 @@ def selector(metric: str, labels: Labels) -> str:
 
 
 @dataclass(frozen=True)
-class Series:
+class InputSeries:
     """One promtool input series: a selector and values in promtool's expanding notation."""
 
     metric: str
@@ -68,7 +68,7 @@ class Case:
     """One promtool test group for one rule. ``fires`` empty means: must not fire (or record)."""
 
     name: str
-    series: tuple[Series, ...]
+    series: tuple[InputSeries, ...]
     eval_time: str
     fires: tuple[Fire, ...] = ()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Labels, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries, Labels
 from fleetscope.alerts.testdata import HOST
 
 #: Corrected ECC events (DRAM + SRAM) of one Neuron device in ``event_window`` above which the
@@ -33,13 +33,13 @@ def _runtime_labels() -> Labels:
     return {c.NODE_LABEL: HOST, "instance_id": _INSTANCE, "runtime_tag": "llama-0"}
 
 
-def _ecc(event: str, values: str, device: str = "3") -> Series:
+def _ecc(event: str, values: str, device: str = "3") -> InputSeries:
     labels = {**_device_labels(device), "instance_type": "trn2.48xlarge", "event_type": event}
-    return Series(c.NEURON_HW_ECC_EVENTS, labels, values)
+    return InputSeries(c.NEURON_HW_ECC_EVENTS, labels, values)
 
 
-def _runtime(metric: str, values: str, **extra: str) -> Series:
-    return Series(metric, {**_runtime_labels(), "instance_type": "trn2.48xlarge", **extra}, values)
+def _runtime(metric: str, values: str, **extra: str) -> InputSeries:
+    return InputSeries(metric, {**_runtime_labels(), "instance_type": "trn2.48xlarge", **extra}, values)
 
 
 def _events(types: tuple[str, ...], window: str) -> str:
@@ -115,11 +115,11 @@ def group(cfg: Thresholds) -> Group:
             cases=(
                 Case(
                     "device 15 vanished",
-                    (Series(c.NEURON_DEVICES, {c.NODE_LABEL: HOST}, "16 16 16 15x11"),),
+                    (InputSeries(c.NEURON_DEVICES, {c.NODE_LABEL: HOST}, "16 16 16 15x11"),),
                     "14m",
                     (Fire({c.NODE_LABEL: HOST}, 15),),
                 ),
-                Case("all there", (Series(c.NEURON_DEVICES, {c.NODE_LABEL: HOST}, "16x12"),), "12m"),
+                Case("all there", (InputSeries(c.NEURON_DEVICES, {c.NODE_LABEL: HOST}, "16x12"),), "12m"),
             ),
         ),
         Alert(

@@ -10,7 +10,7 @@ from fleetscope import contract as c
 from fleetscope import queries
 from fleetscope.alerts import goodput, inference, names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Case, Fire, Group, Recording, Series
+from fleetscope.alerts.model import Case, Fire, Group, InputSeries, Recording
 from fleetscope.alerts.testdata import (
     H100_BF16_PEAK,
     HOST,
@@ -26,14 +26,14 @@ from fleetscope.alerts.testdata import (
 _PEAK = H100_BF16_PEAK
 
 
-def _peak(gpu_index: str) -> tuple[Series, Series]:
+def _peak(gpu_index: str) -> tuple[InputSeries, InputSeries]:
     return (
         gpu(c.GPU_PEAK_FLOPS, f"{_PEAK:.0f}x10", gpu=gpu_index, dtype="bf16"),
         gpu(c.GPU_PEAK_FLOPS, f"{2 * _PEAK:.0f}x10", gpu=gpu_index, dtype="fp8"),
     )
 
 
-def _flops(r: int, mfu: float) -> Series:
+def _flops(r: int, mfu: float) -> InputSeries:
     """A rank's model-FLOPs counter growing at ``mfu`` of the H100 bf16 peak."""
     return rank(c.TRAINING_MODEL_FLOPS, f"0+{mfu * _PEAK * 60:.0f}x10", r)
 

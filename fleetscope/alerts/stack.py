@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries
 from fleetscope.alerts.testdata import HOST, num, target
 
 #: Series Prometheus itself writes for every scrape target (not part of fleetscope's contract).
@@ -26,11 +26,11 @@ def group(cfg: Thresholds) -> Group:
             description="Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) for "
             "5m: the node's GPUs, network and training ranks are unwatched.",
             cases=(
-                Case("down", (Series(PROMETHEUS_UP, exporter, "1 0x7"),), "7m", (Fire(exporter, 0),)),
-                Case("up", (Series(PROMETHEUS_UP, exporter, "1x7"),), "7m"),
+                Case("down", (InputSeries(PROMETHEUS_UP, exporter, "1 0x7"),), "7m", (Fire(exporter, 0),)),
+                Case("up", (InputSeries(PROMETHEUS_UP, exporter, "1x7"),), "7m"),
                 Case(
                     "another job's target",
-                    (Series(PROMETHEUS_UP, target("node", f"{HOST}:9100"), "0x7"),),
+                    (InputSeries(PROMETHEUS_UP, target("node", f"{HOST}:9100"), "0x7"),),
                     "7m",
                 ),
             ),
@@ -45,9 +45,12 @@ def group(cfg: Thresholds) -> Group:
             "failed every scrape for 15m; the other collectors still report.",
             cases=(
                 Case(
-                    "failing", (Series(c.COLLECTOR_SUCCESS, collector, "0x20"),), "20m", (Fire(collector, 0),)
+                    "failing",
+                    (InputSeries(c.COLLECTOR_SUCCESS, collector, "0x20"),),
+                    "20m",
+                    (Fire(collector, 0),),
                 ),
-                Case("recovered", (Series(c.COLLECTOR_SUCCESS, collector, "0x10 1x10"),), "20m"),
+                Case("recovered", (InputSeries(c.COLLECTOR_SUCCESS, collector, "0x10 1x10"),), "20m"),
             ),
         ),
         Alert(
@@ -61,11 +64,11 @@ def group(cfg: Thresholds) -> Group:
             cases=(
                 Case(
                     "7 s",
-                    (Series(PROMETHEUS_SCRAPE_DURATION, exporter, "7x20"),),
+                    (InputSeries(PROMETHEUS_SCRAPE_DURATION, exporter, "7x20"),),
                     "20m",
                     (Fire(exporter, 7),),
                 ),
-                Case("0.2 s", (Series(PROMETHEUS_SCRAPE_DURATION, exporter, "0.2x20"),), "20m"),
+                Case("0.2 s", (InputSeries(PROMETHEUS_SCRAPE_DURATION, exporter, "0.2x20"),), "20m"),
             ),
         ),
     )

@@ -13,7 +13,7 @@ from fleetscope import contract as c
 from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries
 from fleetscope.alerts.testdata import HOST, PEER, lustre, lustre_labels, num
 
 _MOUNT = "Lustre mount {{ $labels.mount }} ({{ $labels.fs }}) on {{ $labels.Hostname }}"
@@ -42,11 +42,11 @@ def group(cfg: Thresholds) -> Group:
             cases=(
                 Case(
                     "unhealthy",
-                    (Series(c.LUSTRE_CLIENT_HEALTHY, node, "1 0 0 0"),),
+                    (InputSeries(c.LUSTRE_CLIENT_HEALTHY, node, "1 0 0 0"),),
                     "3m",
                     (Fire(node, 0),),
                 ),
-                Case("healthy", (Series(c.LUSTRE_CLIENT_HEALTHY, node, "1x3"),), "3m"),
+                Case("healthy", (InputSeries(c.LUSTRE_CLIENT_HEALTHY, node, "1x3"),), "3m"),
             ),
         ),
         Alert(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetscope import contract, hardware
-from fleetscope.alerts.model import Labels, Series
+from fleetscope.alerts.model import InputSeries, Labels
 
 HOST = "ip-10-1-0-11"
 PEER = "ip-10-1-0-12"
@@ -40,24 +40,24 @@ def gpu_labels(gpu: str = "0", host: str = HOST) -> Labels:
     }
 
 
-def gpu(metric: str, values: str, gpu: str = "0", host: str = HOST, **extra: str) -> Series:
-    return Series(metric, {**gpu_labels(gpu, host), **extra}, values)
+def gpu(metric: str, values: str, gpu: str = "0", host: str = HOST, **extra: str) -> InputSeries:
+    return InputSeries(metric, {**gpu_labels(gpu, host), **extra}, values)
 
 
 def efa_labels(device: str = "rdmap16s27", host: str = HOST, port: str = "1") -> Labels:
     return {contract.NODE_LABEL: host, "device": device, "port": port}
 
 
-def efa(metric: str, values: str, device: str = "rdmap16s27", host: str = HOST) -> Series:
-    return Series(metric, efa_labels(device, host), values)
+def efa(metric: str, values: str, device: str = "rdmap16s27", host: str = HOST) -> InputSeries:
+    return InputSeries(metric, efa_labels(device, host), values)
 
 
 def lustre_labels(host: str = HOST) -> Labels:
     return {contract.NODE_LABEL: host, "fs": "fsx", "mount": "/fsx"}
 
 
-def lustre(metric: str, values: str, host: str = HOST, **extra: str) -> Series:
-    return Series(metric, {**lustre_labels(host), **extra}, values)
+def lustre(metric: str, values: str, host: str = HOST, **extra: str) -> InputSeries:
+    return InputSeries(metric, {**lustre_labels(host), **extra}, values)
 
 
 def rank_labels(rank: int, job: str = JOB) -> Labels:
@@ -72,8 +72,8 @@ def rank_labels(rank: int, job: str = JOB) -> Labels:
     }
 
 
-def rank(metric: str, values: str, r: int, job: str = JOB, **extra: str) -> Series:
-    return Series(metric, {**rank_labels(r, job), **extra}, values)
+def rank(metric: str, values: str, r: int, job: str = JOB, **extra: str) -> InputSeries:
+    return InputSeries(metric, {**rank_labels(r, job), **extra}, values)
 
 
 def target(job: str = "fleetscope-exporter", instance: str = f"{HOST}:9401") -> Labels:

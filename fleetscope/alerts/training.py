@@ -5,7 +5,7 @@ from __future__ import annotations
 from fleetscope import contract as c
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries
 from fleetscope.alerts.testdata import H100_BF16_PEAK, JOB, gpu, num, rank, rank_labels
 
 _PEAK = H100_BF16_PEAK
@@ -35,7 +35,7 @@ def group(cfg: Thresholds) -> Group:
     keep_tokens = num(1 - cfg.tokens_drop_ratio)
     flops_per_min = 0.4 * _PEAK * 60
 
-    def peak() -> Series:
+    def peak() -> InputSeries:
         # The GPU's peak series carries the GPU labels, joined to the rank on (Hostname, gpu).
         return gpu(c.GPU_PEAK_FLOPS, f"{_PEAK:.0f}x70", gpu="0", dtype="bf16")
 

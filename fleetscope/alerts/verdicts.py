@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import Thresholds
-from fleetscope.alerts.model import Alert, Case, Fire, Group, Series
+from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries
 from fleetscope.alerts.testdata import HOST, JOB, num, target
 
 
-def _health(state: str, values: str) -> Series:
-    return Series(c.NODE_HEALTH, {c.NODE_LABEL: HOST, "state": state}, values)
+def _health(state: str, values: str) -> InputSeries:
+    return InputSeries(c.NODE_HEALTH, {c.NODE_LABEL: HOST, "state": state}, values)
 
 
 def group(cfg: Thresholds) -> Group:
@@ -64,11 +64,11 @@ def group(cfg: Thresholds) -> Group:
             cases=(
                 Case(
                     "score 1.31",
-                    (Series(c.STRAGGLER_SCORE, straggler, "1.31x12"),),
+                    (InputSeries(c.STRAGGLER_SCORE, straggler, "1.31x12"),),
                     "12m",
                     (Fire(straggler, 1.31),),
                 ),
-                Case("score 1.05", (Series(c.STRAGGLER_SCORE, straggler, "1.05x12"),), "12m"),
+                Case("score 1.05", (InputSeries(c.STRAGGLER_SCORE, straggler, "1.05x12"),), "12m"),
             ),
         ),
         Alert(
@@ -81,9 +81,12 @@ def group(cfg: Thresholds) -> Group:
             "recently: node health and straggler verdicts are stale and their alerts may be wrong.",
             cases=(
                 Case(
-                    "stale", (Series(c.SERVICE_VERDICTS_STALE, service, "1x12"),), "12m", (Fire(service, 1),)
+                    "stale",
+                    (InputSeries(c.SERVICE_VERDICTS_STALE, service, "1x12"),),
+                    "12m",
+                    (Fire(service, 1),),
                 ),
-                Case("fresh", (Series(c.SERVICE_VERDICTS_STALE, service, "0x12"),), "12m"),
+                Case("fresh", (InputSeries(c.SERVICE_VERDICTS_STALE, service, "0x12"),), "12m"),
             ),
         ),
     )

@@ -142,7 +142,7 @@ def score_scenario(truth: dict, findings: list[Finding]) -> ScenarioResult:
 
 
 @dataclass
-class Report:
+class SuiteReport:
     results: list[ScenarioResult]
 
     def per_kind(self) -> dict[str, dict[str, Any]]:
@@ -329,7 +329,7 @@ def evaluate(
     progress: Callable[[str], None] | None = None,
     families: list[str] | None = None,
     jobs: int = 1,
-) -> Report:
+) -> SuiteReport:
     """Generate, analyze and score every ``*.json``/``*.yaml`` scenario spec in ``folder``
     (only those of ``families`` when given), ``jobs`` scenarios at a time in worker processes.
 
@@ -373,7 +373,7 @@ def evaluate(
                     i, res = fut.result()
                     results[i] = res
                     _report_progress(progress, specs[i][0], res, done, len(work))
-    return Report([r for r in results if r is not None])
+    return SuiteReport([r for r in results if r is not None])
 
 
 def _evaluate_one(work: tuple[int, Path, Any, Path, DetectorConfig | None]) -> tuple[int, ScenarioResult]:

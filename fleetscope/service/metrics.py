@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetscope import contract
-from fleetscope.service.state import Snapshot
+from fleetscope.service.state import VerdictSnapshot
 
 
 def _family(metric: contract.Metric, labels: tuple[str, ...] | None = None) -> GaugeMetricFamily:
@@ -26,7 +26,7 @@ def _family(metric: contract.Metric, labels: tuple[str, ...] | None = None) -> G
     )
 
 
-def verdict_families(snap: Snapshot) -> Iterator[Metric]:
+def verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
     analysis = snap.analysis
 
     success = _family(contract.SERVICE_ANALYSIS_SUCCESS)
@@ -68,14 +68,14 @@ def verdict_families(snap: Snapshot) -> Iterator[Metric]:
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: VerdictSnapshot) -> None:
         self.snap = snap
 
     def collect(self) -> Iterator[Metric]:
         yield from verdict_families(self.snap)
 
 
-def render_snapshot(snap: Snapshot) -> bytes:
+def render_snapshot(snap: VerdictSnapshot) -> bytes:
     """The text exposition of one snapshot (the app caches it per analysis and freshness state)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SnapshotCollector(snap))

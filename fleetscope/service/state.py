@@ -1,7 +1,7 @@
 """The verdict store: the latest analysis, when it was made, and whether it is still fresh.
 
 The background runner writes it, the HTTP handlers read it. Every read returns an immutable
-:class:`Snapshot` taken under a lock, so a handler never sees half of one cycle and half of the next.
+:class:`VerdictSnapshot` taken under a lock, so a handler never sees half of one cycle and half of the next.
 A failed cycle keeps the last good verdicts and only marks them stale: a node that was failing a
 minute ago is still the best guess while Prometheus is unreachable.
 """
@@ -19,7 +19,7 @@ from fleetscope.analyzers.report import Report
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class VerdictSnapshot:
     """What the store held at one instant. ``analysis`` is None before the first success."""
 
     analysis: Report | None
@@ -108,9 +108,9 @@ class VerdictStore:
                 self._failing_since = now
             return new_outage
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> VerdictSnapshot:
         with self._lock:
-            return Snapshot(
+            return VerdictSnapshot(
                 analysis=self._analysis,
                 analyzed_at=self._analyzed_at,
                 attempted_at=self._attempted_at,

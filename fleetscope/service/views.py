@@ -20,7 +20,7 @@ from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import JobSummary, Report, goodput_to_dict
 from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.settings import ServiceSettings
-from fleetscope.service.state import Snapshot, VerdictStore
+from fleetscope.service.state import VerdictSnapshot, VerdictStore
 from fleetscope.times import rfc3339
 
 
@@ -73,7 +73,7 @@ class View:
         self._window_json = dumps(self.window)
         self._parts: dict[Any, bytes] = {}
 
-    def answer(self, snap: Snapshot, key: Any, members: Callable[[], dict]) -> Response:
+    def answer(self, snap: VerdictSnapshot, key: Any, members: Callable[[], dict]) -> Response:
         """``{"status": ..., "window": ..., **members()}``; the members are serialized once per
         analysis under ``key`` (None: not cached); only the freshness block is built per request."""
         part = self._parts.get(key) if key is not None else None
@@ -168,7 +168,7 @@ class Live:
         self._metrics_key: tuple | None = None
         self._metrics_body = b""
 
-    def read(self) -> tuple[Snapshot, View | None]:
+    def read(self) -> tuple[VerdictSnapshot, View | None]:
         """The store's snapshot now, and its view (None before the first analysis)."""
         snap = self.store.snapshot()
         if snap.analysis is None:
@@ -178,7 +178,7 @@ class Live:
             self._version = snap.version
         return snap, self._view
 
-    def unavailable(self, snap: Snapshot) -> Response:
+    def unavailable(self, snap: VerdictSnapshot) -> Response:
         """503 with a Retry-After of one interval: no analysis has succeeded yet."""
         return json_response(
             {"detail": "no analysis yet", "status": snap.status()},

@@ -39,7 +39,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
-from fleetscope.simulate.model import ClusterModel, Series
+from fleetscope.simulate.model import ClusterModel, SimSeries
 from fleetscope.simulate.spec import INFERENCE_FAULT_KINDS, FaultSpec, ScenarioSpec
 from fleetscope.simulate.truth import realistic_truth
 
@@ -390,7 +390,7 @@ class InferenceModel(ClusterModel):
         }
 
     # ------------------------------------------------------------------ series
-    def series(self) -> dict[str, Series]:
+    def series(self) -> dict[str, SimSeries]:
         out = super().series()
         attr = ("pod", "namespace", "container")
         node_i = c.GPU_LABELS.index(c.NODE_LABEL)
@@ -403,13 +403,13 @@ class InferenceModel(ClusterModel):
                 hit = (s.keys, [k + (p, NAMESPACE, "vllm") for k, p in zip(s.keys, pods, strict=True)])
                 self._attr_cache[name] = hit
             keys = hit[1]
-            out[name] = Series(s.labels + attr, keys, s.values)
+            out[name] = SimSeries(s.labels + attr, keys, s.values)
         return out
 
     def _slot_at(self, host: str, gpu: str) -> int:
         return self.hostnames.index(host) * self.gpn + int(gpu)
 
-    def _training_series(self, out: dict[str, Series]) -> None:
+    def _training_series(self, out: dict[str, SimSeries]) -> None:
         """The vLLM engines' own series, one set per replica that is up (a dead engine serves none)."""
         sl = self._scrape_names()
         rl = (*c.VLLM_LABELS, *c.VLLM_V1_EXTRA_LABELS, c.NODE_LABEL, "pod", "namespace") + sl
@@ -422,25 +422,25 @@ class InferenceModel(ClusterModel):
 
         keys = self._cached("vllm", ver, lambda: [key(r) for r in live])
         idx = np.array(live, dtype=int)
-        out[RUNNING] = Series(rl, keys, np.round(self.running[idx]))
-        out[WAITING] = Series(rl, keys, np.round(self.waiting[idx]))
-        out[KV_USAGE] = Series(rl, keys, np.round(np.clip(self.kv_usage[idx], 0, 1), 4))
-        out[PREEMPTIONS] = Series(rl, keys, self.c_preempt[idx])
-        out[PROMPT_TOKENS] = Series(rl, keys, self.c_prompt[idx])
-        out[GENERATION_TOKENS] = Series(rl, keys, self.c_gen[idx])
+        out[RUNNING] = SimSeries(rl, keys, np.round(self.running[idx]))
+        out[WAITING] = SimSeries(rl, keys, np.round(self.waiting[idx]))
+        out[KV_USAGE] = SimSeries(rl, keys, np.round(np.clip(self.kv_usage[idx], 0, 1), 4))
+        out[PREEMPTIONS] = SimSeries(rl, keys, self.c_preempt[idx])
+        out[PROMPT_TOKENS] = SimSeries(rl, keys, self.c_prompt[idx])
+        out[GENERATION_TOKENS] = SimSeries(rl, keys, self.c_gen[idx])
         fl = rl + ("finished_reason",)
         fkeys = self._cached(
             "vllm_fin", ver, lambda: [k + (reason,) for reason in self.c_success for k in keys]
         )
-        out[REQUEST_SUCCESS] = Series(fl, fkeys, np.concatenate([v[idx] for v in self.c_success.values()]))
+        out[REQUEST_SUCCESS] = SimSeries(fl, fkeys, np.concatenate([v[idx] for v in self.c_success.values()]))
         for name, (bounds, buckets, total) in self.hist.items():
             bl = rl + ("le",)
             les = [_le(b) for b in bounds]
             bkeys = self._cached(f"{name}_b", ver, lambda les=les: [k + (le,) for le in les for k in keys])
             cum = np.floor(buckets[idx])
-            out[f"{name}_bucket"] = Series(bl, bkeys, cum.T.ravel())
-            out[f"{name}_sum"] = Series(rl, keys, np.round(total[idx], 3))
-            out[f"{name}_count"] = Series(rl, keys, cum[:, -1])
+            out[f"{name}_bucket"] = SimSeries(bl, bkeys, cum.T.ravel())
+            out[f"{name}_sum"] = SimSeries(rl, keys, np.round(total[idx], 3))
+            out[f"{name}_count"] = SimSeries(rl, keys, cum[:, -1])
 
 
 def _le(bound: float) -> str:

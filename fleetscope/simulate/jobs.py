@@ -45,7 +45,7 @@ from fleetscope.simulate.model import (
     OPT_S,
     TOKENS_PER_STEP,
     ClusterModel,
-    Series,
+    SimSeries,
 )
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec, check_no_inference_faults
 from fleetscope.telemetry.monitor import TrainingMonitor
@@ -745,7 +745,7 @@ class RealisticModel(ClusterModel):
         return out
 
     # ------------------------------------------------------------------ series
-    def series(self) -> dict[str, Series]:
+    def series(self) -> dict[str, SimSeries]:
         out = super().series()
         if not self.missing_nodes:
             return out
@@ -765,7 +765,7 @@ class RealisticModel(ClusterModel):
                 s.values = np.where(mask, np.nan, np.asarray(s.values, dtype=float))
         return out
 
-    def _training_series(self, out: dict[str, Series]) -> None:
+    def _training_series(self, out: dict[str, SimSeries]) -> None:
         """Every live rank's training series: its monitor's samples, as the exporter serves them."""
         if not self.spec.training_telemetry:
             return
@@ -793,7 +793,7 @@ class RealisticModel(ClusterModel):
             m.set_loss(value)
         for name, (extra, rows, values) in _ranks.samples(mons, keys).items():
             cached = self._cached(f"train:{name}", rows, lambda rows=rows: rows)
-            out[name] = Series(tl + extra, cached, values)
+            out[name] = SimSeries(tl + extra, cached, values)
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}

@@ -49,7 +49,7 @@ def _uuid(seed: int, node: int, gpu: int) -> str:
 
 
 @dataclass
-class Series:
+class SimSeries:
     """The current values of one metric: label names, one label tuple per series, one value each.
 
     ``keys`` is the same list object as long as the set of series is unchanged, so a recorder can
@@ -451,9 +451,9 @@ class ClusterModel:
         self._key_cache[name] = (version, keys)
         return keys
 
-    def series(self) -> dict[str, Series]:
+    def series(self) -> dict[str, SimSeries]:
         """Every series with a sample now, by metric name."""
-        out: dict[str, Series] = {}
+        out: dict[str, SimSeries] = {}
         sl = self._scrape_names()
         gl = c.GPU_LABELS + sl
         present_slots = np.nonzero(self.present)[0]
@@ -464,7 +464,7 @@ class ClusterModel:
         g = self.g
 
         def gpu(metric: str, values: np.ndarray) -> None:
-            out[metric] = Series(gl, alive_keys, np.asarray(values, dtype=float)[alive])
+            out[metric] = SimSeries(gl, alive_keys, np.asarray(values, dtype=float)[alive])
 
         gpu(c.DCGM_FI_DEV_GPU_UTIL, np.round(g["util"]))
         gpu(c.DCGM_FI_DEV_MEM_COPY_UTIL, np.round(g["mem_util"]))
@@ -509,25 +509,25 @@ class ClusterModel:
                 for s in alive
             ],
         )
-        out[c.DCGM_FI_DEV_XID_ERRORS] = Series(xl, xkeys, self.last_xid[alive].astype(float))
-        out[c.GPU_UP] = Series(gl, all_keys, (~self.gpu_lost[present_slots]).astype(float))
+        out[c.DCGM_FI_DEV_XID_ERRORS] = SimSeries(xl, xkeys, self.last_xid[alive].astype(float))
+        out[c.GPU_UP] = SimSeries(gl, all_keys, (~self.gpu_lost[present_slots]).astype(float))
         pl = gl + ("dtype",)
         pkeys = self._cached("peak", pver, lambda: [k + (d,) for k in alive_keys for d in sorted(self.peak)])
         pvals = np.array([self.peak[d] for _ in alive for d in sorted(self.peak)], dtype=float)
-        out[c.GPU_PEAK_FLOPS] = Series(pl, pkeys, pvals)
+        out[c.GPU_PEAK_FLOPS] = SimSeries(pl, pkeys, pvals)
         xc = sorted((s, x) for (s, x) in self.xid_counts if self.present[s])
         xtl = gl + ("xid",)
         xtkeys = self._cached(
             "xid_total", (pver, tuple(xc)), lambda: [self._gpu_key(s) + (str(x),) for s, x in xc]
         )
-        out[c.GPU_XID_ERRORS_TOTAL] = Series(
+        out[c.GPU_XID_ERRORS_TOTAL] = SimSeries(
             xtl, xtkeys, np.array([self.xid_counts[k] for k in xc], dtype=float)
         )
         self._training_series(out)
         self._node_series(out)
         return out
 
-    def _training_series(self, out: dict[str, Series]) -> None:
+    def _training_series(self, out: dict[str, SimSeries]) -> None:
         if not self.spec.training_telemetry:
             return
         sl = self._scrape_names()
@@ -546,20 +546,20 @@ class ClusterModel:
             ) + self._scrape(n)
 
         keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
-        out[c.TRAINING_STEPS] = Series(tl, keys, self.r_steps[slots])
-        out[c.TRAINING_STEP_SECONDS] = Series(tl, keys, np.round(self.r_step_s[slots], 6))
-        out[c.TRAINING_TOKENS] = Series(tl, keys, self.r_tokens[slots])
-        out[c.TRAINING_MODEL_FLOPS] = Series(tl, keys, self.r_flops[slots])
+        out[c.TRAINING_STEPS] = SimSeries(tl, keys, self.r_steps[slots])
+        out[c.TRAINING_STEP_SECONDS] = SimSeries(tl, keys, np.round(self.r_step_s[slots], 6))
+        out[c.TRAINING_TOKENS] = SimSeries(tl, keys, self.r_tokens[slots])
+        out[c.TRAINING_MODEL_FLOPS] = SimSeries(tl, keys, self.r_flops[slots])
         loss = 2.1 + 6 * math.exp(-self.global_step / 3000)
-        out[c.TRAINING_LOSS] = Series(tl, keys, np.round(loss + self.rng.normal(0, 0.02, len(slots)), 4))
-        out[c.TRAINING_GLOBAL_STEP] = Series(tl, keys, np.full(len(slots), self.global_step))
-        out[c.TRAINING_LAST_STEP_TIMESTAMP] = Series(tl, keys, np.round(self.r_last_ts[slots], 3))
+        out[c.TRAINING_LOSS] = SimSeries(tl, keys, np.round(loss + self.rng.normal(0, 0.02, len(slots)), 4))
+        out[c.TRAINING_GLOBAL_STEP] = SimSeries(tl, keys, np.full(len(slots), self.global_step))
+        out[c.TRAINING_LAST_STEP_TIMESTAMP] = SimSeries(tl, keys, np.round(self.r_last_ts[slots], 3))
         phl = tl + ("phase",)
         phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in self.PHASES for k in keys])
         phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in self.PHASES])
-        out[c.TRAINING_PHASE_SECONDS] = Series(phl, phkeys, phv)
+        out[c.TRAINING_PHASE_SECONDS] = SimSeries(phl, phkeys, phv)
 
-    def _node_series(self, out: dict[str, Series]) -> None:
+    def _node_series(self, out: dict[str, SimSeries]) -> None:
         sl = self._scrape_names()
         nodes = np.nonzero(self.node_present)[0]
         ver = tuple(nodes)
@@ -572,34 +572,34 @@ class ClusterModel:
             ],
         )
         for name in _EFA_COUNTERS:
-            out[c.efa_metric_name(name)] = Series(el, ekeys, np.floor(self.efa[name][nodes].ravel()))
-        out[c.EFA_LIFESPAN] = Series(el, ekeys, np.floor(self.efa_lifespan[nodes].ravel()))
+            out[c.efa_metric_name(name)] = SimSeries(el, ekeys, np.floor(self.efa[name][nodes].ravel()))
+        out[c.EFA_LIFESPAN] = SimSeries(el, ekeys, np.floor(self.efa_lifespan[nodes].ravel()))
         ll = c.LUSTRE_LABELS + sl
         lkeys = self._cached(
             "lustre", ver, lambda: [(self.hostnames[n], "fsx", "/fsx") + self._scrape(int(n)) for n in nodes]
         )
-        out[c.LUSTRE_CLIENT_READ_BYTES] = Series(ll, lkeys, np.floor(self.lustre_read[nodes]))
-        out[c.LUSTRE_CLIENT_WRITE_BYTES] = Series(ll, lkeys, np.floor(self.lustre_write[nodes]))
+        out[c.LUSTRE_CLIENT_READ_BYTES] = SimSeries(ll, lkeys, np.floor(self.lustre_read[nodes]))
+        out[c.LUSTRE_CLIENT_WRITE_BYTES] = SimSeries(ll, lkeys, np.floor(self.lustre_write[nodes]))
         ol = ll + ("operation",)
         okeys = self._cached("lustre_ops", ver, lambda: [k + (op,) for op in _LUSTRE_OPS for k in lkeys])
-        out[c.LUSTRE_CLIENT_OPERATIONS] = Series(
+        out[c.LUSTRE_CLIENT_OPERATIONS] = SimSeries(
             ol, okeys, np.concatenate([np.floor(self.lustre_ops[op][nodes]) for op in _LUSTRE_OPS])
         )
-        out[c.LUSTRE_CLIENT_OPERATION_SECONDS] = Series(
+        out[c.LUSTRE_CLIENT_OPERATION_SECONDS] = SimSeries(
             ol, okeys, np.concatenate([np.round(self.lustre_op_seconds[op][nodes], 6) for op in _LUSTRE_OPS])
         )
         hl = (c.NODE_LABEL, *sl)
         hkeys = self._cached(
             "healthy", ver, lambda: [(self.hostnames[n], *self._scrape(int(n))) for n in nodes]
         )
-        out[c.LUSTRE_CLIENT_HEALTHY] = Series(hl, hkeys, np.ones(len(nodes)))
+        out[c.LUSTRE_CLIENT_HEALTHY] = SimSeries(hl, hkeys, np.ones(len(nodes)))
         cl = ("collector", c.NODE_LABEL, *sl)
         ckeys = self._cached(
             "collector",
             ver,
             lambda: [(col, self.hostnames[n], *self._scrape(int(n))) for col in _COLLECTORS for n in nodes],
         )
-        out[c.COLLECTOR_SUCCESS] = Series(cl, ckeys, np.ones(len(ckeys)))
+        out[c.COLLECTOR_SUCCESS] = SimSeries(cl, ckeys, np.ones(len(ckeys)))
 
 
 def _stops_job(kind: str) -> bool:

@@ -33,7 +33,7 @@ from fleetscope import contract as c
 from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.jobs import Job, RealisticModel
-from fleetscope.simulate.model import Series
+from fleetscope.simulate.model import SimSeries
 from fleetscope.simulate.spec import (
     CORES_PER_DEVICE,
     NEURON_FAULT_KINDS,
@@ -138,7 +138,7 @@ class NeuronModel(RealisticModel):
             self.ecc["mem_ecc_corrected"] += self.rng.random((self.n_nodes, self.devices)) < 0.001
 
     # ------------------------------------------------------------------ series
-    def series(self) -> dict[str, Series]:
+    def series(self) -> dict[str, SimSeries]:
         out = {k: v for k, v in super().series().items() if k not in _GPU_NAMES}
         self._neuron_series(out)
         if self.missing_nodes:
@@ -154,14 +154,14 @@ class NeuronModel(RealisticModel):
     def _instance(self, n: int) -> tuple[str, ...]:
         return ("", f"i-0{n:016x}", INSTANCE_TYPE, "us-east-2b", "us-east-2", "subnet-112233ee")
 
-    def _neuron_series(self, out: dict[str, Series]) -> None:
+    def _neuron_series(self, out: dict[str, SimSeries]) -> None:
         sl = self._scrape_names()
         nodes = [n for n in range(self.n_nodes) if self.node_present[n]]
         ver = tuple(nodes)
         node_keys = self._cached(
             "n_node", ver, lambda: [(self.hostnames[n], *self._scrape(n)) for n in nodes]
         )
-        out[c.NEURON_DEVICES] = Series(
+        out[c.NEURON_DEVICES] = SimSeries(
             (c.NODE_LABEL, *sl),
             node_keys,
             np.array([self.devices - self.device_lost[n].sum() for n in nodes], float),
@@ -170,7 +170,7 @@ class NeuronModel(RealisticModel):
         self._device_series(out, nodes, sl)
         self._runtime_series(out, nodes, sl)
 
-    def _core_series(self, out: dict[str, Series], nodes: list[int], sl: tuple[str, ...]) -> None:
+    def _core_series(self, out: dict[str, SimSeries], nodes: list[int], sl: tuple[str, ...]) -> None:
         slots = [s for n in nodes for s in range(n * self.gpn, (n + 1) * self.gpn) if not self.vanished[s]]
         ver = tuple(slots)
 
@@ -190,7 +190,7 @@ class NeuronModel(RealisticModel):
             )
 
         keys = self._cached("n_core", ver, lambda: [core_key(s) for s in slots])
-        out[c.NEURONCORE_UTILIZATION] = Series(
+        out[c.NEURONCORE_UTILIZATION] = SimSeries(
             c.NEURON_CORE_LABELS + sl, keys, np.round(self.core_util[slots], 4)
         )
 
@@ -211,9 +211,9 @@ class NeuronModel(RealisticModel):
         dtypes = sorted(self.peak)
         pkeys = self._cached("n_peak", ver, lambda: [peak_key(s, d) for d in dtypes for s in slots])
         values = np.concatenate([np.full(len(slots), self.peak[d]) for d in dtypes]) if slots else np.zeros(0)
-        out[c.GPU_PEAK_FLOPS] = Series(c.GPU_PEAK_FLOPS.labels + sl, pkeys, values)
+        out[c.GPU_PEAK_FLOPS] = SimSeries(c.GPU_PEAK_FLOPS.labels + sl, pkeys, values)
 
-    def _device_series(self, out: dict[str, Series], nodes: list[int], sl: tuple[str, ...]) -> None:
+    def _device_series(self, out: dict[str, SimSeries], nodes: list[int], sl: tuple[str, ...]) -> None:
         rows = [(n, d) for n in nodes for d in range(self.devices) if not self.device_lost[n, d]]
         ver = tuple(rows)
         events = c.NEURON_ECC_EVENT_TYPES
@@ -223,7 +223,7 @@ class NeuronModel(RealisticModel):
 
         keys = self._cached("n_ecc", ver, lambda: [key(n, d, e) for e in events for n, d in rows])
         values = np.concatenate([np.array([self.ecc[e][n, d] for n, d in rows]) for e in events])
-        out[c.NEURON_HW_ECC_EVENTS] = Series(c.NEURON_HW_ECC_EVENTS.labels + sl, keys, values)
+        out[c.NEURON_HW_ECC_EVENTS] = SimSeries(c.NEURON_HW_ECC_EVENTS.labels + sl, keys, values)
         hw_keys = self._cached(
             "n_hw",
             tuple(nodes),
@@ -241,9 +241,11 @@ class NeuronModel(RealisticModel):
                 for n in nodes
             ],
         )
-        out[c.NEURON_HARDWARE_INFO] = Series(c.NEURON_HARDWARE_INFO.labels + sl, hw_keys, np.ones(len(nodes)))
+        out[c.NEURON_HARDWARE_INFO] = SimSeries(
+            c.NEURON_HARDWARE_INFO.labels + sl, hw_keys, np.ones(len(nodes))
+        )
 
-    def _runtime_series(self, out: dict[str, Series], nodes: list[int], sl: tuple[str, ...]) -> None:
+    def _runtime_series(self, out: dict[str, SimSeries], nodes: list[int], sl: tuple[str, ...]) -> None:
         def base(n: int) -> tuple[str, ...]:
             return (*self._instance(n), "train", self.hostnames[n])
 
@@ -256,19 +258,19 @@ class NeuronModel(RealisticModel):
         errs = np.concatenate(
             [self.hw_errors[nodes] if e == "hardware" else np.zeros(len(nodes)) for e in c.NEURON_ERROR_TYPES]
         )
-        out[c.NEURON_EXECUTION_ERRORS] = Series(c.NEURON_EXECUTION_ERRORS.labels + sl, err_keys, errs)
+        out[c.NEURON_EXECUTION_ERRORS] = SimSeries(c.NEURON_EXECUTION_ERRORS.labels + sl, err_keys, errs)
         st_keys = self._cached(
             "n_st",
             ver,
             lambda: [(*base(n), s, *self._scrape(n)) for s in c.NEURON_EXECUTION_STATUSES for n in nodes],
         )
         status = np.concatenate([self.executions[s][nodes] for s in c.NEURON_EXECUTION_STATUSES])
-        out[c.NEURON_EXECUTION_STATUS] = Series(c.NEURON_EXECUTION_STATUS.labels + sl, st_keys, status)
+        out[c.NEURON_EXECUTION_STATUS] = SimSeries(c.NEURON_EXECUTION_STATUS.labels + sl, st_keys, status)
         lat_keys = self._cached(
             "n_lat", ver, lambda: [(*base(n), p, *self._scrape(n)) for p in ("p50", "p99") for n in nodes]
         )
         lat = np.concatenate([np.round(self.latency[nodes] * k, 6) for k in (1.0, 1.15)])
-        out[c.NEURON_EXECUTION_LATENCY] = Series(c.NEURON_EXECUTION_LATENCY.labels + sl, lat_keys, lat)
+        out[c.NEURON_EXECUTION_LATENCY] = SimSeries(c.NEURON_EXECUTION_LATENCY.labels + sl, lat_keys, lat)
 
 
 #: The GPU collector's series, which a Trainium node does not have.

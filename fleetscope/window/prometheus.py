@@ -81,7 +81,8 @@ PUSHDOWN: dict[str, tuple[str, tuple[str, ...] | None]] = {
 }
 
 #: One decoded series: labels (without ``__name__``), sample times, sample values.
-Series = tuple[dict[str, str], np.ndarray, np.ndarray]
+#: One answered series: its labels, sample times and values.
+AnsweredSeries = tuple[dict[str, str], np.ndarray, np.ndarray]
 
 
 def _duration_ms(seconds: float) -> str:
@@ -238,7 +239,7 @@ class PrometheusClient:
             )
         return doc.get("data") or {}
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> list[Series]:
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[AnsweredSeries]:
         """Every series of a range query, its samples as float arrays (see :func:`decode_matrix`)."""
         resp = self._send(
             "query_range",
@@ -380,7 +381,7 @@ def count_samples(body: bytes) -> tuple[int, int]:
     return body.count(b"],[") + series, series
 
 
-def decode_matrix(body: bytes) -> tuple[object, list[Series]]:
+def decode_matrix(body: bytes) -> tuple[object, list[AnsweredSeries]]:
     """(the JSON document, its series with samples) of a ``query_range`` answer.
 
     Raises ``ValueError`` when the body is not JSON (and a ``TypeError``, ``IndexError`` or
@@ -392,9 +393,9 @@ def decode_matrix(body: bytes) -> tuple[object, list[Series]]:
     return fast if fast is not None else _decode_json(body)
 
 
-def _decode_json(body: bytes) -> tuple[object, list[Series]]:
+def _decode_json(body: bytes) -> tuple[object, list[AnsweredSeries]]:
     doc = json.loads(body)
-    out: list[Series] = []
+    out: list[AnsweredSeries] = []
     for r in _results(doc):
         vals = r.get("values") or []
         if not vals:
@@ -410,7 +411,7 @@ def _results(doc: object) -> list[dict]:
     return [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
 
 
-def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
+def _decode_fast(body: bytes) -> tuple[object, list[AnsweredSeries]] | None:
     """The same as :func:`_decode_json` for Prometheus' compact layout, or None to fall back.
 
     ``"values":[`` can only occur in valid JSON as that key (a quote inside a string is escaped),
@@ -451,7 +452,7 @@ def _decode_fast(body: bytes) -> tuple[object, list[Series]] | None:
             return None
     else:
         table = np.zeros((0, 2))
-    out: list[Series] = []
+    out: list[AnsweredSeries] = []
     at = 0
     for r, n in zip(results, counts, strict=True):
         if n:
@@ -511,7 +512,7 @@ def metric_query(name: str, lookback_s: float, pushdown: bool = True, matcher: s
 
 
 def frame_from_grid(
-    series: list[Series], grid: np.ndarray, skipped: Skipped | None = None
+    series: list[AnsweredSeries], grid: np.ndarray, skipped: Skipped | None = None
 ) -> MetricFrame | None:
     """One metric's frame from query_range answers on ``grid`` (all chunks, in query order).
 
@@ -529,7 +530,7 @@ SeriesKey = tuple[tuple[str, str], ...]
 
 
 def grid_table(
-    series: list[Series], grid: np.ndarray, skipped: Skipped | None = None
+    series: list[AnsweredSeries], grid: np.ndarray, skipped: Skipped | None = None
 ) -> tuple[list[SeriesKey], np.ndarray]:
     """The answers of one metric placed on ``grid``: one column per series key (first-seen order),
     NaN where a series has no sample; all-NaN columns are kept (see :func:`frame_of_table`).
@@ -645,7 +646,7 @@ def fetch_grid_series(
     progress: Callable[[float], None] | None = None,
     matcher: str = "",
     retries: int = 0,
-) -> dict[str, list[Series]]:
+) -> dict[str, list[AnsweredSeries]]:
     """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
     with ``matcher`` added), the queries split below Prometheus' points limit and run
     ``concurrency`` at a time; per metric, the answers in query order.
@@ -662,7 +663,7 @@ def fetch_grid_series(
         for name in names
         for ch in chunks
     ]
-    answers: list[list[Series] | None] = [None] * len(jobs)
+    answers: list[list[AnsweredSeries] | None] = [None] * len(jobs)
 
     def run(k: int) -> int:
         _, query, a, b = jobs[k]
@@ -682,8 +683,8 @@ def fetch_grid_series(
 
 
 def query_with_retries(
-    client: PrometheusClient, query: Callable[[], list[Series]], retries: int
-) -> list[Series]:
+    client: PrometheusClient, query: Callable[[], list[AnsweredSeries]], retries: int
+) -> list[AnsweredSeries]:
     """``query()``, sent again up to ``retries`` times after a :class:`TransientError`, with a
     doubling back-off, while the client's load deadline leaves room; the last error otherwise."""
     backoff = FIRST_BACKOFF_S

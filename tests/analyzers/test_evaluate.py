@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetscope.analyzers.evaluate import Report, evaluate, score_scenario
+from fleetscope.analyzers.evaluate import SuiteReport, evaluate, score_scenario
 from fleetscope.analyzers.findings import Finding
 from fleetscope.cli import main
 from fleetscope.simulate.record import ground_truth
@@ -150,7 +150,7 @@ def test_scoring_rules_of_the_realistic_families():
     res = score_scenario(truth, [one, dup, per_gpu, info, other_job, mine])
     assert [f for _, f in res.matched] == [one]
     assert {id(f) for f in res.false_positives} == {id(dup), id(per_gpu), id(other_job)}
-    rep = Report([res])
+    rep = SuiteReport([res])
     fam = rep.per_family()["node_level"]
     assert fam["expected"] == 1 and fam["found"] == 1 and fam["false_positives"] == 3
     assert fam["findings"] == 5  # the unmatched info finding is not counted
@@ -195,7 +195,7 @@ def test_fault_table_says_what_a_miss_is_and_keeps_its_columns_aligned():
     lost = ground_truth(
         ScenarioSpec(name="t2", nodes=4, faults=[FaultSpec(kind="gpu_lost", at_s=300, node=1)])
     )
-    rep = Report([score_scenario(lookalike, []), score_scenario(lost, [])])
+    rep = SuiteReport([score_scenario(lookalike, []), score_scenario(lost, [])])
     delays = rep.delays()
     assert delays["scrape_gap"] == {
         "faults": 1,
