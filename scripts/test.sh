@@ -5,7 +5,7 @@
 #
 # --fast: the inner loop. Lint and format checks, then the unit and contract tests only: no real
 # servers, browsers, torch or vLLM, no detector evaluation (tests/support/tier.py says what is left
-# out and fails a test that starts one of them without its marker). About 2 minutes on 2 cores.
+# out and fails a test that starts one of them without its marker). Under 3 minutes on 2 cores.
 # Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

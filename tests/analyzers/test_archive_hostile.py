@@ -230,6 +230,7 @@ JSON = st.recursive(
 KEYS = st.sampled_from(["version", "row_groups", "metrics", "labels", "span", "grid", "spacing", "block_s"])
 
 
+@pytest.mark.slow
 @settings(FUZZ)
 @given(changes=st.dictionaries(KEYS, JSON, min_size=1, max_size=3))
 def test_any_garbled_footer_field_is_a_clear_error_or_a_load(archive, tmp_path, changes):

@@ -188,6 +188,7 @@ def test_record_holds_one_family_at_a_time(recording, tmp_path, monkeypatch):
     assert len(held) > 10 and max(held) <= largest * 1.5, (max(held), largest, total)
 
 
+@pytest.mark.slow
 def test_a_large_family_is_handed_over_in_batches(recording, tmp_path, monkeypatch):
     """A family that grows with the window (a day of a large job) is written in batches of about
     BATCH_SAMPLES, series cut by a hand-off coming again in the next batch, and the archive still

@@ -20,6 +20,7 @@ from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 
 
+@pytest.mark.slow
 def test_goodput_family_within_two_percent_and_detected(fixtures, tmp_path):
     """Every badput category of every goodput scenario within 2% of its GPU-hours of the truth."""
     report = evaluate(fixtures / "scenarios", workdir=tmp_path, families=["goodput"])

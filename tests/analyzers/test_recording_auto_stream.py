@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fleetscope.analyzers.analyze_source import analyze_source
 from fleetscope.analyzers.config import DEFAULT
 from fleetscope.analyzers.core import LOADED
@@ -37,6 +39,7 @@ def _run(source: RecordingSource, chunk: str) -> tuple[dict, list[str]]:
     return analyze_source(source, DEFAULT, bars, chunk=chunk).document(), labels
 
 
+@pytest.mark.slow
 def test_a_long_recording_streams_by_default_with_the_same_findings(tmp_path: Path) -> None:
     source = RecordingSource(_recording(tmp_path, 2.5), LOADED)
     seconds = source.first_family_seconds()

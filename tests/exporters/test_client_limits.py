@@ -109,6 +109,7 @@ def test_idle_connections_of_one_address_leave_the_others_served(auth_config, at
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_unauthenticated_flooders_cannot_empty_the_shared_rate_limit(auth_config) -> None:
     auth_config.rate_interval, auth_config.rate_burst = 0.05, 10  # 20 requests a second, burst 10
     server = _server(auth_config, max_connections=64)

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ from fleetscope.exporters.webconfig import load_web_config
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window.openmetrics import read_openmetrics
 from fleetscope.window.prometheus import decode_matrix
+
+pytestmark = [pytest.mark.slow]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FUZZ = settings(

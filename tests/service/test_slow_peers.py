@@ -31,6 +31,7 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, str], bytes
         return exc.code, dict(exc.headers), exc.read()
 
 
+@pytest.mark.slow
 def test_a_trickling_prometheus_fails_the_cycle_in_readyz_and_metrics(tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
     with (
@@ -96,6 +97,7 @@ def _closed_within(conn: socket.socket, seconds: float) -> float | None:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_idle_and_trickling_clients_are_disconnected(server):
     with socket.create_connection(("127.0.0.1", server)) as idle:
         took = _closed_within(idle, 5)

@@ -156,6 +156,7 @@ def test_a_counter_that_is_no_decimal_u64_is_refused(p5_copy: Path, text: str) -
     c.close()
 
 
+@pytest.mark.slow
 @given(st.text(max_size=24))
 @settings(
     max_examples=200,

@@ -44,6 +44,7 @@ def _pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.server  # a real fleetscope exporter process
 def test_a_monitor_that_closes_its_output_but_keeps_running_is_restarted(tmp_path: Path) -> None:
     monitor = _monitor(tmp_path, "print(REPORT, flush=True)\nos.close(1)\ntime.sleep(3600)")
@@ -86,6 +87,7 @@ def test_a_last_report_without_newline_is_read(tmp_path: Path) -> None:
     assert exposition.value(text, str(c.NEURON_EXECUTION_STATUS), status_type="completed") >= 120
 
 
+@pytest.mark.slow
 @pytest.mark.server  # a real fleetscope exporter process
 def test_a_daemonizing_monitor_leaves_no_orphans(tmp_path: Path) -> None:
     """Each start forks a child that keeps the pipe and sleeps; the parent exits."""
