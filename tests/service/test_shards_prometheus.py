@@ -120,7 +120,9 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
             timeout=90,
             what="the restarted shard's first verdicts",
         )
-        assert sorted(again[-1]) == before
+        # The hardware findings come back as they were; an MFU drop follows the sliding window
+        # (it may appear or go as the window moves), and the union below still has to hold.
+        assert sorted(k for k in again[-1] if k[0] != "mfu_drop") == [k for k in before if k[0] != "mfu_drop"]
         assert _get(shards[victim], "/api/v1/status")["shard"] == owned[victim]
         found.clear()
         wait_for(
