@@ -13,6 +13,12 @@ A drop is attributed to what co-occurs with it: a failing-node finding or a stal
 one); else the phase shares of the step against the baseline segment: the data phase grew ->
 ``data_loading``; the collective (optimizer) phase grew -> ``network``; else ``unknown``. The shares
 are of the training step only: checkpoint and evaluation time are pauses, masked from the series.
+
+A drop that nothing explains must also move the job's *typical* step: the median over grid steps of
+the work per second of step time (``training_step_seconds_total``). A slower GPU, link or data path
+slows every step, so the median moves with the mean; a cluster of long host-side pauses (Python GC,
+a logging flush) lengthens a few steps and leaves the median where it was, and a job of a few ranks
+meets such clusters by chance (docs/analyzers.md#mfu-drops).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.jobs import job_nodes, job_stalls
+from fleetscope.analyzers.signals.mfu import training_mask
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import rolling_sum
 
@@ -173,7 +180,9 @@ def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
             leading = i == 0 and before is None and not _explained(feat, job, a_i, b_i, prior)
             if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
-                out.append(_drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior))
+                found = _drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior)
+                if found is not None:
+                    out.append(found)
             i = j + 1
     return Detection(out, learnt)
 
@@ -191,7 +200,7 @@ def _drop(
     base_i: int,
     stalls: list[tuple[int, int]],
     prior: Sequence[Finding],
-) -> Finding:
+) -> Finding | None:
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -248,6 +257,8 @@ def _drop(
                 ev.update(_lustre_evidence(feat, a, b, ba, bb))
             elif d["optimizer"] >= cfg.comm_share_increase:
                 cause = "network"
+    if cause == "unknown" and not _typical_step_dropped(feat, job, unit, a, b, segs, idx, base_i):
+        return None
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
     sev = "critical" if lvl <= base * 0.5 else "warning"
     node, gpu = (
@@ -266,6 +277,42 @@ def _drop(
         evidence=ev,
         action=_ACTIONS[cause],
     )
+
+
+def _typical_step_dropped(
+    feat: Features, job: str, unit: str, a: int, b: int, segs, idx, base_i: int
+) -> bool:
+    """The drop is in the typical step, or in the share of time spent stepping, by half the threshold.
+
+    Throughput = (work per second of step time) x (step time per second of wall time). The first is
+    read as the median over grid steps, so a few long steps do not move it; the second over the whole
+    stretch (host work between steps, outside the step timer). True where the job reports no step
+    time (nothing to confirm with).
+    """
+    r = feat.ranks
+    cols = r.keys["job_id"].to_numpy() == job
+    work = r.flops if unit == "MFU" else r.tokens
+    secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
+    done = np.nansum(np.nan_to_num(work[:, cols]), axis=1)
+    ranks_s = r.present[:, cols].sum(axis=1) * feat.step
+    train = training_mask(feat, job)
+    with np.errstate(all="ignore"):
+        speed = np.where(train & (secs > 0) & (done > 0), done / secs, np.nan)
+    in_drop = np.zeros(len(secs), dtype=bool)
+    in_drop[a : b + 1] = True
+    in_base = np.zeros(len(secs), dtype=bool)
+    in_base[idx[segs[base_i][0]] : idx[segs[base_i][1] - 1] + 1] = True
+    if min(np.isfinite(speed[in_drop]).sum(), np.isfinite(speed[in_base]).sum()) < 2:
+        return True
+    keep = 1 - feat.config.mfu_drop / 2
+    if np.nanmedian(speed[in_drop]) <= np.nanmedian(speed[in_base]) * keep:
+        return True
+
+    def duty(where: np.ndarray) -> float:
+        m = where & train
+        return float(secs[m].sum() / ranks_s[m].sum()) if ranks_s[m].sum() > 0 else float("nan")
+
+    return bool(duty(in_drop) <= duty(in_base) * keep)
 
 
 def _explained(feat: Features, job: str, a: int, b: int, prior: Sequence[Finding]) -> bool:
