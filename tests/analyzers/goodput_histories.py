@@ -57,12 +57,15 @@ class History:
     #: Scrape each node's GPU exporter too (DCGM utilisation and SM clock per GPU): a crashed
     #: node's exporter stops answering with it; a failed user process leaves it up (GPUs idle).
     exporter: bool = False
+    #: The Unix time of the history's own start (a recording to backfill into a Prometheus starts
+    #: shortly before now).
+    origin: float = DEFAULT_START
     #: series name -> its label pairs -> ([t], [v])
     samples: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
-        self.clock = Clock(DEFAULT_START)
+        self.clock = Clock(self.origin)
         self.mons: dict[int, TrainingMonitor] = {}
         self.next_scrape = [
             float(self.rng.uniform(0, self.scrape[1])) for _ in range(self.nodes)
@@ -95,7 +98,7 @@ class History:
             if at >= self.window_start and self.rng.random() >= self.miss:
                 self._scrape(n, at)
         self.t = to
-        self.clock.now = DEFAULT_START + to
+        self.clock.now = self.origin + to
 
     def _scrape(self, node: int, at: float) -> None:
         if node in self.dead:
@@ -112,7 +115,7 @@ class History:
                     (c.DCGM_FI_DEV_SM_CLOCK, 1980.0 if held else 345.0),
                 ):
                     ts, vs = self.samples.setdefault(metric.name, {}).setdefault(base, ([], []))
-                    ts.append(DEFAULT_START + at)
+                    ts.append(self.origin + at)
                     vs.append(value)
         for rank in range(node * self.gpn, (node + 1) * self.gpn):
             m = self.mons.get(rank)
@@ -124,7 +127,7 @@ class History:
             )  # fmt: skip
             for metric, extra, value in rank_samples(m.snapshot(), "palm"):
                 ts, vs = self.samples.setdefault(metric.name, {}).setdefault(base + extra, ([], []))
-                ts.append(DEFAULT_START + at)
+                ts.append(self.origin + at)
                 vs.append(float(value))
 
     def _book_time(self, category: str, seconds: float, gpus: int | None = None) -> None:
@@ -244,7 +247,7 @@ class History:
 
     def truth(self, start: float, end: float) -> dict[str, float]:
         """The true account (category -> GPU-seconds) between Unix times ``start`` and ``end``."""
-        lo, hi = start - DEFAULT_START, end - DEFAULT_START
+        lo, hi = start - self.origin, end - self.origin
         out = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
         for cat, a, b, g in self._book:
             out[cat] += max(0.0, min(b, hi) - max(a, lo)) * g
