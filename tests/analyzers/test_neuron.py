@@ -28,6 +28,10 @@ class Window:
         self.latency = {n: np.full(T, 0.040) for n in NODES}
         self.ecc = {n: np.zeros(T) for n in NODES}  # uncorrected, device 3
         self.hw_errors = {n: np.zeros(T) for n in NODES}
+        #: Per node and grid time: its exporter answers (False: the node is down).
+        self.up = {n: np.ones(T, dtype=bool) for n in NODES}
+        #: Per node and grid time: a training job's two ranks there run (None: no training job).
+        self.ranks: dict[str, np.ndarray] | None = None
 
     def tick(self, minute: float) -> int:
         return int(minute * 60 / STEP)
@@ -36,8 +40,16 @@ class Window:
         raw: dict[str, list[RawSeries]] = {}
 
         def put(metric: str, labels: dict[str, str], v: np.ndarray) -> None:
-            raw.setdefault(metric, []).append(RawSeries(labels, self.times.copy(), v.astype(float)))
+            v = np.where(self.up[labels[c.NODE_LABEL]], v.astype(float), np.nan)
+            raw.setdefault(metric, []).append(RawSeries(labels, self.times.copy(), v))
 
+        for k, (n, alive) in enumerate((self.ranks or {}).items()):
+            for local in range(2):
+                lab = {"job_id": "llama", "rank": str(2 * k + local), "local_rank": str(local)}
+                lab.update({c.NODE_LABEL: n, "gpu": str(local)})
+                steps = np.cumsum(np.where(alive, 3.0, 0.0))
+                put(c.TRAINING_STEPS, lab, np.where(alive, steps, np.nan))
+                put(c.TRAINING_STEP_SECONDS, lab, np.where(alive, steps * 5.0, np.nan))
         for n in NODES:
             inst = {c.NODE_LABEL: n, "instance_type": "trn2.48xlarge", "instance_id": f"i-{n}"}
             rt = {**inst, "runtime_tag": "llama-0"}
@@ -90,6 +102,31 @@ def test_a_vanished_device_makes_a_failing_node() -> None:
     failing = [f for f in analyze(w.frames()).findings if f.kind == "failing_node"]
     assert [(f.node, f.cause) for f in failing] == [("trn2-3", "device_missing")]
     assert "15 Neuron devices" in failing[0].evidence["neuron_devices"]
+
+
+def _crash(w: Window, node: str, minute: float, abort_s: float = 45.0) -> None:
+    """``node`` goes down at ``minute`` (its exporter and ranks gone); the job's other ranks hang
+    in a collective until the watchdog aborts them ``abort_s`` later."""
+    w.ranks = {n: np.ones(T, dtype=bool) for n in NODES}
+    w.up[node][w.tick(minute) :] = False
+    for n in NODES:
+        w.ranks[n][w.tick(minute + (0 if n == node else abort_s / 60)) :] = False
+
+
+def test_a_trainium_node_that_goes_down_with_its_job_is_a_failing_node() -> None:
+    w = Window()
+    _crash(w, "trn2-2", 30)
+    failing = [f for f in analyze(w.frames()).findings if f.kind == "failing_node"]
+    assert [(f.node, f.cause, f.severity) for f in failing] == [("trn2-2", "node_down", "critical")]
+    assert failing[0].start == w.times[w.tick(30)]
+
+
+def test_neuron_evidence_says_why_a_node_went_down() -> None:
+    w = Window()
+    w.ecc["trn2-2"][w.tick(29)] = 1
+    _crash(w, "trn2-2", 30)
+    failing = [f for f in analyze(w.frames()).findings if f.kind == "failing_node"]
+    assert [(f.node, f.cause) for f in failing] == [("trn2-2", "ecc_uncorrectable")]
 
 
 def test_slower_executions_on_one_node_make_a_node_level_straggler() -> None:

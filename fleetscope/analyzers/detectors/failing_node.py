@@ -292,14 +292,21 @@ def _ranks_stopped(feat: Features, add: AddEvent) -> None:
 
 
 def _exporter_presence(feat: Features) -> dict[str, np.ndarray]:
-    """Node -> per grid time: any of its GPU series (the node's exporter) has a sample."""
-    gs = feat.gpus
+    """Node -> per grid time: any of its accelerator series (the node's exporter) has a sample: its
+    GPU series, or on a Trainium node its Neuron device count."""
     out: dict[str, np.ndarray] = {}
-    if not len(gs.keys):
-        return out
-    have = ~np.isnan(gs.clock) | ~np.isnan(gs.util)
-    for j, node in enumerate(gs.keys[c.NODE_LABEL].to_numpy().astype(str)):
-        out[str(node)] = out.get(str(node), np.zeros(len(feat.times), dtype=bool)) | have[:, j]
+
+    def seen(nodes: np.ndarray, have: np.ndarray) -> None:
+        for j, node in enumerate(nodes.astype(str)):
+            out[str(node)] = out.get(str(node), np.zeros(len(feat.times), dtype=bool)) | have[:, j]
+
+    gs = feat.gpus
+    if len(gs.keys):
+        seen(gs.keys[c.NODE_LABEL].to_numpy(), ~np.isnan(gs.clock) | ~np.isnan(gs.util))
+    neuron = feat.frames.get(c.NEURON_DEVICES)
+    if len(neuron):
+        labels, values = neuron.group((c.NODE_LABEL,), "max")
+        seen(labels[c.NODE_LABEL].to_numpy(), ~np.isnan(values))
     return out
 
 

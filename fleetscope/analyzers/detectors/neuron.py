@@ -39,7 +39,7 @@ AddEvent = Callable[[str, str, int, str, str], None]
 
 _PRIORITY = ("ecc_uncorrectable", "device_missing", "hardware_error")
 #: Failing-node causes that locate a failure without explaining it; Neuron evidence replaces them.
-_GENERIC = frozenset({"ranks_stopped"})
+_GENERIC = frozenset({"ranks_stopped", "node_down"})
 _ACTIONS = {
     "ecc_uncorrectable": "drain the node; restart the job elsewhere from its last checkpoint; stop and start "
     "the instance onto a new host, or open an AWS support case if the errors repeat",
