@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/bench_simulate.py [--nodes 64] [--hours 1] [--family realistic]
 
-The realistic families make their training series by driving one real ``TrainingMonitor`` per rank
-on a virtual clock (one semantics with the library, simulate/ranks.py); this measures what that
-costs against the classic model's own counters. CPU seconds (``time.process_time``) are reported
+Every family, classic included, makes its training series by driving one real ``TrainingMonitor``
+per rank on a virtual clock (one semantics with the library, simulate/ranks.py); this measures what
+that costs. CPU seconds (``time.process_time``) are reported
 beside wall seconds, since the CPU time holds on a busy machine where the wall time does not.
 """
 

@@ -1,10 +1,11 @@
 """The ``classic`` simulator family: the original model (:class:`fleetscope.simulate.model.ClusterModel`
 itself), its ground truth and its spec rules.
 
-Classic specs run the model unchanged, seed for seed, so the committed classic scenarios keep their
-recordings byte for byte. Its training series are the model's own counter rules
-(``ClusterModel._training_series``), not the real ``TrainingMonitor`` that the training family drives
-through ``fleetscope/simulate/ranks.py`` (docs/simulator.md says why).
+Classic specs run the model unchanged, seed for seed (its hardware series draw the same random
+numbers as ever). Like every family, its training series come from one real ``TrainingMonitor`` per
+rank driven on the model's virtual clock through ``fleetscope/simulate/ranks.py``
+(``ClusterModel._training_series``): the library's counter rules, never a second copy of them
+(docs/simulator.md).
 """
 
 from __future__ import annotations

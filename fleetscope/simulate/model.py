@@ -25,6 +25,7 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope import hardware, xids
+from fleetscope.simulate import ranks as _ranks
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 
 # Nominal per-step phase times in seconds (a dense ~70B model on H100s, DP across nodes).
@@ -40,6 +41,8 @@ NOMINAL_MFU = 0.40
 TOKENS_PER_STEP = 4 * 4096  # per rank: micro-batches x sequence length
 MAX_SM_CLOCK = 1980.0
 RESTART_WARMUP_S = 60.0
+#: Checkpoint bytes a node writes per second of a checkpoint (its Lustre write burst).
+CKPT_BYTES_PER_NODE_S = 2.5e9
 BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 
 
@@ -61,10 +64,6 @@ class SimSeries:
     values: np.ndarray
 
 
-#: The phases the classic model reports (fixed, so its recordings never change with the contract).
-CLASSIC_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint")
-
-
 class ClusterModel:
     """The state of every GPU, EFA device, Lustre mount and rank of one job.
 
@@ -73,9 +72,12 @@ class ClusterModel:
     :class:`fleetscope.simulate.jobs.RealisticModel`, which shares this class's hardware state and
     series but runs its own jobs; a classic spec runs this class unchanged, seed for seed. This
     module imports no family (the families import it).
-    """
 
-    PHASES: tuple[str, ...] = CLASSIC_PHASES
+    Its one job's training series come from one real
+    :class:`~fleetscope.telemetry.monitor.TrainingMonitor` per rank on the model's clock
+    (:mod:`fleetscope.simulate.ranks`): the model decides what each rank does, the monitors what
+    is reported, with the library's counter rules.
+    """
 
     def __new__(cls, spec: ScenarioSpec, scrape_labels: bool = True) -> ClusterModel:
         if cls is ClusterModel and spec.realistic:
@@ -133,7 +135,20 @@ class ClusterModel:
         self.stall_until: float | None = None
         self.warmup_until = 20.0
         self.pending_restart: FaultSpec | None = None
-        self._reset_rank_counters()
+        self.r_dead = np.zeros(G, dtype=bool)  # this rank's process is gone (series dropped)
+        self.r_epoch = 0
+        #: The ranks' monitors (by rank), their clock and the run's restart attempt.
+        self.clock = _ranks.VirtualClock(self.t)
+        self.r_mons: list = []
+        self.r_slot = np.zeros(0, dtype=int)  # the slot of each rank
+        self.attempt = 0
+        #: The checkpoint every live rank is inside: its ``with monitor.checkpoint()`` blocks, the
+        #: monitors' time it began and its end on the scenario clock.
+        self.ck_open: list = []
+        self.ck_began = 0.0
+        self.ck_end = 0.0
+        self.ck_k = 0  # the last checkpoint begun (the k-th, every checkpoint_every_s)
+        self._tick_at = (self.t, self.elapsed, 1.0)
         self.global_step = 0.0
         self.step_acc = 0.0
         self.tokens_total_job = 0.0
@@ -155,19 +170,84 @@ class ClusterModel:
         self.tick(0.0)
 
     def _init_jobs(self) -> None:
-        """Set up the jobs before the first tick (the classic model's one job is set up above)."""
+        """Set up the jobs before the first tick: the classic model's one job starts its run."""
+        self._start_run()
 
-    # ------------------------------------------------------------------ rank bookkeeping
-    def _reset_rank_counters(self) -> None:
-        G = self.G
-        self.r_steps = np.zeros(G)
-        self.r_step_s = np.zeros(G)
-        self.r_phase = {p: np.zeros(G) for p in self.PHASES}
-        self.r_tokens = np.zeros(G)
-        self.r_flops = np.zeros(G)
-        self.r_last_ts = np.full(G, self.t)
-        self.r_dead = np.zeros(G, dtype=bool)  # this rank's process is gone (series dropped)
-        self.r_epoch = getattr(self, "r_epoch", -1) + 1
+    # ------------------------------------------------------------------ ranks
+    def _start_run(self) -> None:
+        """The job's processes start (now on the monitors' clock): one TrainingMonitor per rank.
+
+        A restarted run's monitors carry the restart attempt and go on from the job's global step
+        (the classic job resumes where it stopped); the old run's monitors are closed.
+        """
+        _ranks.close(self.r_mons)
+        self.r_mons = []
+        self.ck_open = []
+        self.r_dead = np.zeros(self.G, dtype=bool)
+        self.r_epoch += 1
+        in_job = np.nonzero(self.rank_of >= 0)[0]
+        self.r_slot = in_job[np.argsort(self.rank_of[in_job], kind="stable")]
+        if not self.spec.training_telemetry:
+            return
+        self.r_mons = _ranks.spawn(
+            self.clock,
+            self.spec.job_id,
+            [int(self.rank_of[s]) for s in self.r_slot],
+            [int(self.slot_gpu[s]) for s in self.r_slot],
+            self.attempt,
+            None,
+        )
+        if self.global_step:
+            _ranks.each(
+                self.r_mons, np.arange(len(self.r_mons)), lambda m: m.set_global_step(int(self.global_step))
+            )
+
+    def _clock_at(self, x: float) -> float:
+        """The monitors' time (Unix seconds on the model's clock) at scenario time ``x`` of this tick."""
+        t0, e0, rate = self._tick_at
+        return t0 + (x - e0) * rate
+
+    def _checkpoints(self, running: bool) -> float:
+        """Checkpoints begin and end as due in this tick: every live rank's monitor is inside a
+        ``checkpoint()`` block from the start to the end of each (so its seconds reach the counters at
+        the end, as the library books them). Returns the monitors' time of this tick's last step."""
+        spec = self.spec
+        e0, e1 = self._tick_at[1], self.elapsed
+        if self.ck_open and self.ck_end <= e1:
+            self._end_checkpoint(max(self.ck_end, e0))
+        every, length = spec.checkpoint_every_s, spec.checkpoint_s
+        if running and e1 > e0 and every > 0 and length > 0:
+            k = max(1, math.floor(e0 / every))
+            while k * every < e1:
+                lo, hi = k * every, k * every + length
+                if hi > e0 and k > self.ck_k and not self.ck_open:
+                    self.ck_k = k
+                    self._begin_checkpoint(max(lo, e0), hi)
+                    if hi <= e1:
+                        self._end_checkpoint(hi)
+                k += 1
+        return self.ck_began if self.ck_open else self.t
+
+    def _begin_checkpoint(self, x: float, end: float) -> None:
+        self.clock.now = self.ck_began = self._clock_at(x)
+        self.ck_end = end
+        step = int(self.global_step)
+        nbytes = CKPT_BYTES_PER_NODE_S * self.spec.checkpoint_s / self.gpn
+        self.ck_open = [self.r_mons[i].checkpoint(step=step, nbytes=nbytes) for i in self._live_ranks()]
+        for ctx in self.ck_open:
+            ctx.__enter__()
+
+    def _end_checkpoint(self, x: float) -> None:
+        self.clock.now = self._clock_at(x)
+        for ctx in self.ck_open:
+            ctx.__exit__(None, None, None)
+        self.ck_open = []
+
+    def _live_ranks(self) -> np.ndarray:
+        """Positions (ranks) in ``r_mons`` of the ranks whose processes live."""
+        if not self.r_mons:
+            return np.zeros(0, dtype=int)
+        return np.nonzero(~self.r_dead[self.r_slot])[0]
 
     # ------------------------------------------------------------------ faults
     def _active(self, f: FaultSpec) -> bool:
@@ -210,6 +290,9 @@ class ClusterModel:
         r = self.rank_of[slot]
         if r >= 0:
             self.r_dead[slot] = True
+            if self.r_mons:
+                self.r_mons[r].close()
+        self.ck_open = []  # the hung ranks never leave a checkpoint in progress
         self.job_running = False
         self.stall_until = self.elapsed + f.stall_s
         self.pending_restart = f
@@ -228,7 +311,9 @@ class ClusterModel:
         for order, n in enumerate(nodes):
             for g in range(self.gpn):
                 self.rank_of[n * self.gpn + g] = order * self.gpn + g
-        self._reset_rank_counters()
+        self.attempt += 1
+        self.clock.now = self._clock_at(self.stall_until if self.stall_until is not None else self.elapsed)
+        self._start_run()
         self.job_running = True
         self.stall_until = None
         self.pending_restart = None
@@ -298,6 +383,7 @@ class ClusterModel:
         rng = self.rng
         G = self.G
         sdt = dt if scenario_dt is None else scenario_dt
+        self._tick_at = (self.t, self.elapsed, dt / sdt if sdt > 0 else 0.0)
         self.t += dt
         self.elapsed += sdt
         eff = self._fault_effects()
@@ -328,21 +414,9 @@ class ClusterModel:
         prev = math.floor(self.step_acc)
         self.step_acc += train_s / step
         done = float(math.floor(self.step_acc) - prev)
-        if done > 0:
-            m = in_job.astype(float) * done
-            self.r_steps += m
-            self.r_phase["forward"] += m * compute / 3
-            self.r_phase["backward"] += m * compute * 2 / 3
-            self.r_phase["data"] += m * data
-            self.r_phase["optimizer"] += m * (step - compute - data)
-            self.r_tokens += m * TOKENS_PER_STEP
-            self.r_flops += m * self.flops_per_step
-            self.r_last_ts = np.where(in_job, self.t, self.r_last_ts)
-            self.global_step += done
-        if ck > 0 and running:
-            self.r_phase["checkpoint"] += in_job * dt * ck
-        if self.job_running:
-            self.r_step_s += in_job * (done * step + (dt * ck if running else 0.0))
+        if self.r_mons:
+            self._commit_steps(int(done), step, compute, data, self._checkpoints(running))
+        self.global_step += done
         # GPU activity: busy share of the tick, per GPU.
         busy = np.where(in_job & running, compute / step * (1 - ck), 0.0)
         hung = in_job & (not self.job_running)
@@ -416,12 +490,29 @@ class ClusterModel:
             # Lustre: reads follow the data loader, writes burst at checkpoints.
             read_rate = 2.2e8 * float(eff["lustre_read"]) * (node_steps > 0 if running else 0)
             self.lustre_read += read_rate * dt * self.node_present * (1 + rng.normal(0, 0.05, self.n_nodes))
-            wr = (2.5e9 * dt * ck if running else 0.0) + 1e5 * dt
+            wr = (CKPT_BYTES_PER_NODE_S * dt * ck if running else 0.0) + 1e5 * dt
             self.lustre_write += wr * self.node_present
             for op, rate in _LUSTRE_OPS.items():
                 k = rate * dt * (1 + (30 * ck if op in ("open", "close", "create") else 0))
                 self.lustre_ops[op] += k * self.node_present
                 self.lustre_op_seconds[op] += k * 2e-4 * self.node_present
+
+    def _commit_steps(self, n: int, step: float, compute: np.ndarray, data: np.ndarray, at: float) -> None:
+        """Every live rank completes ``n`` steps of ``step`` seconds (at the monitors' time ``at``):
+        its monitor counts each step's phases, then the step."""
+        if n <= 0:
+            return
+        live = self._live_ranks()
+        sl = self.r_slot
+        phases = {
+            "data": data[sl],
+            "forward": compute[sl] / 3,
+            "backward": compute[sl] * 2 / 3,
+            "optimizer": step - compute[sl] - data[sl],
+        }
+        self.clock.now = at
+        for _ in range(n):
+            _ranks.commit_step(self.r_mons, live, step, phases, TOKENS_PER_STEP, self.flops_per_step)
 
     # ------------------------------------------------------------------ series
     def _gpu_key(self, s: int) -> tuple[str, ...]:
@@ -528,10 +619,10 @@ class ClusterModel:
         return out
 
     def _training_series(self, out: dict[str, SimSeries]) -> None:
+        """Every live rank's training series: its monitor's samples, as the exporter serves them."""
         if not self.spec.training_telemetry:
             return
-        sl = self._scrape_names()
-        tl = c.TRAINING_LABELS + sl
+        tl = c.TRAINING_LABELS + self._scrape_names()
         slots = np.nonzero((self.rank_of >= 0) & ~self.r_dead & self.present)[0]
         ver = (self.r_epoch, tuple(slots))
 
@@ -546,18 +637,15 @@ class ClusterModel:
             ) + self._scrape(n)
 
         keys = self._cached("train", ver, lambda: [key(int(s)) for s in slots])
-        out[c.TRAINING_STEPS] = SimSeries(tl, keys, self.r_steps[slots])
-        out[c.TRAINING_STEP_SECONDS] = SimSeries(tl, keys, np.round(self.r_step_s[slots], 6))
-        out[c.TRAINING_TOKENS] = SimSeries(tl, keys, self.r_tokens[slots])
-        out[c.TRAINING_MODEL_FLOPS] = SimSeries(tl, keys, self.r_flops[slots])
+        mons = [self.r_mons[r] for r in self.rank_of[slots].tolist()]
         loss = 2.1 + 6 * math.exp(-self.global_step / 3000)
-        out[c.TRAINING_LOSS] = SimSeries(tl, keys, np.round(loss + self.rng.normal(0, 0.02, len(slots)), 4))
-        out[c.TRAINING_GLOBAL_STEP] = SimSeries(tl, keys, np.full(len(slots), self.global_step))
-        out[c.TRAINING_LAST_STEP_TIMESTAMP] = SimSeries(tl, keys, np.round(self.r_last_ts[slots], 3))
-        phl = tl + ("phase",)
-        phkeys = self._cached("phase", ver, lambda: [k + (p,) for p in self.PHASES for k in keys])
-        phv = np.concatenate([np.round(self.r_phase[p][slots], 6) for p in self.PHASES])
-        out[c.TRAINING_PHASE_SECONDS] = SimSeries(phl, phkeys, phv)
+        for m, value in zip(
+            mons, np.round(loss + self.rng.normal(0, 0.02, len(slots)), 4).tolist(), strict=True
+        ):
+            m.set_loss(value)
+        for name, (extra, rows, values) in _ranks.samples(mons, keys).items():
+            cached = self._cached(f"train:{name}", rows, lambda rows=rows: rows)
+            out[name] = SimSeries(tl + extra, cached, values)
 
     def _node_series(self, out: dict[str, SimSeries]) -> None:
         sl = self._scrape_names()

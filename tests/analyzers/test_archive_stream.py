@@ -77,7 +77,9 @@ def test_sliced_read_is_the_slice_of_a_whole_read(small_blocks):
         _same_frames(part, slice_frames(whole, t0, t1))
         if (k0, k1) == (60, 100):  # 10 minutes (+ the 10-minute margin) of 40: 5 blocks of 9
             assert 0 < stats.row_groups < 0.6 * every.row_groups, stats
-            assert stats.rows < 0.6 * every.rows, stats
+            # Rows: 5/9 if every series spanned the recording alike; the checkpoint series begin at
+            # the first save (as the library writes them), so the middle blocks hold a little more.
+            assert stats.rows < 0.62 * every.rows, stats
 
 
 def test_v2_round_trip_gives_the_recordings_frames_and_findings(recording, small_blocks, tmp_path):

@@ -51,8 +51,9 @@ def _at(rec, metric: str, t: float, **match: str) -> dict[str, float]:
     return out
 
 
-def test_classic_specs_keep_their_recordings(tmp_path):
-    """A spec without a family runs the classic model byte for byte as before the realistic one."""
+def test_classic_recording_is_pinned_and_comes_from_real_monitors(tmp_path):
+    """A spec without a family runs the classic model: its recording is deterministic, pinned byte
+    for byte (hardware series as before, training series from one real TrainingMonitor per rank)."""
     spec = ScenarioSpec(
         name="healthy_2n",
         nodes=2,
@@ -61,11 +62,83 @@ def test_classic_specs_keep_their_recordings(tmp_path):
         faults=[FaultSpec(kind="thermal_throttle", at_s=300, node=1, gpu=2)],
     )
     assert spec.family == "classic" and not spec.realistic
-    write_openmetrics(simulate(spec), tmp_path / "a.om")
+    rec = simulate(spec)
+    assert c.TRAINING_RESTART_ATTEMPT in rec.metric_names()  # a series only the library writes
+    write_openmetrics(rec, tmp_path / "a.om")
     digest = hashlib.sha1((tmp_path / "a.om").read_bytes()).hexdigest()
-    assert digest == "6265228a3a227ad0e1e2f3132cbc4b4772ba194a"
+    assert digest == "347a3cc667b97ef54bcea1f0f18065ef117d2d12"
     assert ScenarioSpec(name="hang_8n_s1").family == "hang"
     assert ScenarioSpec(name="multi_fault_8n").family == "classic"
+
+
+def test_classic_training_counters_are_what_the_monitor_writes():
+    """The classic model's checkpoints are the library's pauses: the checkpoint phase holds during
+    one and jumps by its length at its end, no step's seconds include it; a restart starts new
+    monitors (attempt 1) whose counters begin at 0, and the lost rank's series are gone meanwhile."""
+    spec = ScenarioSpec(
+        name="c",
+        nodes=2,
+        duration_s=1800,
+        seed=3,
+        checkpoint_every_s=600,
+        checkpoint_s=45,
+        faults=[FaultSpec(kind="gpu_lost", at_s=1300, node=1, gpu=2, stall_s=240)],
+    )
+    rec = simulate(spec)
+    t0 = spec.start
+
+    def rank0(metric: str, **match: str) -> dict[float, float]:
+        ((ts, v),) = [
+            tv
+            for key, tv in rec.series_of(metric).items()
+            if (d := dict(zip(rec.labels[metric], key, strict=True))).get("rank") == "0"
+            and all(d.get(k) == x for k, x in match.items())
+        ]
+        return dict(zip((ts - t0).tolist(), v.tolist(), strict=True))
+
+    ck = rank0(c.TRAINING_PHASE_SECONDS, phase="checkpoint")
+    assert [ck[t] for t in (585.0, 600.0, 615.0, 630.0)] == [0.0] * 4  # held during the save
+    assert ck[645.0] == 45.0 and ck[1230.0] == 45.0 and ck[1245.0] == 90.0
+    saves = rank0(c.TRAINING_CHECKPOINT_SAVES, result="success")
+    assert saves[630.0] == 0 and saves[645.0] == 1 and saves[1245.0] == 2
+    secs = rank0(c.TRAINING_STEP_SECONDS)
+    assert secs[600.0] == secs[615.0] == secs[630.0] == secs[645.0] > 0  # no step during the save
+    steps = rank0(c.TRAINING_STEPS)
+    for t in (645.0, 1290.0):  # a step's seconds are its phases' seconds, never the checkpoint's
+        work = sum(
+            rank0(c.TRAINING_PHASE_SECONDS, phase=p)[t] for p in ("data", "forward", "backward", "optimizer")
+        )
+        assert secs[t] == pytest.approx(work, rel=1e-6) and steps[t] > 0
+    last = rank0(c.TRAINING_LAST_STEP_TIMESTAMP)
+    assert last[630.0] == last[600.0] <= t0 + 600.0  # the last step before the save began
+    attempt = rank0(c.TRAINING_RESTART_ATTEMPT)
+    assert attempt[1530.0] == 0 and attempt[1545.0] == 1 and attempt[1800.0] == 1
+    assert steps[1530.0] > 100 and steps[1545.0] == 0 and secs[1545.0] == 0 and ck[1545.0] == 0
+    assert 0 < steps[1800.0] < steps[1530.0]
+    gstep = rank0(c.TRAINING_GLOBAL_STEP)
+    assert gstep[1800.0] == gstep[1530.0] + steps[1800.0]  # the job goes on from its global step
+    lost = [
+        ts - t0
+        for key, (ts, _v) in rec.series_of(c.TRAINING_STEPS).items()
+        if dict(zip(rec.labels[c.TRAINING_STEPS], key, strict=True))["rank"] == "10"
+    ]
+    assert len(lost) == 1 and lost[0][-1] < 1300.0 + 15  # its process died with its GPU
+
+
+def test_classic_live_speed_counts_checkpoints_on_the_counter_clock():
+    """``--live --speed 5``: the scenario clock runs five times faster than the counters', so a
+    45 s checkpoint (scenario time) adds 9 s to the checkpoint phase, at its end."""
+    from fleetscope.simulate.families import cluster_model
+
+    spec = ScenarioSpec(name="c", nodes=1, duration_s=3600, seed=1, checkpoint_every_s=600, checkpoint_s=45)
+    model = cluster_model(spec)
+    seen = []
+    for _ in range(int(700 / 5)):
+        model.tick(1.0, 5.0)
+        seen.append((model.elapsed, model.r_mons[0].snapshot().phase_seconds["checkpoint"]))
+    before = [v for e, v in seen if e < 645.0 - 1e-6]
+    after = [v for e, v in seen if e >= 645.0 - 1e-6]
+    assert set(before) == {0.0} and after == pytest.approx([9.0] * len(after))
 
 
 def test_backward_wait_slow_rank_shows_less_backward_time():

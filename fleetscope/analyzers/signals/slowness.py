@@ -334,6 +334,9 @@ def slowness(feat: Features) -> Slowness:
                     noise[key][:, cols] = _median_error(gx / nanmedian(gx, 1, keepdims=True), w)
                 gs = grid_step[:, cols]
                 gstep = nanmedian(np.where(np.isnan(gs), gf + gb, gs), 1, keepdims=True)
+                # A grid step whose step seconds did not move (every rank's sample missing there)
+                # has no wait share: NaN, which the window's median skips, not an infinite noise.
+                gstep = np.where(gstep > 0, gstep, np.nan)
                 glw = (
                     np.fmax(nanmedian(gb, 1, keepdims=True) - gb, nanmedian(go, 1, keepdims=True) - go)
                     / gstep
