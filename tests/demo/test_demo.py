@@ -158,6 +158,15 @@ def test_demo_shows_the_fault_as_finding_and_firing_alert(tmp_path: Path) -> Non
 
         (gpu_lost, *_) = wait_for(finding, timeout=DURATION - 15, interval=1, what="a failing_node finding")
         assert gpu_lost["severity"] == "critical"
+        # The job's goodput account (serve --step 5 over 15 s scrapes, as the demo runs it) books no
+        # restart or recovery that no finding explains: the page once showed one before any fault.
+        jobs = get_json(f"http://127.0.0.1:{service}/api/v1/jobs")["jobs"]
+        assert jobs
+        for job in jobs:
+            g = get_json(f"http://127.0.0.1:{service}/api/v1/jobs/{job['job_id']}/goodput")["goodput"]
+            assert g["restarts"] <= 1, g
+            restart_lines = [b for b in g["badput"] if b["category"] in ("recovery", "rework")]
+            assert all(b["finding"] for b in restart_lines), g
 
         def firing() -> list[dict]:
             alerts = get_json(f"http://127.0.0.1:{alertmanager}/api/v2/alerts?active=true")
