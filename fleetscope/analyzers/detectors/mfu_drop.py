@@ -180,7 +180,9 @@ def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
             leading = i == 0 and before is None and not _explained(feat, job, a_i, b_i, prior)
             if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
-                found = _drop(feat, job, unit, a_i, b_i, base, lvl, segs, idx, base_i, stalls, prior)
+                found = _drop(
+                    feat, job, unit, a_i, b_i, (base, means[base_i]), lvl, segs, idx, base_i, stalls, prior
+                )
                 if found is not None:
                     out.append(found)
             i = j + 1
@@ -193,7 +195,7 @@ def _drop(
     unit: str,
     a: int,
     b: int,
-    base: float,
+    bases: tuple[float, float],
     lvl: float,
     segs,
     idx,
@@ -201,6 +203,9 @@ def _drop(
     stalls: list[tuple[int, int]],
     prior: Sequence[Finding],
 ) -> Finding | None:
+    """The drop [a, b] from ``bases`` = (the baseline, this chunk's best level: the same unless the
+    baseline was carried from earlier chunks), or None where a drop nothing explains is no drop."""
+    base, means_base = bases
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -257,7 +262,14 @@ def _drop(
                 ev.update(_lustre_evidence(feat, a, b, ba, bb))
             elif d["optimizer"] >= cfg.comm_share_increase:
                 cause = "network"
-    if cause == "unknown" and not _typical_step_dropped(feat, job, unit, a, b, segs, idx, base_i):
+    # A baseline carried from earlier chunks of a streamed window has no steps here to compare with
+    # (this chunk's best segment is inside the drop): the drop was measured from it there.
+    carried = base != means_base
+    if (
+        cause == "unknown"
+        and not carried
+        and not _typical_step_dropped(feat, job, unit, a, b, segs, idx, base_i)
+    ):
         return None
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
     sev = "critical" if lvl <= base * 0.5 else "warning"

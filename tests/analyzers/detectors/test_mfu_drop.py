@@ -85,3 +85,19 @@ def test_every_step_longer_is_an_mfu_drop_with_no_explanation():
         r.steps[slow] = 5 / 1.075
     found = mfu_drops(cl)
     assert [(f.cause, f.job_id) for f in found] == [("unknown", "job-a")], found
+
+
+def test_a_chunk_inside_a_slower_stretch_measures_from_the_carried_baseline():
+    # A streamed window: the chunk opens inside the drop, so its own steps hold no baseline to
+    # compare the typical step with; the level carried from the chunk before is the baseline.
+    from fleetscope.window.frames import slice_frames
+
+    cl = Cluster(minutes=90)
+    for r in cl.ranks:
+        r.steps[cl.between(30)] = 5 / 1.1
+    frames = cl.frames()
+    before = analyze(slice_frames(frames, frames.start, cl.times[cl.tick(29)])).carry
+    inside = slice_frames(frames, cl.times[cl.tick(40)], frames.end)
+    assert [f for f in analyze(inside).findings if f.kind == "mfu_drop"] == []  # alone: its level
+    found = [f for f in analyze(inside, carry=before).findings if f.kind == "mfu_drop"]
+    assert [(f.cause, f.job_id) for f in found] == [("unknown", "job-a")], found
