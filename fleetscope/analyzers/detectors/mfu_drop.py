@@ -18,7 +18,7 @@ A drop that nothing explains must also move the job's *typical* step: the median
 the work per second of step time (``training_step_seconds_total``). A slower GPU, link or data path
 slows every step, so the median moves with the mean; a cluster of long host-side pauses (Python GC,
 a logging flush) lengthens a few steps and leaves the median where it was, and a job of a few ranks
-meets such clusters by chance (docs/analyzers.md#mfu-drops).
+meets such clusters by chance (docs/design.md#mfu-drops).
 """
 
 from __future__ import annotations
