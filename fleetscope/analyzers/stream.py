@@ -184,6 +184,7 @@ def analyze_chunked(
                 if progress:
                     progress((k + 1) / len(plan))
                 continue
+            release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start)
             goodput = add_accounts(goodput, report.goodput)
