@@ -17,6 +17,7 @@ times that of a one-hour one where a chunk holds about what the hour does (docs/
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from typing import Any
 
@@ -26,11 +27,14 @@ _pool_set = False
 
 def archive_memory_pool(pa: Any) -> None:
     """Once per process: pyarrow's default pool is jemalloc, returning freed pages at once (decay 0),
-    where the build has it; otherwise the default pool stays."""
+    where the build has it; otherwise, or when ``ARROW_DEFAULT_MEMORY_POOL`` chooses one, the
+    default pool stays."""
     global _pool_set
     if _pool_set:
         return
     _pool_set = True
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):  # the user's choice
+        return
     try:
         pool = pa.jemalloc_memory_pool()
         pa.jemalloc_set_decay_ms(0)
