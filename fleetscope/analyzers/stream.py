@@ -47,6 +47,7 @@ from fleetscope.analyzers.signals.jobs import job_nodes
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_duration, rfc3339
 from fleetscope.window.frames import Frames, say_skipped
+from fleetscope.window.memory import release_freed
 
 #: (first grid time, last grid time) -> the frames of that window on the one-shot grid.
 ChunkLoader = Callable[[float, float], Frames]
@@ -173,6 +174,7 @@ def analyze_chunked(
         for k, (load_start, own_start, own_end) in enumerate(plan):
             if last is not None:
                 last.signals = None  # the chunk before lets go of its grid and signals
+                release_freed()  # and what it freed goes back before this one loads (memory.py)
             frames = nxt.result() if nxt is not None else attempt(load_start, own_end)
             nxt = None
             if prefetch and k + 1 < len(plan):  # the next chunk loads while this one is analyzed
@@ -182,6 +184,7 @@ def analyze_chunked(
                 if progress:
                     progress((k + 1) / len(plan))
                 continue
+            release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start)
             goodput = add_accounts(goodput, report.goodput)

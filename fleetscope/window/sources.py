@@ -122,8 +122,10 @@ class RecordingSource:
     def to_archive(self, out: Path, progress: Progress | None = None) -> ArchiveSource:
         """The recording converted to a Parquet archive at ``out`` (family by family), as a source."""
         from fleetscope.window.archive.write import convert_recording
+        from fleetscope.window.memory import release_freed
 
         convert_recording(self.path, out, self.metrics, progress=progress)
+        release_freed()  # the parser's buffers, before the archive is read
         return ArchiveSource(out, self.metrics)
 
 

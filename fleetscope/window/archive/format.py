@@ -46,6 +46,9 @@ def pyarrow_modules() -> tuple[Any, Any]:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
         raise FleetscopeError("Parquet archives need pyarrow: pip install 'fleetscope[archive]'") from None
+    from fleetscope.window.memory import archive_memory_pool
+
+    archive_memory_pool(pa)  # freed pages go back at once (fleetscope.window.memory)
     return pa, pq
 
 
