@@ -105,6 +105,7 @@ def test_one_gpu_10pct_slower_from_the_first_step_without_hardware_evidence(
     assert ("inferred" in f.evidence["role_peers"]) == ("layout" not in name and "pipeline" not in name)
 
 
+@pytest.mark.slow
 def test_streamed_analysis_gives_the_same_finding_from_the_first_step(tmp_path: Path, capsys) -> None:
     path = _simulated("realistic_8n_s191_silent_from_start", tmp_path)
 

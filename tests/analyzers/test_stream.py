@@ -68,6 +68,7 @@ def _by_subject(findings: list[Finding]) -> dict[tuple, Finding]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CROSSING)
 def test_chunked_findings_equal_one_shot(name: str, tmp_path: Path) -> None:
     frames = _frames(name, tmp_path)

@@ -35,6 +35,7 @@ def _analyze(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_recording_and_archive_streamed_give_the_one_shot_findings(recording: Path, tmp_path: Path, capsys):
     one = _analyze(capsys, "--input", str(recording))
     kinds = {(f["kind"], f["cause"]) for f in one["findings"]}
