@@ -657,11 +657,7 @@ class RealisticModel(ClusterModel):
         working = util > 5
         self.thermal_violation += eff["thermal_frac"] * working * dt * 1e9
         self.power_violation += eff["power_frac"] * working * dt * 1e9
-        if dt > 0:
-            self.sbe += rng.random(G) < 0.002
-            self.pcie_replay += np.where(
-                self.pcie_width < 16, rng.poisson(40 * dt / 15, G), rng.random(G) < 0.01
-            )
+        self._count_soft_errors(dt)
         self.g = {
             "util": util,
             "mem_util": util * 0.35,

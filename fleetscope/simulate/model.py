@@ -319,6 +319,16 @@ class ClusterModel:
         self.pending_restart = None
         self.warmup_until = self.elapsed + RESTART_WARMUP_S
 
+    def _count_soft_errors(self, dt: float) -> None:
+        """Healthy background counts of a tick: a rare corrected ECC error, PCIe replays (many on a
+        narrowed link). Every model draws them at the same point of its tick."""
+        if dt > 0:
+            G = self.G
+            self.sbe += self.rng.random(G) < 0.002
+            self.pcie_replay += np.where(
+                self.pcie_width < 16, self.rng.poisson(40 * dt / 15, G), self.rng.random(G) < 0.01
+            )
+
     def _fault_effects(self) -> dict[str, np.ndarray | float]:
         """Per-GPU and job-wide multipliers of the faults active now."""
         G = self.G
@@ -435,11 +445,7 @@ class ClusterModel:
         self.energy_mj += power * dt * 1000
         self.thermal_violation += eff["thermal_frac"] * dt * 1e9
         self.power_violation += eff["power_frac"] * dt * 1e9
-        if dt > 0:
-            self.sbe += rng.random(G) < 0.002
-            self.pcie_replay += np.where(
-                self.pcie_width < 16, rng.poisson(40 * dt / 15, G), rng.random(G) < 0.01
-            )
+        self._count_soft_errors(dt)
         self.g = {
             "util": util,
             "mem_util": util * 0.35,
