@@ -181,7 +181,19 @@ def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
             if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
                 lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
                 found = _drop(
-                    feat, job, unit, a_i, b_i, (base, means[base_i]), lvl, segs, idx, base_i, stalls, prior
+                    feat,
+                    job,
+                    unit,
+                    a_i,
+                    b_i,
+                    base,
+                    base == means[base_i],
+                    lvl,
+                    segs,
+                    idx,
+                    base_i,
+                    stalls,
+                    prior,
                 )
                 if found is not None:
                     out.append(found)
@@ -195,7 +207,8 @@ def _drop(
     unit: str,
     a: int,
     b: int,
-    bases: tuple[float, float],
+    base: float,
+    own_base: bool,
     lvl: float,
     segs,
     idx,
@@ -203,9 +216,8 @@ def _drop(
     stalls: list[tuple[int, int]],
     prior: Sequence[Finding],
 ) -> Finding | None:
-    """The drop [a, b] from ``bases`` = (the baseline, this chunk's best level: the same unless the
-    baseline was carried from earlier chunks), or None where a drop nothing explains is no drop."""
-    base, means_base = bases
+    """The drop [a, b] from ``base`` (``own_base``: this chunk's best level, not one carried from
+    earlier chunks), or None where a drop nothing explains is no drop."""
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -264,10 +276,9 @@ def _drop(
                 cause = "network"
     # A baseline carried from earlier chunks of a streamed window has no steps here to compare with
     # (this chunk's best segment is inside the drop): the drop was measured from it there.
-    carried = base != means_base
     if (
         cause == "unknown"
-        and not carried
+        and own_base
         and not _typical_step_dropped(feat, job, unit, a, b, segs, idx, base_i)
     ):
         return None
