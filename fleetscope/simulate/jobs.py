@@ -287,7 +287,8 @@ class RealisticModel(ClusterModel):
         S, M = max(1, js.pipeline_stages), max(1, js.microbatches)
         comp = COMPUTE_S * k * self.speed[sl] * eff["slow"][sl] * job.stage_factor
         comp = comp * np.clip(1 + rng.normal(0, spec.jitter, n), 0.9, 1.2)
-        comp = comp * eff["work"][sl] * self._slow_steps(job, eff)
+        faulty = self._slow_steps(job, eff)
+        comp = comp * eff["work"][sl] * faulty
         data = DATA_S * k * (1 + np.abs(rng.normal(0, 0.08, n))) + eff["data_add"][sl] * job.t0
         opt = OPT_S * k * np.clip(1 + rng.normal(0, 0.03, n), 0.9, 1.2) + eff["opt_add"][sl] * job.t0
         comm = (
@@ -313,7 +314,21 @@ class RealisticModel(ClusterModel):
             "optimizer": opt.copy(),
         }
         ph["backward" if spec.wait_phase == "backward" else "optimizer"] += comm + wait
-        return {"T": T, "phases": ph, "busy": comp / T}
+        out = {"T": T, "phases": ph, "busy": comp / T}
+        if (eff["work"][sl] != 1).any():
+            # The job's own imbalance (MoE) slows its steps too: what a fault costs is the time over
+            # this same step without the fault, not over the balanced job's step.
+            ref = _lockstep(
+                comp / (eff["slow"][sl] * faulty),
+                data - eff["data_add"][sl] * job.t0,
+                host,
+                opt - eff["opt_add"][sl] * job.t0,
+                comm - eff["net_add"].get(job.index, 0.0) * job.t0,
+                S,
+                M,
+            )
+            out["T_ref"] = ref
+        return out
 
     def _slow_steps(self, job: Job, eff: dict) -> np.ndarray:
         """This step's compute factors of the one-step-in-N faults of ``job``: a flaky GPU (its PCIe
@@ -703,7 +718,8 @@ class RealisticModel(ClusterModel):
             job.goodput["rework"] += gs
             return
         job.high_step = job.global_step + 1
-        slow = max(0.0, (step["T"] - job.t0) * job.world) if step["slowed"] else 0.0
+        ref = step.get("T_ref", job.t0)
+        slow = max(0.0, (step["T"] - ref) * job.world) if step["slowed"] else 0.0
         slow = min(slow, gs)
         job.goodput["slowdown"] += slow
         job.goodput["productive"] += gs - slow
@@ -899,6 +915,16 @@ class RealisticModel(ClusterModel):
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
+
+
+def _lockstep(
+    comp: np.ndarray, data: np.ndarray, host: np.ndarray, opt: np.ndarray, comm: float, S: int, M: int
+) -> float:
+    """The step time of ranks in lock-step (every rank waits for the slowest; pipeline stages with
+    their bubbles), as :meth:`RealisticModel._step` computes it."""
+    if S == 1:
+        return float(np.max(data + host + comp + opt)) + comm
+    return float(np.max(data + host)) + float(np.max(comp)) * (M + S - 1) / M + comm + float(np.max(opt))
 
 
 def _slowed(eff: dict, job: Job) -> bool:

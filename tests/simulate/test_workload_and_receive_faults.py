@@ -85,6 +85,20 @@ def test_the_hot_expert_is_slow_on_several_replicas_at_once_and_moves_on_without
     assert truth["faults"][0]["expected"] == []  # the job's work, not a fault
 
 
+def test_the_true_account_books_the_imbalance_as_the_jobs_work_and_a_fault_beside_it_as_slowdown():
+    """An imbalance of experts is the job's own work (productive time); a throttle during it costs
+    the time over the same imbalanced step without the throttle, not over the balanced job's."""
+    alone = simulate(_moe_spec(slowdown=0.2, at_s=120)).goodput["4711"]
+    assert alone["slowdown"] == 0
+    throttle = FaultSpec(kind="thermal_throttle", at_s=450, node=1, gpu=0, slowdown=0.35)
+    spec = _moe_spec(slowdown=0.2, at_s=120)
+    spec.faults.append(throttle)
+    both = simulate(spec).goodput["4711"]
+    plain = simulate(_spec(tensor_parallel=1, expert_parallel=8, faults=[throttle])).goodput["4711"]
+    # The throttle's 35% on one GPU is partly hidden behind the hot expert's 20% on the same steps.
+    assert 0 < both["slowdown"] < 0.8 * plain["slowdown"]
+
+
 def test_an_moe_imbalance_needs_experts():
     with pytest.raises(FleetscopeError, match="expert_parallel"):
         _spec(faults=[FaultSpec(kind="moe_imbalance", node=0)])
