@@ -158,3 +158,21 @@ def load_and_join(
         result.notes.append(f"{source.name}: {exc}; ranks are not joined to nodes")
         return
     join(result, frames, job)
+
+
+def hangs_for_analyze(
+    paths: list[str],
+    source_arg: tuple[str | None, str | None],
+    job: str | None,
+    start: float,
+    end: float,
+    confirm_s: float = 60.0,
+    **access: object,
+) -> HangResult:
+    """``analyze --flight-recorder DIR --nccl-ras FILE``: the hangs of those files, joined over
+    the analysis window of the same source."""
+    from fleetscope.hang.analysis import analyze_paths
+
+    result = analyze_paths(paths, confirm_s)
+    load_and_join(result, source_arg, job, start, end, **access)
+    return result

@@ -69,3 +69,17 @@ def render(result: HangResult, fmt: str) -> str:
     if fmt == "html":
         return render_html(result)
     return render_text(result)
+
+
+def with_hangs(text: str, fmt: str, result: HangResult) -> str:
+    """An ``analyze`` report (text, JSON or HTML) with the hang result added: the JSON gets a
+    ``hangs`` key (the contract of docs/hang.md#json), text and HTML a section at the end."""
+    if fmt == "json":
+        doc = json.loads(text)
+        doc["hangs"] = result.to_dict()
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "html":
+        at = text.rfind("</body>")
+        section = render_section_html(result)
+        return text[:at] + section + text[at:] if at >= 0 else text + section
+    return text.rstrip("\n") + "\n\nhangs (Flight Recorder / NCCL RAS)\n" + render_text(result)

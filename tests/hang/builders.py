@@ -107,9 +107,16 @@ def world(n: int) -> Groups:
     return {"0": ("default_pg", list(range(n)))}
 
 
-def ras_report(counts: dict[int, int], *, missing: dict[int, bool] | None = None, ts: str = "2026-06-19 06:51:56",
-               flags: dict[int, dict[str, Any]] | None = None, comm: str = "0x1111", op: str = "AllReduce",
-               version: str = "2.29.1") -> dict[str, Any]:  # fmt: skip
+def ras_report(
+    counts: dict[int, int],
+    *,
+    missing: dict[int, bool] | None = None,
+    ts: str = "2026-06-19 06:51:56",
+    flags: dict[int, dict[str, Any]] | None = None,
+    comm: str = "0x1111",
+    op: str = "AllReduce",
+    version: str = "2.29.1",
+) -> dict[str, Any]:
     """One ``ncclras -f json`` report of one communicator: ``counts[rank]`` collectives launched;
     ``missing[rank] = considered_dead``."""
     size = len(counts) + len(missing or {})
@@ -120,8 +127,8 @@ def ras_report(counts: dict[int, int], *, missing: dict[int, bool] | None = None
         status.update((flags or {}).get(r, {}))
         cc = dict.fromkeys(("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"), 0)
         cc[op] = n
-        ranks.append({"rank": r, "host": f"10.0.0.{r // 8}", "pid": 1000 + r, "cuda_dev": r % 8, "nvml_dev": r % 8,
-                      "status": status, "collective_counts": cc})  # fmt: skip
+        where = {"host": f"10.0.0.{r // 8}", "pid": 1000 + r, "cuda_dev": r % 8, "nvml_dev": r % 8}
+        ranks.append({"rank": r, **where, "status": status, "collective_counts": cc})
     miss = [
         {"rank": r, "host": f"10.0.0.{r // 8}", "pid": 1000 + r, "cuda_dev": r % 8, "nvml_dev": r % 8,
          "status": {"unresponsive": True, "considered_dead": dead}}
