@@ -31,8 +31,18 @@ def _contract(doc: dict) -> None:
     """The JSON shape docs/hang.md#json promises."""
     assert set(doc) == {"hangs", "inputs", "notes"}
     for h in doc["hangs"]:
-        assert set(h) == {"group", "op", "seq", "waiting_for", "reason", "confirmed", "evidence", "confidence",
-                          "source"}  # fmt: skip
+        keys = {
+            "group",
+            "op",
+            "seq",
+            "waiting_for",
+            "reason",
+            "confirmed",
+            "evidence",
+            "confidence",
+            "source",
+        }
+        assert set(h) == keys
         assert isinstance(h["group"], str) and isinstance(h["op"], str) and h["op"].startswith("nccl:")
         assert h["seq"] is None or isinstance(h["seq"], int)
         assert h["reason"] in REASONS and h["confidence"] in CONFIDENCES and isinstance(h["confirmed"], bool)
@@ -90,7 +100,7 @@ def _recording(path: Path) -> Path:
     """A recording of the dumps' job: training_info of 16 ranks on two nodes, an XID 79 on rank 9's GPU."""
     lines = ["# TYPE training_info gauge", "# TYPE fleetscope_gpu_xid_errors_total counter"]
     for r in range(16):
-        labels = f'job_id="moe",rank="{r}",local_rank="{r % 8}",Hostname="node-{r // 8}",gpu="{r % 8}",flops_convention="megatron"'
+        labels = f'job_id="moe",rank="{r}",local_rank="{r % 8}",Hostname="node-{r // 8}",gpu="{r % 8}"'
         lines += [f"training_info{{{labels}}} 1 {T0 + i * STEP}" for i in range(N)]
     xid = 'gpu="1",UUID="GPU-9",pci_bus_id="0",device="nvidia1",modelName="H100",Hostname="node-1",xid="79"'
     lines += [
