@@ -10,6 +10,7 @@ other ranks are still read.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -104,10 +105,18 @@ def _int(v: object, default: int | None = None) -> int | None:
     return default
 
 
+@functools.lru_cache(maxsize=4096)
+def _ranks_text(v: str) -> tuple[int, ...] | None:
+    """Every rank's dump repeats the world group's ranks: parse each distinct string once."""
+    out = _ranks([x for x in re.split(r"[\s,\[\]()]+", v) if x])
+    return None if out is None else tuple(out)
+
+
 def _ranks(v: object) -> list[int] | None:
     """``pg_config`` ranks: a list, or its repr as a string (``"[0, 1, 2]"``)."""
     if isinstance(v, str):
-        v = [x for x in re.split(r"[\s,\[\]()]+", v) if x]
+        parsed = _ranks_text(v)
+        return None if parsed is None else list(parsed)
     if isinstance(v, (list, tuple)):
         out = [_int(x) for x in v]
         if all(x is not None for x in out):

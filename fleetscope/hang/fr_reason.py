@@ -54,6 +54,16 @@ class _Graph:
     stuck_alone: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     #: rank -> lines saying its op disagrees with its peers'
     mismatched: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
+    #: (group, p2p, seq) -> the negative id of the node standing for that op
+    ops: dict[tuple[str, bool, int], int] = field(default_factory=dict)
+
+    def op_node(self, key: tuple[str, bool, int], members: list[int]) -> int:
+        """The node of an op every member launched and none completed (ids below 0 are ops)."""
+        node = self.ops.get(key)
+        if node is None:
+            node = self.ops[key] = -1 - len(self.ops)
+        self.edges[node].update(members)
+        return node
 
 
 def _fmt(ranks: set[int] | list[int]) -> str:
@@ -149,43 +159,72 @@ def _mismatch(v: _View, group: str, seq: int, p2p: bool, ranks: list[int]) -> tu
     return odd, f"{'/'.join(what) or 'op'} differ: {one} vs {ref} of the others"
 
 
+class _Builder:
+    """The wait-for graph, one pending entry at a time (module docstring, step 2)."""
+
+    def __init__(self, v: _View) -> None:
+        self.v = v
+        self.g = _Graph()
+        self.mism: dict[tuple[str, bool, int], tuple[set[int], str]] = {}
+        self.cache: dict[tuple[str, bool, int], dict[int, PeerState]] = {}
+
+    def states(self, rank: int, e: Entry) -> dict[int, PeerState]:
+        """The peers' state at the entry's (group, seq): the peer of a send/recv, else every other member."""
+        v = self.v
+        if e.is_p2p:
+            peers = [e.peer] if e.peer is not None else [m for m in v.members.get(e.group, []) if m != rank]
+            return {m: v.state(m, e.group, True, e.seq) for m in peers}
+        key = (e.group, False, e.seq)  # every member's state there is shared by all ranks pending there
+        if key not in self.cache:
+            self.cache[key] = {m: v.state(m, e.group, False, e.seq) for m in v.members.get(e.group, [])}
+        return {m: s for m, s in self.cache[key].items() if m != rank}
+
+    def entry(self, rank: int, e: Entry) -> None:
+        g, v = self.g, self.v
+        states = self.states(rank, e)
+        label = f"{e.op} #{e.seq} of {v.name(e.group)}"
+        done_by = {m for m, s in states.items() if s == "completed"}
+        if done_by:
+            g.stuck_alone[rank].append(f"{label} pending on rank {rank}; ranks {_fmt(done_by)} completed it")
+            return
+        key = (e.group, e.is_p2p, e.seq)
+        if key not in self.mism:
+            self.mism[key] = _mismatch(v, e.group, e.seq, e.is_p2p, [rank, *states])
+        odd, what = self.mism[key]
+        if rank in odd:
+            g.mismatched[rank].append(f"{label}: {what}")
+            return
+        targets: dict[int, PeerState | Literal["mismatch"]] = {
+            m: s for m, s in states.items() if s in ("not_launched", "unknown")
+        }
+        targets.update({m: "mismatch" for m in odd if m != rank})
+        if not targets:
+            # all launched, none completed: stuck together. One node for the op, which waits for
+            # every member, keeps this O(members) instead of an edge between every pair.
+            op_node = g.op_node(key, [rank, *states])
+            g.edges[rank].add(op_node)
+            g.waits.append(_Wait(rank, op_node, e.group, e.seq, e.op, "launched", e.time_created_ns))
+            return
+        for m, why in targets.items():
+            g.edges[rank].add(m)
+            g.waits.append(_Wait(rank, m, e.group, e.seq, e.op, why, e.time_created_ns))
+
+
 def _build(v: _View) -> _Graph:
-    g = _Graph()
-    done: set[tuple[str, bool, int]] = set()
-    mism: dict[tuple[str, bool, int], tuple[set[int], str]] = {}
+    b = _Builder(v)
     for rank, d in sorted(v.ds.dumps.items()):
         firsts: dict[tuple[str, bool], Entry] = {}
         for e in d.entries:
             if not e.completed:
                 firsts.setdefault((e.group, e.is_p2p), e)
-        for (group, p2p), e in firsts.items():
-            members = v.members.get(group, [])
-            peers = [e.peer] if p2p and e.peer is not None else [m for m in members if m != rank]
-            states = {m: v.state(m, group, p2p, e.seq) for m in peers}
-            done_by = {m for m, s in states.items() if s == "completed"}
-            label = f"{e.op} #{e.seq} of {v.name(group)}"
-            if done_by:
-                g.stuck_alone[rank].append(
-                    f"{label} pending on rank {rank}; ranks {_fmt(done_by)} completed it"
-                )
-                continue
-            key = (group, p2p, e.seq)
-            if key not in mism:
-                mism[key] = _mismatch(v, group, e.seq, p2p, [rank, *peers])
-            odd, what = mism[key]
-            if rank in odd:
-                if key not in done:
-                    g.mismatched[rank].append(f"{label}: {what}")
-                continue
-            targets: dict[int, PeerState | Literal["mismatch"]] = {
-                m: s for m, s in states.items() if s in ("not_launched", "unknown")
-            }
-            targets.update({m: "mismatch" for m in odd if m != rank})
-            if not targets:
-                targets = dict(states)  # all launched, none completed: stuck together
-            for m, why in targets.items():
-                g.edges[rank].add(m)
-                g.waits.append(_Wait(rank, m, group, e.seq, e.op, why, e.time_created_ns))
+        for e in firsts.values():
+            b.entry(rank, e)
+    g = b.g
+    # A rank whose peers completed what it did not is broken where it stands (its GPU or link):
+    # what it waits for elsewhere is explained by that, so it waits for nothing.
+    for rank in g.stuck_alone:
+        g.edges.pop(rank, None)
+    g.waits = [w for w in g.waits if w.waiter not in g.stuck_alone]
     return g
 
 
@@ -256,22 +295,23 @@ def analyze_dumps(ds: DumpSet) -> tuple[list[Hang], list[str]]:
     v = _View(ds)
     g = _build(v)
     notes: list[str] = []
-    nodes = set(ds.dumps) | {w.on for w in g.waits} | set(g.edges)
+    nodes = set(ds.dumps) | set(g.edges) | {m for targets in g.edges.values() for m in targets}
     comps = _sccs(nodes, g.edges)
     comp_of = {r: i for i, c in enumerate(comps) for r in c}
     waited_on = {w.on for w in g.waits if comp_of[w.waiter] != comp_of[w.on]}
     origins: list[set[int]] = []
     for c in comps:
         leaves = any(m not in c for r in c for m in g.edges.get(r, ()))
-        if leaves:
+        if leaves or not any(r >= 0 for r in c):
             continue
         if c & waited_on or any(g.stuck_alone.get(r) or g.mismatched.get(r) for r in c) or len(c) > 1:
             origins.append(c)
     hangs: dict[tuple[str, int, str, str], Hang] = {}
     for c in sorted(origins, key=min):
-        if len(c) == 1:
-            _add_single(min(c), g, v, hangs)
-        else:
+        heads = [min(c)] if len(c) == 1 else _heads(c, g)
+        for rank in heads:
+            _add_single(rank, g, v, hangs)
+        if not heads:
             hangs.update(_together(c, g, v))
     if not ds.dumps:
         notes.append(f"{ds.directory}: no usable Flight Recorder dump")
@@ -327,6 +367,14 @@ def _add_single(rank: int, g: _Graph, v: _View, hangs: dict[tuple[str, int, str,
         h.since = since if h.since is None else min(h.since, since)
 
 
+def _heads(c: set[int], g: _Graph) -> list[int]:
+    """In a set of ranks stuck together: the ones the others wait for by name (not launched, no
+    dump, mismatch) while they themselves only wait in ops every member launched. They are the
+    origins; the op they share with the others is stuck because of them."""
+    named = {w.on for w in g.waits if w.waiter in c and w.on in c and w.on >= 0 and w.why != "launched"}
+    return sorted(r for r in named if all(w.why == "launched" for w in g.waits if w.waiter == r))
+
+
 def _where(waits: list[_Wait]) -> tuple[str, int, str]:
     """The (group, seq, op) most waiters are blocked in on this rank; ties: the earliest created."""
     by: dict[tuple[str, int, str], set[int]] = defaultdict(set)
@@ -348,6 +396,7 @@ def _where(waits: list[_Wait]) -> tuple[str, int, str]:
 def _together(c: set[int], g: _Graph, v: _View) -> dict[tuple[str, int, str, str], Hang]:
     """A terminal set of ranks that wait only for each other."""
     inner = [w for w in g.waits if w.waiter in c and w.on in c]
+    c = {r for r in c if r >= 0}
     key = _where(inner) if inner else ("?", -1, "?")
     group, seq, op = key
     if any(w.why in ("not_launched", "mismatch") for w in inner):

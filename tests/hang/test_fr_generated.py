@@ -128,3 +128,22 @@ def test_point_to_point_waits_for_the_peer(tmp_path: Path) -> None:
         dumps[r] = dump(r, g, prog, p2p={"5": 1 if r == 2 else 0})
     (h,) = _run(tmp_path, dumps)[0]
     assert _named([h]) == {3} and h.reason == "not_launched" and h.op.startswith("nccl:send")
+
+
+def test_a_rank_stuck_with_its_whole_group_while_the_world_waits_for_it(tmp_path: Path) -> None:
+    """Rank 5 launched its tensor-parallel op (which no member completed) and never the world's
+    next collective: the world waits for rank 5, not for the group it shares with 4, 6, 7."""
+    g = world(N) | {"1": ("TP", [0, 1, 2, 3]), "2": ("TP", [4, 5, 6, 7])}
+    dumps = {r: dump(r, g, {"0": (10, 9) if r != 5 else (9, 9), "1": (3, 3), "2": (4, 3)}) for r in range(N)}
+    (h,) = _run(tmp_path, dumps)[0]
+    assert _named([h]) == {5} and h.reason == "not_launched" and h.group == "0:default_pg"
+
+
+def test_ranks_waiting_for_each_other_in_different_groups_are_an_order_mismatch(tmp_path: Path) -> None:
+    g = {"0": ("default_pg", [0, 1]), "1": ("A", [0, 1]), "2": ("B", [0, 1])}
+    dumps = {
+        0: dump(0, g, {"0": (1, 1), "1": (5, 4), "2": (4, 4)}),
+        1: dump(1, g, {"0": (1, 1), "1": (4, 4), "2": (5, 4)}),
+    }
+    (h,) = _run(tmp_path, dumps)[0]
+    assert _named([h]) == {0, 1} and h.reason == "mismatch" and "order mismatch" in h.evidence[0]
