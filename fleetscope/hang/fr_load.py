@@ -25,6 +25,8 @@ from fleetscope.hang.safe_pickle import MAX_PICKLE_BYTES, UnsafePickle, loads_pl
 _NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<ext>\.(?:json|pkl|pickle))?$")
 #: Most ranks read from one directory (a 100k-GPU job).
 MAX_RANKS = 131072
+#: Longest string field kept, most items of a sizes/dtypes list (tensor lists of one op).
+_MAX_TEXT, _MAX_ITEMS = 256, 64
 #: Profiling names of point-to-point ops: ``nccl:send 0->1``, ``nccl:recv 1<-0`` (group ranks).
 _SEND = re.compile(r"send\s+(\d+)\s*->\s*(\d+)")
 _RECV = re.compile(r"recv\s+(\d+)\s*<-\s*(\d+)")
@@ -125,7 +127,27 @@ def _ranks(v: object) -> list[int] | None:
 
 
 def _text(v: object) -> str:
-    return v if isinstance(v, str) else ("" if v is None else str(v))
+    """A string field; a number as its digits; anything else (a container) is not text."""
+    if isinstance(v, str):
+        return v[:_MAX_TEXT]
+    return str(v) if isinstance(v, (int, float)) else ""
+
+
+def _shape(v: object) -> str:
+    """Sizes (a list of lists of ints) or dtypes (a list of strings) as a short canonical text.
+    Anything else -- another type, too long -- is ``"?"``: a pickle can share one list many times
+    over (a few bytes that would print as gigabytes), so nothing unbounded is ever printed."""
+    if not isinstance(v, (list, tuple)) or len(v) > _MAX_ITEMS:
+        return "?"
+    parts = []
+    for x in v:
+        if isinstance(x, str):
+            parts.append(json.dumps(x[:_MAX_TEXT]))
+        elif isinstance(x, (list, tuple)) and len(x) <= _MAX_ITEMS and all(isinstance(i, int) for i in x):
+            parts.append("[" + ", ".join(str(int(i)) for i in x) + "]")
+        else:
+            return "?"
+    return "[" + ", ".join(parts) + "]"
 
 
 def _peer(op: str, members: list[int] | None) -> int | None:
@@ -167,9 +189,9 @@ def _entry(raw: dict[str, Any], members: dict[str, list[int]], descs: dict[str, 
         op=op,
         state=_text(raw.get("state")) or "scheduled",
         peer=_peer(op, members.get(name)) if is_p2p else None,
-        input_sizes=json.dumps(raw.get("input_sizes")),
-        output_sizes=json.dumps(raw.get("output_sizes")),
-        dtypes=json.dumps(dtypes),
+        input_sizes=_shape(raw.get("input_sizes")),
+        output_sizes=_shape(raw.get("output_sizes")),
+        dtypes=_shape(dtypes),
         time_created_ns=_int(raw.get("time_created_ns"), 0) or 0,
     )
 
@@ -265,7 +287,10 @@ def load_file(path: Path, rank: int, limit: int = MAX_PICKLE_BYTES) -> RankDump:
             obj = loads_plain(data)
         except UnsafePickle as exc:
             raise DumpError(str(exc)) from None
-    return parse_dump(obj, rank, str(path))
+    try:
+        return parse_dump(obj, rank, str(path))
+    except RecursionError:
+        raise DumpError("is nested too deeply to be a Flight Recorder dump") from None
 
 
 def dump_files(directory: Path) -> tuple[dict[int, Path], list[str]]:

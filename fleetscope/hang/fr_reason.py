@@ -155,8 +155,8 @@ def _mismatch(v: _View, group: str, seq: int, p2p: bool, ranks: list[int]) -> tu
         ref = majority[0]
         odd = {r for r, s in sig.items() if s != ref}
     one = sig[min(odd)]
-    what = [k for k, a, b in zip(("op", "dtype", "sizes"), one, ref, strict=False) if a != b]
-    return odd, f"{'/'.join(what) or 'op'} differ: {one} vs {ref} of the others"
+    what = [f"{k} {a} vs {b}" for k, a, b in zip(("op", "dtype", "sizes"), one, ref, strict=False) if a != b]
+    return odd, f"{'; '.join(what) or 'op differs'} (of the others)"
 
 
 class _Builder:

@@ -88,3 +88,25 @@ def test_a_fifo_and_other_prefixes_are_not_read(tmp_path: Path) -> None:
     ds = load_dir(d)
     assert sorted(ds.dumps) == list(range(16))
     assert any("other_" in p for p in ds.problems)
+
+
+def _dag_bomb() -> bytes:
+    """30 levels of a list holding the next one twice: a few hundred bytes, 2**30 leaves if printed."""
+    inner: list = [1]
+    for _ in range(30):
+        inner = [inner, inner]
+    entry = {"record_id": 1, "process_group": ("0", inner), "collective_seq_id": 1, "profiling_name": inner,
+             "input_sizes": inner, "input_dtypes": inner, "state": "scheduled"}  # fmt: skip
+    return pickle.dumps({"version": "2.9", "pg_config": {"0": {"name": "0", "desc": inner, "ranks": inner}},
+                         "entries": [entry]}, protocol=2)  # fmt: skip
+
+
+def test_a_shared_reference_bomb_loads_in_bounded_time(tmp_path: Path) -> None:
+    from fleetscope.hang.fr_load import load_file
+
+    p = tmp_path / "_dump_0"
+    p.write_bytes(_dag_bomb())
+    assert p.stat().st_size < 2000
+    d = load_file(p, 0)
+    (e,) = d.entries
+    assert e.input_sizes == "?" and e.dtypes == "?" and e.op == "" and d.descs["0"] == ""
