@@ -127,12 +127,17 @@ def test_hang_with_a_recording_names_node_gpu_and_the_xid(tmp_path: Path) -> Non
     assert doc["inputs"]["hardware"]["ranks_mapped"] == 16
 
 
-@pytest.mark.parametrize("fmt", ["json", "text"])
+@pytest.mark.parametrize("fmt", ["json", "text", "html"])
 def test_analyze_adds_the_hangs_with_node_and_gpu(tmp_path: Path, fmt: str) -> None:
     rec = _recording(tmp_path / "rec.om")
     r = _fleetscope("analyze", "--input", str(rec), "--flight-recorder", str(FR / "lock_gil_1st"),
                     "--nccl-ras", str(RAS / "ray_test_healthy.json"), "--format", fmt)  # fmt: skip
     assert r.returncode == 0, r.stderr
+    if fmt == "html":
+        page = r.stdout
+        assert page.rstrip().endswith("</html>") and "<section id='hangs'>" in page
+        assert "rank 14 (node node-1, GPU 6)" in page
+        return
     if fmt == "text":
         assert "rank 9 (node node-1, GPU 1), rank 14 (node node-1, GPU 6) -- not_launched" in r.stdout
         return
