@@ -200,8 +200,10 @@ def _status_names(
     status: dict[Any, Any], config_names: list[str], entry_pairs: dict[str, str]
 ) -> dict[str, str]:
     """``pg_status`` key -> group name. Keys are the rank's local pg ids; entries pair some of them
-    with a name. Where keys and ``pg_config`` names are sets of the same size created in the same
-    order, the sorted orders pair the rest -- used only if every pair the entries show agrees."""
+    with a name. Both count groups in creation order (local ids per rank, default names per job),
+    so where the names are numbers and the two sets have the same size, the sorted orders pair the
+    rest -- used only if every pair the entries show agrees. Other names (hashed, user-given) are
+    paired only through entries: a group without one has no status on that rank."""
     keys = [str(k) for k in status]
     if set(keys) <= set(config_names) and all(k == v for k, v in entry_pairs.items() if k in keys):
         return {k: k for k in keys}
@@ -211,7 +213,8 @@ def _status_names(
         n = _int(s)
         return (n if n is not None else 1 << 62, s)
 
-    if len(keys) == len(config_names):
+    numeric = all(_int(k) is not None for k in [*keys, *config_names])  # default names: a counter
+    if numeric and len(keys) == len(config_names):
         by_order = dict(zip(sorted(keys, key=num), sorted(config_names, key=num), strict=True))
         if all(by_order.get(k) == v for k, v in entry_pairs.items()):
             out = by_order

@@ -34,7 +34,7 @@ def dump(
     mine = {g: v for g, v in groups.items() if rank in v[1]}
     entries = []
     rid = first_record
-    for g in sorted(mine, key=int):
+    for g in list(mine):
         desc, members = mine[g]
         enq, comp = progress.get(g, (0, 0))
         lo = max(1, comp - 4) if full else comp + 1
@@ -51,7 +51,7 @@ def dump(
             entries.append(
                 {
                     "record_id": rid,
-                    "pg_id": sorted(mine, key=int).index(g),
+                    "pg_id": list(mine).index(g),
                     "process_group": (g, desc),
                     "thread_name": "python3",
                     "thread_id": "1",
@@ -80,7 +80,7 @@ def dump(
     }
     if status:
         out["pg_status"] = {
-            str(sorted(mine, key=int).index(g)): {
+            str(list(mine).index(g)): {
                 "last_enqueued_collective": progress.get(g, (0, 0))[0],
                 "last_started_collective": -1,
                 "last_completed_collective": progress.get(g, (0, 0))[1],

@@ -147,3 +147,14 @@ def test_ranks_waiting_for_each_other_in_different_groups_are_an_order_mismatch(
     }
     (h,) = _run(tmp_path, dumps)[0]
     assert _named([h]) == {0, 1} and h.reason == "mismatch" and "order mismatch" in h.evidence[0]
+
+
+def test_hashed_group_names_pair_status_only_through_entries(tmp_path: Path) -> None:
+    """With non-numeric group names, a rank with no entry in a group has no status there: the
+    others wait for it as unknown, never for a mis-paired number."""
+    g = {"0": ("default_pg", list(range(4))), "ab12": ("TP", [0, 1, 2, 3])}
+    dumps = {r: dump(r, g, {"0": (3, 3), "ab12": (9, 8) if r != 2 else (8, 8)}) for r in range(4)}
+    ds = load_dir(write(tmp_path / "h", dumps))
+    assert "ab12" not in ds.dumps[2].status and ds.dumps[0].status["ab12"].enqueued == 9
+    (h,) = analyze_dumps(ds)[0]
+    assert _named([h]) == {2} and h.reason == "unknown"
