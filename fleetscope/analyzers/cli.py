@@ -20,6 +20,7 @@ from fleetscope.errors import FleetscopeError
 if TYPE_CHECKING:
     from fleetscope.analyzers.config import DetectorConfig
     from fleetscope.analyzers.report import Report
+    from fleetscope.hang.model import HangResult
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,6 +71,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
         "'auto' (default): 1h chunks for a window longer than 2h (a recording is "
         "converted to an archive first); 'off': in one piece",
+    )
+    p.add_argument(
+        "--flight-recorder",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory of the job's PyTorch Flight Recorder dumps: add the hangs it proves, "
+        "joined to node and GPU (docs/hang.md; repeatable)",
+    )
+    p.add_argument(
+        "--nccl-ras",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="an NCCL RAS report (ncclras -f json, text, or polls): add its hangs (repeatable)",
+    )
+    p.add_argument(
+        "--job", metavar="ID", help="the job_id the dumps and RAS reports are of (default: the only job)"
     )
     p.add_argument(
         "--prefetch",
@@ -130,10 +149,22 @@ def run(args: argparse.Namespace) -> int:
         chunk=args.chunk,
         prefetch=args.prefetch,
     )
-    return _write(args, report, show, t0)
+    hangs = None
+    if args.flight_recorder or args.nccl_ras:
+        from fleetscope.analyzers.hang_join import hangs_for_analyze
+
+        access = {"timeout": args.timeout, "sigv4_region": region, "headers": headers,
+                  "max_answer_bytes": args.max_answer_bytes}  # fmt: skip
+        paths = args.flight_recorder + args.nccl_ras
+        hangs = hangs_for_analyze(
+            paths, (args.input, args.prometheus), args.job, report.start, report.end, **access
+        )
+    return _write(args, report, show, t0, hangs)
 
 
-def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> int:
+def _write(
+    args: argparse.Namespace, report: Report, show: bool, t0: float, hangs: HangResult | None = None
+) -> int:
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
         text = json.dumps(report.document(), indent=2) + "\n"
@@ -145,6 +176,10 @@ def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> i
         from fleetscope.analyzers.report_text import render_text
 
         text = render_text(report)
+    if hangs is not None:
+        from fleetscope.hang.render import with_hangs
+
+        text = with_hangs(text, fmt, hangs)
     if args.output:
         from fleetscope.atomicfile import write_text_atomic
 
