@@ -1,8 +1,8 @@
 """The window's series aligned per GPU and per rank: what every signal and detector reads.
 
 Computed once per analysis from :class:`~fleetscope.window.frames.Frames`. The signals derived
-from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`;
-the detectors only compare and decide.
+from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`,
+which reads this module (never the other way); the detectors only compare and decide.
 """
 
 from __future__ import annotations
@@ -19,8 +19,25 @@ from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.nanstats import nanmedian
-from fleetscope.analyzers.signals.serving import SERVING_METRICS  # imports no analyzer module
 from fleetscope.window.frames import Frames, increase_steps, rolling_sum, row_codes
+
+#: Inter-token latency under either name (V1 from v0.11; V0 and early V1): ``new or old``.
+ITL_NAMES = (c.VLLM_INTER_TOKEN_LATENCY, c.VLLM_TIME_PER_OUTPUT_TOKEN)
+KV_NAMES = (c.VLLM_KV_CACHE_USAGE, c.VLLM_GPU_CACHE_USAGE)
+SERVING_HISTOGRAMS = (c.VLLM_TIME_TO_FIRST_TOKEN, *ITL_NAMES)
+
+#: Every serving series the analyzers read (appended to :data:`METRICS_USED`; the serving signals,
+#: :mod:`fleetscope.analyzers.signals.serving`, read them).
+SERVING_METRICS: tuple[str, ...] = (
+    c.VLLM_NUM_REQUESTS_RUNNING,
+    c.VLLM_NUM_REQUESTS_WAITING,
+    *KV_NAMES,
+    c.VLLM_NUM_PREEMPTIONS,
+    c.VLLM_PROMPT_TOKENS,
+    c.VLLM_GENERATION_TOKENS,
+    c.VLLM_REQUEST_SUCCESS,
+    *(s for h in SERVING_HISTOGRAMS for s in (h.bucket, h.sum, h.observations)),
+)
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (

@@ -122,7 +122,6 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
 
     from fleetscope.analyzers import report_html as rh
     from fleetscope.analyzers.core import analyze_file
-    from fleetscope.analyzers.signals.mfu import job_mfu
 
     assert [rh.human_duration(s) for s in (0.45, 45, 380, 22060, 300000)] == [
         "0.45 s",
@@ -151,7 +150,7 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
     finally:
         plt.Axes.axvspan = real_axvspan
     (job,) = feat.jobs
-    _, unit, paused = job_mfu(feat, job)
+    _, unit, paused = report.signals.job_mfu(job)
     assert unit == "MFU" and rh.pause_spans(paused), "the recording's job checkpoints"
     assert drawn.count("grey") == len(rh.pause_spans(paused))
 
