@@ -8,7 +8,6 @@ default otherwise), ``html`` (one self-contained report with plots).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -136,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> int:
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
-        text = json.dumps(report.document(), indent=2) + "\n"
+        from fleetscope import strictjson
+
+        text = strictjson.dumps(report.document(), indent=2) + "\n"  # no NaN/Infinity: null + a note
     elif fmt == "html":
         from fleetscope.analyzers.report_html import render_html
 

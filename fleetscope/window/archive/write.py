@@ -48,6 +48,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from fleetscope import strictjson
 from fleetscope.atomicfile import install, temp_path_for
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.window.archive.format import (
@@ -313,7 +314,7 @@ class ArchiveWriter:
         else:
             meta["spacing"] = self.spacing.value()
         try:
-            self.writer.add_key_value_metadata({META_KEY: json.dumps(meta).encode()})
+            self.writer.add_key_value_metadata({META_KEY: strictjson.dumps(meta).encode()})
             self.writer.close()
             install(self.tmp, self.path)  # renamed over a regular file, else written through
         except OSError as exc:
