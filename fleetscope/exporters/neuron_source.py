@@ -11,8 +11,9 @@ after a good report), when it exits, when it prints nothing for ``hang_after`` s
 its output but keeps running (it is killed first), or when it prints ``garbage_limit`` bad lines in
 a row. "Nothing" means no complete good report: an endless line, a flood of blank lines or a report
 trickled a byte at a time is no progress. On every restart the child's process group is killed, and
-so is any process still holding its output pipes (a monitor that daemonized into its own session). Each restart is logged once, in one line that ends with the last lines neuron-monitor wrote
-to its stderr, and counted by reason. Waiting for the child always has a deadline.
+so is any process still holding its output pipes (a monitor that daemonized into its own session).
+Each restart is logged once, in one line that ends with the last lines neuron-monitor wrote to its
+stderr, and counted by reason. Waiting for the child always has a deadline.
 
 :class:`FileFollower` reads a regular file or a FIFO the way ``tail -F`` does: lines appended are
 read as they come, a truncated or replaced file is reopened from its start. Anything else (a

@@ -193,7 +193,7 @@ class NodeCollector:
                 except DeadlineExceeded:
                     seconds = time.monotonic() - began
                     c.skip("deadline", f"collector {c.name}: no answer within {c.deadline(self.timeout):g}s")
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - logged by _failed; never fails the scrape
                     seconds = time.monotonic() - began
                     self._failed(c, exc)
                     if isinstance(exc, CollectorFailed):

@@ -6,7 +6,6 @@ line, not one per scrape. Real child processes (small scripts), the reader threa
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -54,7 +53,8 @@ def _supervise(argv: list[str], hang_after: float = 1.0) -> tuple[Supervisor, li
         # one good report, then blank lines without end
         "print('REPORT', flush=True)\nwhile True:\n    sys.stdout.write('\\n' * 4096); sys.stdout.flush()",
         # a report a byte at a time, slower than the hang deadline
-        "while True:\n    for b in 'REPORT\\n':\n        sys.stdout.write(b); sys.stdout.flush(); time.sleep(0.4)",
+        "while True:\n    for b in 'REPORT\\n':\n"
+        "        sys.stdout.write(b); sys.stdout.flush(); time.sleep(0.4)",
     ],
     ids=["endless-line", "blank-lines", "byte-trickle"],
 )
