@@ -47,7 +47,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
-from fleetscope.window.budget import FIRST_BACKOFF_S, LoadBudget
+from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget
 from fleetscope.window.frames import (
     Frames,
     MetricFrame,
@@ -645,7 +645,7 @@ def fetch_grid_series(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Callable[[float], None] | None = None,
     matcher: str = "",
-    retries: int = 0,
+    retries: int = DEFAULT_RETRIES,
 ) -> dict[str, list[AnsweredSeries]]:
     """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
     with ``matcher`` added), the queries split below Prometheus' points limit and run
@@ -654,7 +654,9 @@ def fetch_grid_series(
     All the queries share one :class:`~fleetscope.window.budget.LoadBudget`: they end within the
     client's ``timeout`` together, and their answers together stay within the window's byte and
     cell budgets. ``retries``: how often a query that failed for a reason that may pass
-    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room."""
+    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room
+    (``serve``, ``analyze --prometheus`` and ``record --prometheus`` alike: a 503 of a busy server
+    is not the end of a one-off analysis either)."""
     client.budget = LoadBudget(client.url, client.timeout, client.max_answer_bytes, len(grid))
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
