@@ -13,7 +13,13 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
+from fleetscope.cli_options import (
+    ProgressBar,
+    add_prometheus_access,
+    prometheus_access,
+    show_progress,
+    sigterm_unwinds,
+)
 from fleetscope.errors import FleetscopeError
 
 if TYPE_CHECKING:
@@ -119,17 +125,18 @@ def run(args: argparse.Namespace) -> int:
         headers=headers,
         max_answer_bytes=args.max_answer_bytes,
     )
-    report = analyze_source(
-        source,
-        config,
-        lambda label: ProgressBar(label, show),
-        start=parse_time(args.start) if args.start else None,
-        end=parse_time(args.end) if args.end else None,
-        step=args.step,
-        chunk=args.chunk,
-        prefetch=args.prefetch,
-    )
-    return _write(args, report, show, t0)
+    with sigterm_unwinds():  # a streamed analysis's temporary folder goes with it
+        report = analyze_source(
+            source,
+            config,
+            lambda label: ProgressBar(label, show),
+            start=parse_time(args.start) if args.start else None,
+            end=parse_time(args.end) if args.end else None,
+            step=args.step,
+            chunk=args.chunk,
+            prefetch=args.prefetch,
+        )
+        return _write(args, report, show, t0)
 
 
 def _write(args: argparse.Namespace, report: Report, show: bool, t0: float) -> int:
