@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 
 from fleetscope.service.auth import OPEN_PATHS, BearerTokenMiddleware
 
