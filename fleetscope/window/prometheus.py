@@ -47,7 +47,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
-from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget
+from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget, memory_is_one_line
 from fleetscope.window.frames import (
     Frames,
     MetricFrame,
@@ -606,6 +606,27 @@ def load_prometheus(
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
     check_grid(start_s, end_s, step)
+    with memory_is_one_line(url):
+        return _load_prometheus(
+            url, start_s, end_s, step, metrics, timeout, sigv4_region, headers, progress, concurrency,
+            max_answer_bytes, matcher,
+        )  # fmt: skip
+
+
+def _load_prometheus(
+    url: str,
+    start_s: float,
+    end_s: float,
+    step: float,
+    metrics: Collection[str],
+    timeout: float,
+    sigv4_region: str | None,
+    headers: dict[str, str] | None,
+    progress: Callable[[float], None] | None,
+    concurrency: int,
+    max_answer_bytes: int,
+    matcher: str,
+) -> Frames:
     client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
     grid = make_grid(start_s, end_s, step)
     names = list(dict.fromkeys(metrics))
@@ -725,22 +746,23 @@ def raw_from_prometheus(
     client = PrometheusClient(
         url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
     )
-    try:
-        by_name = fetch_grid_series(
-            client,
-            list(dict.fromkeys(metrics)),
-            make_grid(start, end, step),
-            step,
-            DEFAULT_CONCURRENCY,
-            progress,
-        )
-    finally:
-        client.close()
-    return {
-        name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
-        for name, series in by_name.items()
-        if series
-    }
+    with memory_is_one_line(url):
+        try:
+            by_name = fetch_grid_series(
+                client,
+                list(dict.fromkeys(metrics)),
+                make_grid(start, end, step),
+                step,
+                DEFAULT_CONCURRENCY,
+                progress,
+            )
+        finally:
+            client.close()
+        return {
+            name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
+            for name, series in by_name.items()
+            if series
+        }
 
 
 def run_concurrently(

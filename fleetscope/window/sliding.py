@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetscope.window.budget import DEFAULT_RETRIES
+from fleetscope.window.budget import DEFAULT_RETRIES, memory_is_one_line
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
@@ -122,6 +122,12 @@ class SlidingWindow:
         self, start: float, end: float, progress: Callable[[float], None] | None
     ) -> tuple[Frames, int, float]:
         """One load: (frames, cells changed at the re-fetch margin's edge, how far back that is)."""
+        with memory_is_one_line(self.url):
+            return self._load_in_memory(start, end, progress)
+
+    def _load_in_memory(
+        self, start: float, end: float, progress: Callable[[float], None] | None
+    ) -> tuple[Frames, int, float]:
         check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
