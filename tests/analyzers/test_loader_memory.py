@@ -20,7 +20,8 @@ SERIES = 4000
 
 def _body() -> bytes:
     values = "[" + ",".join(f'[{T0 + 15 * k},"{k % 7}.5"]' for k in range(POINTS)) + "]"
-    result = ",".join(f'{{"metric":{{"Hostname":"n{i}","gpu":"0"}},"values":{values}}}' for i in range(SERIES))
+    one = '{{"metric":{{"Hostname":"n{}","gpu":"0"}},"values":' + values + "}}"
+    result = ",".join(one.format(i) for i in range(SERIES))
     return ('{"status":"success","data":{"resultType":"matrix","result":[' + result + "]}}").encode()
 
 
