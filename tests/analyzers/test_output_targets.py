@@ -1,7 +1,9 @@
 """``-o`` writes atomically only over a regular file or a new path (issue 36, item 3): a device, a
 FIFO or a ``/dev/fd/N`` target is written through, a symlink is followed to its target and kept.
-The device is reached through a symlink in a temporary folder: the real ``/dev/null`` is never a
-target a rename could replace."""
+The device is reached through a symlink in a temporary folder, and it is ``/dev/zero`` (writes
+discarded, as ``/dev/null``'s): a test of the code before this fix, run as root, replaced the host's
+``/dev/null`` with a regular file (``tests/analyzers/test_output.py`` wrote ``-o /dev/null``), so
+``/dev/null`` may not be a device where these tests run, and is never a target here."""
 
 from __future__ import annotations
 
@@ -46,9 +48,13 @@ class _Reader:
         return self.data
 
 
+DEVICE = "/dev/zero"
+
+
 def _null_link(tmp_path: Path) -> Path:
+    assert stat.S_ISCHR(os.stat(DEVICE).st_mode)
     link = tmp_path / "null"
-    link.symlink_to(os.devnull)
+    link.symlink_to(DEVICE)
     return link
 
 
@@ -90,8 +96,8 @@ def test_a_symlink_is_followed_and_kept(tmp_path) -> None:
 def test_analyze_into_a_character_device_writes_through(recording, tmp_path) -> None:
     link = _null_link(tmp_path)
     assert main(["analyze", "--input", str(recording), "--format", "json", "-o", str(link)]) == 0
-    assert link.is_symlink() and os.readlink(link) == os.devnull  # not replaced by a file
-    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert link.is_symlink() and os.readlink(link) == DEVICE  # not replaced by a file
+    assert stat.S_ISCHR(os.stat(DEVICE).st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left beside it
 
 
@@ -117,7 +123,7 @@ def test_analyze_into_dev_fd_writes_to_that_descriptor(recording) -> None:
 def test_record_into_a_device_and_a_fifo(recording, tmp_path) -> None:
     link = _null_link(tmp_path)
     assert main(["record", "--input", str(recording), "-o", str(link), "--no-progress"]) == 0
-    assert link.is_symlink() and os.readlink(link) == os.devnull
+    assert link.is_symlink() and os.readlink(link) == DEVICE
     assert [p.name for p in tmp_path.iterdir()] == ["null"]
     fifo = tmp_path / "archive.fifo"
     os.mkfifo(fifo)
