@@ -8,13 +8,18 @@ default otherwise), ``html`` (one self-contained report with plots).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
+from fleetscope.cli_options import (
+    ProgressBar,
+    add_prometheus_access,
+    prometheus_access,
+    show_progress,
+    sigterm_unwinds,
+)
 from fleetscope.errors import FleetscopeError
 
 if TYPE_CHECKING:
@@ -139,27 +144,28 @@ def run(args: argparse.Namespace) -> int:
         headers=headers,
         max_answer_bytes=args.max_answer_bytes,
     )
-    report = analyze_source(
-        source,
-        config,
-        lambda label: ProgressBar(label, show),
-        start=parse_time(args.start) if args.start else None,
-        end=parse_time(args.end) if args.end else None,
-        step=args.step,
-        chunk=args.chunk,
-        prefetch=args.prefetch,
-    )
-    hangs = None
-    if args.flight_recorder or args.nccl_ras:
-        from fleetscope.analyzers.hang_join import hangs_for_analyze
-
-        access = {"timeout": args.timeout, "sigv4_region": region, "headers": headers,
-                  "max_answer_bytes": args.max_answer_bytes}  # fmt: skip
-        paths = args.flight_recorder + args.nccl_ras
-        hangs = hangs_for_analyze(
-            paths, (args.input, args.prometheus), args.job, report.start, report.end, **access
+    with sigterm_unwinds():  # a streamed analysis's temporary folder goes with it
+        report = analyze_source(
+            source,
+            config,
+            lambda label: ProgressBar(label, show),
+            start=parse_time(args.start) if args.start else None,
+            end=parse_time(args.end) if args.end else None,
+            step=args.step,
+            chunk=args.chunk,
+            prefetch=args.prefetch,
         )
-    return _write(args, report, show, t0, hangs)
+        hangs = None
+        if args.flight_recorder or args.nccl_ras:
+            from fleetscope.analyzers.hang_join import hangs_for_analyze
+
+            access = {"timeout": args.timeout, "sigv4_region": region, "headers": headers,
+                      "max_answer_bytes": args.max_answer_bytes}  # fmt: skip
+            paths = args.flight_recorder + args.nccl_ras
+            hangs = hangs_for_analyze(
+                paths, (args.input, args.prometheus), args.job, report.start, report.end, **access
+            )
+        return _write(args, report, show, t0, hangs)
 
 
 def _write(
@@ -167,7 +173,9 @@ def _write(
 ) -> int:
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
-        text = json.dumps(report.document(), indent=2) + "\n"
+        from fleetscope import strictjson
+
+        text = strictjson.dumps(report.document(), indent=2) + "\n"  # no NaN/Infinity: null + a note
     elif fmt == "html":
         from fleetscope.analyzers.report_html import render_html
 

@@ -102,6 +102,43 @@ class GpuSignals:
         return self.index.get((node, gpu))
 
 
+#: The longest wall time one training step can take: a step's time is counted when it ends, so one
+#: interval may add a whole step begun long before it (a first step compiling for an hour).
+MAX_STEP_S = 86_400.0
+#: What one rank can add per second of wall time, at most. Step and phase seconds: one second (a
+#: rank's steps run one after another). Model FLOPs: 1e17 FLOP/s, over seven times the largest
+#: dense peak in fleetscope's table (B300 fp4, 13.5e15; docs/design.md). Steps: 1e4 a second (a
+#: step of 100 us computes nothing a cluster is needed for). Tokens: 1e8 a second.
+PHYSICAL_PER_S: dict[str, float] = {
+    c.TRAINING_STEPS: 1e4,
+    c.TRAINING_STEP_SECONDS: 1.0,
+    c.TRAINING_PHASE_SECONDS: 1.0,
+    c.TRAINING_MODEL_FLOPS: 1e17,
+    c.TRAINING_TOKENS: 1e8,
+}
+
+
+def physical_increase(
+    raw: np.ndarray, times: np.ndarray, per_s: float, rejected: dict[str, int], name: str
+) -> np.ndarray:
+    """:func:`increase_steps` of the counters ``raw`` (T x S), with the increases no rank can make
+    left out (NaN) and counted in ``rejected[name]``: negative ones, and those beyond ``per_s``
+    times the wall time since the series' first sample in the window plus :data:`MAX_STEP_S`
+    (a step-seconds counter of 1.7e308 made every goodput sum infinite, and the jobs API 500)."""
+    d = increase_steps(raw)
+    if not d.size:
+        return d
+    present = ~np.isnan(raw)
+    first = np.where(present.any(axis=0), present.argmax(axis=0), 0)
+    elapsed = np.asarray(times, dtype=float)[:, None] - np.asarray(times, dtype=float)[first][None, :]
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = (d < 0) | (d > per_s * (elapsed + MAX_STEP_S))
+    if bad.any():
+        rejected[name] = rejected.get(name, 0) + int(bad.sum())
+        d = np.where(bad, np.nan, d)
+    return d
+
+
 @dataclass
 class RankSignals:
     """One column per rank series (job_id, rank, Hostname, gpu)."""
@@ -114,6 +151,8 @@ class RankSignals:
     flops: np.ndarray
     tokens: np.ndarray
     present: np.ndarray  # bool, series has a sample
+    #: Per counter, the increases left out as impossible (:func:`physical_increase`).
+    rejected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -256,20 +295,34 @@ def rank_signals(frames: Frames) -> RankSignals:
         )
         return place_columns(out, row_positions(keys, lab, RANK_KEY), vals)
 
+    rejected: dict[str, int] = {}
+
+    def increase(name: str, raw: np.ndarray) -> np.ndarray:
+        return physical_increase(raw, frames.times, PHYSICAL_PER_S[name], rejected, name)
+
     phases = {}
     for ph in c.TRAINING_PHASES:
-        phases[ph] = increase_steps(aligned(c.TRAINING_PHASE_SECONDS, phase=ph))
+        phases[ph] = increase(c.TRAINING_PHASE_SECONDS, aligned(c.TRAINING_PHASE_SECONDS, phase=ph))
     compute = phases["forward"] + phases["backward"]
-    return RankSignals(
+    out = RankSignals(
         keys=keys,
-        steps=increase_steps(steps_raw),
+        steps=increase(c.TRAINING_STEPS, steps_raw),
         compute=compute,
         phases=phases,
-        step_seconds=increase_steps(aligned(c.TRAINING_STEP_SECONDS)),
-        flops=increase_steps(aligned(c.TRAINING_MODEL_FLOPS)),
-        tokens=increase_steps(aligned(c.TRAINING_TOKENS)),
+        step_seconds=increase(c.TRAINING_STEP_SECONDS, aligned(c.TRAINING_STEP_SECONDS)),
+        flops=increase(c.TRAINING_MODEL_FLOPS, aligned(c.TRAINING_MODEL_FLOPS)),
+        tokens=increase(c.TRAINING_TOKENS, aligned(c.TRAINING_TOKENS)),
         present=~np.isnan(steps_raw),
+        rejected=rejected,
     )
+    if rejected:
+        log.warning(
+            "left out %s increase(s) of training counters that no rank can make (negative, or beyond "
+            "its wall time, or beyond any accelerator's peak): %s",
+            f"{sum(rejected.values()):,}",
+            ", ".join(f"{name} {n:,}" for name, n in sorted(rejected.items())),
+        )
+    return out
 
 
 def build_features(frames: Frames, config: DetectorConfig) -> Features:

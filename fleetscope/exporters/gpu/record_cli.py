@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+from fleetscope import strictjson
 from fleetscope.errors import FleetscopeError
 from fleetscope.times import rfc3339
 
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
             backend.nvmlShutdown()
         except pynvml.NVMLError:
             pass
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    out.write_text(strictjson.dumps(data, indent=1) + "\n")
     print(f"recorded {len(devices)} GPU(s) into {out}")
     return 0
 
