@@ -8,7 +8,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from fleetscope.argtypes import positive_int
 from fleetscope.defaults import MAX_ANSWER_BYTES
@@ -58,6 +62,30 @@ def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, s
         if not region:
             raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
     return region, headers
+
+
+#: The exit status of a command ended by SIGTERM (128 + 15, as a shell reports it).
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread instead of ending the
+    process on the spot, so ``finally`` blocks and ``with`` exits run: a streamed ``analyze``
+    removes its temporary folder, a ``record`` its temporary file. Outside the main thread (where
+    no handler can be set) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(SIGTERM_EXIT)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def show_progress(args: argparse.Namespace) -> bool:

@@ -71,7 +71,7 @@ def analyze(
         straggler_scores=_scores(signals),
         jobs=job_summaries(signals, findings),
     )
-    report.goodput = goodput_accounts(feat, findings, own_start)
+    report.goodput = goodput_accounts(signals, findings, own_start)
     report.signals = signals
     learnt.step_base = {
         job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None

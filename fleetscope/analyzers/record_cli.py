@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
+from fleetscope.cli_options import (
+    ProgressBar,
+    add_prometheus_access,
+    prometheus_access,
+    show_progress,
+    sigterm_unwinds,
+)
 from fleetscope.errors import FleetscopeError
 
 
@@ -63,6 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with sigterm_unwinds():  # the temporary archive goes with it
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.core import LOADED
     from fleetscope.times import parse_duration, parse_time
     from fleetscope.window.archive.format import pyarrow_modules

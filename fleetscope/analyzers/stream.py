@@ -43,7 +43,7 @@ from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GoodputAccount, Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
-from fleetscope.analyzers.signals.jobs import job_nodes
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_duration, rfc3339
 from fleetscope.window.frames import Frames, say_skipped
@@ -281,7 +281,7 @@ def merge_findings(
     for f in report.findings:
         m = next((x for x in live if id(x) not in continued and _same_subject(x, f)), None)
         if m is None:
-            if not _explained_before(f, failing, feat):
+            if not _explained_before(f, failing, report.signals):
                 added.append(f)
             continue
         continued.add(id(m))
@@ -335,11 +335,11 @@ def _specificity(f: Finding) -> int:
     return len(CAUSE_PRIORITY) + 1
 
 
-def _explained_before(f: Finding, failing: set[str | None], feat: Features | None) -> bool:
+def _explained_before(f: Finding, failing: set[str | None], signals: Signals | None) -> bool:
     if f.kind in ("membership_change", "monitoring_gap"):
         return f.node in failing
-    if f.kind == "job_hang" and f.job_id is not None and feat is not None:
-        return bool(failing & set(job_nodes(feat, f.job_id)))
+    if f.kind == "job_hang" and f.job_id is not None and signals is not None:
+        return bool(failing & signals.job_nodes(f.job_id))
     return False
 
 

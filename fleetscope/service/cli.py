@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         analyze = ShardAnalysis(analyze, source, shard, args.step)
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
-    config = uvicorn.Config(app, **server_options())
+    config = uvicorn.Config(app, **server_options(token))
     log.info(
         "fleetscope serve on http://%s:%d, analyzing %s every %gs%s",
         host,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from fleetscope import strictjson
 from fleetscope.errors import FleetscopeError
 from fleetscope.service.cli import add_prometheus_options, analyzer_options, check_url, fraction, positive
 
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = build(args)
     if args.format == "json":
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(strictjson.dumps(plan.to_dict(), indent=2))
     else:
         sys.stdout.write(plan.script())
     if not args.execute:

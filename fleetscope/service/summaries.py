@@ -22,10 +22,9 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
-from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.features import ITL_NAMES
 from fleetscope.analyzers.report import Report
-from fleetscope.analyzers.signals.jobs import job_columns, stepping
-from fleetscope.analyzers.signals.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica
+from fleetscope.analyzers.signals.serving import ServingSignals
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import increase_steps
@@ -61,9 +60,9 @@ def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
     end = float(times[-1]) if len(times) else report.end
     out: dict[str, dict[str, Any]] = {}
     for job in feat.jobs:
-        cols = job_columns(feat, job)
+        cols = signals.job_columns(job)
         reporting = np.nonzero(r.present[:, cols].any(axis=1))[0] if cols.any() else np.zeros(0, int)
-        steps = np.nonzero(stepping(feat, job))[0]
+        steps = np.nonzero(signals.stepping(job))[0]
         last_step = float(times[steps[-1]]) if steps.size else None
         summary = report.jobs.get(job)
         step_s = summary.step_seconds if summary and summary.step_seconds else 0.0
@@ -124,14 +123,13 @@ def served_models(signals: Signals) -> list[dict[str, Any]]:
         return []
     n = len(feat.times)
     short = max(1, min(n, round(SHORT_WINDOW_S / feat.step)))
-    index = {rep: i for i, rep in enumerate(s.replicas)}
     itl = next((h for h in ITL_NAMES if feat.frames.has(h.bucket)), None)
     ttft = c.VLLM_TIME_TO_FIRST_TOKEN if feat.frames.has(c.VLLM_TIME_TO_FIRST_TOKEN.bucket) else None
     slos = [
         ("ttft", ttft, THRESHOLDS.inference_ttft_seconds, THRESHOLDS.inference_ttft_objective),
         ("itl", itl, THRESHOLDS.inference_itl_seconds, THRESHOLDS.inference_itl_objective),
     ]
-    buckets = {name: _good_and_total(feat, h, index, bound) for name, h, bound, _ in slos}
+    buckets = {name: _good_and_total(signals, h, bound) for name, h, bound, _ in slos}
     out = []
     for model, mask in s.models().items():
         cols = np.nonzero(mask)[0]
@@ -179,13 +177,12 @@ def _replica(s: ServingSignals, k: int, n: int) -> dict[str, Any]:
 
 
 def _good_and_total(
-    feat: Features, hist: c.Histogram | None, index: dict, bound: float
+    signals: Signals, hist: c.Histogram | None, bound: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per grid step and replica: observations under ``bound`` and all of them (increments)."""
     if hist is None:
         return None
-    cum, les = _per_replica(feat.frames, hist.bucket, index, "sum", ("le",))
-    bounds = [_le_key(v[0]) for v in les]
+    cum, bounds = signals.replica_buckets(hist)
     if bound not in bounds or math.inf not in bounds:
         return None
     good = increase_steps(cum[:, :, bounds.index(bound)])

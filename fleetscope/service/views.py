@@ -8,7 +8,6 @@ when the store's version changes) and the ``/metrics`` body (rendered once per s
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 from fastapi.responses import Response
 
+from fleetscope import strictjson
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import JobSummary, Report, goodput_to_dict
 from fleetscope.service.metrics import render_snapshot
@@ -42,7 +42,8 @@ def _finding(f: Finding) -> dict[str, Any]:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    """Compact strict JSON: a non-finite number is null, with a note (fleetscope.strictjson)."""
+    return strictjson.dumps(obj, separators=(",", ":"))
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -47,7 +47,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
-from fleetscope.window.budget import FIRST_BACKOFF_S, LoadBudget
+from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget, memory_is_one_line
 from fleetscope.window.frames import (
     Frames,
     MetricFrame,
@@ -606,6 +606,27 @@ def load_prometheus(
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
     check_grid(start_s, end_s, step)
+    with memory_is_one_line(url):
+        return _load_prometheus(
+            url, start_s, end_s, step, metrics, timeout, sigv4_region, headers, progress, concurrency,
+            max_answer_bytes, matcher,
+        )  # fmt: skip
+
+
+def _load_prometheus(
+    url: str,
+    start_s: float,
+    end_s: float,
+    step: float,
+    metrics: Collection[str],
+    timeout: float,
+    sigv4_region: str | None,
+    headers: dict[str, str] | None,
+    progress: Callable[[float], None] | None,
+    concurrency: int,
+    max_answer_bytes: int,
+    matcher: str,
+) -> Frames:
     client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
     grid = make_grid(start_s, end_s, step)
     names = list(dict.fromkeys(metrics))
@@ -645,7 +666,7 @@ def fetch_grid_series(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Callable[[float], None] | None = None,
     matcher: str = "",
-    retries: int = 0,
+    retries: int = DEFAULT_RETRIES,
 ) -> dict[str, list[AnsweredSeries]]:
     """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
     with ``matcher`` added), the queries split below Prometheus' points limit and run
@@ -654,7 +675,9 @@ def fetch_grid_series(
     All the queries share one :class:`~fleetscope.window.budget.LoadBudget`: they end within the
     client's ``timeout`` together, and their answers together stay within the window's byte and
     cell budgets. ``retries``: how often a query that failed for a reason that may pass
-    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room."""
+    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room
+    (``serve``, ``analyze --prometheus`` and ``record --prometheus`` alike: a 503 of a busy server
+    is not the end of a one-off analysis either)."""
     client.budget = LoadBudget(client.url, client.timeout, client.max_answer_bytes, len(grid))
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
@@ -723,22 +746,23 @@ def raw_from_prometheus(
     client = PrometheusClient(
         url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
     )
-    try:
-        by_name = fetch_grid_series(
-            client,
-            list(dict.fromkeys(metrics)),
-            make_grid(start, end, step),
-            step,
-            DEFAULT_CONCURRENCY,
-            progress,
-        )
-    finally:
-        client.close()
-    return {
-        name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
-        for name, series in by_name.items()
-        if series
-    }
+    with memory_is_one_line(url):
+        try:
+            by_name = fetch_grid_series(
+                client,
+                list(dict.fromkeys(metrics)),
+                make_grid(start, end, step),
+                step,
+                DEFAULT_CONCURRENCY,
+                progress,
+            )
+        finally:
+            client.close()
+        return {
+            name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
+            for name, series in by_name.items()
+            if series
+        }
 
 
 def run_concurrently(

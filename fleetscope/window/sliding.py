@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetscope.window.budget import DEFAULT_RETRIES
+from fleetscope.window.budget import DEFAULT_RETRIES, memory_is_one_line
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
@@ -88,8 +88,46 @@ class SlidingWindow:
     #: changed at the edge of the re-fetch margin, so it may have changed behind it too.
     edge_changes: int = 0
     held_matcher: str = ""
+    #: History changed at the margin's edge and the whole window has not been fetched again since:
+    #: every cycle fetches it whole (and says so in :attr:`edge_changes`) until one succeeds.
+    history_suspect: bool = False
 
     def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
+        """The frames of the aligned window (class docstring). When the oldest re-fetched grid time
+        differs from what was held, history may have changed behind the re-fetch margin too: the
+        whole window is fetched again in the same cycle, so no onset found in it stays on the old
+        history; should that fail, the next cycles try again, and :attr:`edge_changes` stays set
+        until one succeeds (it was said for one cycle only, and the old history kept)."""
+        if not self.history_suspect:
+            frames, changes, back_s = self._load(start, end, progress)
+            if not changes:
+                self.edge_changes = 0
+                return frames
+            if not self.edge_changes:
+                log.warning(
+                    "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: "
+                    "history behind it may have changed too (a backfill, or a remote-write lag): the "
+                    "window is fetched whole again; raise --refetch",
+                    self.url,
+                    changes,
+                    back_s,
+                )
+            self.edge_changes, self.history_suspect = changes, True
+        self.forget()
+        frames, _, _ = self._load(start, end, progress)
+        self.history_suspect = False
+        return frames
+
+    def _load(
+        self, start: float, end: float, progress: Callable[[float], None] | None
+    ) -> tuple[Frames, int, float]:
+        """One load: (frames, cells changed at the re-fetch margin's edge, how far back that is)."""
+        with memory_is_one_line(self.url):
+            return self._load_in_memory(start, end, progress)
+
+    def _load_in_memory(
+        self, start: float, end: float, progress: Callable[[float], None] | None
+    ) -> tuple[Frames, int, float]:
         check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
@@ -131,15 +169,6 @@ class SlidingWindow:
                 held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
         if skipped.total:
             log.warning("%s", skipped.message(self.url))
-        if changes and not self.edge_changes:
-            log.warning(
-                "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
-                "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
-                self.url,
-                changes,
-                float(grid[-1] - fetch[0]),
-            )
-        self.edge_changes = changes
         self.grid, self.held = grid, held
         if not held:
             raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
@@ -149,7 +178,7 @@ class SlidingWindow:
             frame = frame_of_table(h.keys, h.table)
             if frame is not None:
                 frames.metrics[name] = frame
-        return frames
+        return frames, changes, float(grid[-1] - fetch[0])
 
     def forget(self) -> None:
         self.grid, self.held = None, {}

@@ -25,6 +25,7 @@ from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window import prometheus as lp
+from fleetscope.window.budget import DEFAULT_RETRIES
 from fleetscope.window.frames import Frames, RawSeries, build_frames, make_grid
 from tests.support.prom import Prometheus, backfill_openmetrics
 
@@ -222,7 +223,9 @@ def test_one_failing_query_is_one_clear_error(recorder):
     with pytest.raises(FleetscopeError, match=r"answered 503: overloaded"):
         lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
     assert any(c.DCGM_FI_DEV_GPU_TEMP in h["body"] for h in handler.seen)
-    assert len(handler.seen) <= len(METRICS_USED)
+    # every query sent once, the failing one retried (a 503 may pass), then the load ends
+    assert len(handler.seen) <= len(METRICS_USED) + DEFAULT_RETRIES
+    assert sum(c.DCGM_FI_DEV_GPU_TEMP in h["body"] for h in handler.seen) == 1 + DEFAULT_RETRIES
     url, _ = recorder(fail="training_", delay=0.3)
     started = time.monotonic()
     with pytest.raises(FleetscopeError, match=r"did not answer within 0.1 s"):
@@ -270,3 +273,50 @@ def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monk
     starts = sorted({float(b.split("start=")[1].split("&")[0]) for b in (h["body"] for h in handler.seen)})
     assert starts == [T0 + 150.0 * i for i in range(5)]
     assert frames.get(c.GPU_UP).values[0, 0] == 1.0
+
+
+class _FirstBusy(_Recorder):
+    """Answers every query 503 the first time it is sent, then as :class:`_Recorder` does."""
+
+    fail = "\0never"
+    asked: ClassVar[set[str]] = set()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode()
+        if body not in self.asked:
+            self.asked.add(body)
+            payload = b"busy"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        self.send_response(200)
+        series = [{"metric": {"Hostname": "n", "gpu": "0"}, "values": [[T0, "1"]]}]
+        payload = json.dumps(_answer(series)).encode()
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def test_a_503_is_retried_by_analyze_and_record() -> None:
+    """``serve`` retried a 503; ``analyze --prometheus`` and ``record --prometheus`` failed on the
+    first (issue 36, item 8)."""
+    handler = type("B", (_FirstBusy,), {"asked": set(), "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        _load_twice(url, handler)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _load_twice(url: str, handler: type[_FirstBusy]) -> None:
+    frames = lp.load_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP], concurrency=1)
+    assert len(frames.get(c.DCGM_FI_DEV_GPU_TEMP))
+    handler.asked = set()
+    raw = lp.raw_from_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP])
+    assert list(raw) == [c.DCGM_FI_DEV_GPU_TEMP]

@@ -18,6 +18,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from fleetscope.analyzers.analyze_source import SourceAnalysis
@@ -25,6 +26,7 @@ from fleetscope.analyzers.core import LOADED
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.sliding import aligned_grid
 from fleetscope.window.sources import PrometheusSource
 from tests.support.http import http_server
 from tests.support.prom import scenario_prometheus
@@ -194,3 +196,32 @@ def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
     # The fourth cycle sees the rewrite, the fifth its undoing (what it held was the rewritten
     # values), the sixth history holding still.
     assert said == [False, False, False, True, True, False], said
+
+
+def test_history_changed_behind_the_margin_is_fetched_again_whole(prom):
+    """Issue 36, item 7: the change was said for one cycle and the old history kept behind the
+    margin (an onset 10 minutes off a fresh analysis). Now the cycle that sees it fetches the whole
+    window again: its frames are those of a fresh load of the rewritten history."""
+    p, start, _ = prom
+    handler = _proxy(p.url)
+    sliding = PrometheusSource("", LOADED, sliding=True, timeout=30)
+    with http_server(handler) as hostport:
+        url = f"http://{hostport}"
+        sliding.url = url
+        ends = [start + 1000 + INTERVAL * i for i in range(4)]
+        for k, e in enumerate(ends):
+            handler.rewrite[0] = k == 3
+            frames = sliding.load(e - WINDOW, e, STEP)
+        window = sliding.window
+        assert window is not None and window.grid is not None and window.edge_changes > 0
+        assert window.fetched_from == window.grid[0]  # the whole window, not the margin
+        grid = aligned_grid(ends[-1] - WINDOW, ends[-1], STEP)
+        fresh = PrometheusSource(url, LOADED, timeout=30).load(float(grid[0]), float(grid[-1]), STEP)
+    name = "DCGM_FI_DEV_GPU_TEMP"
+    got, want = frames.metrics[name], fresh.metrics[name]
+
+    def by_labels(f):
+        rows = [tuple(sorted(r.items())) for r in f.labels.to_dict("records")]
+        return f.values[:, sorted(range(len(rows)), key=rows.__getitem__)]
+
+    assert np.allclose(by_labels(got), by_labels(want), equal_nan=True)

@@ -48,6 +48,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from fleetscope import strictjson
+from fleetscope.atomicfile import install, temp_path_for
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.window.archive.format import (
     BLOCK_S,
@@ -124,8 +126,9 @@ class ArchiveWriter:
         self.rows = 0
         self.skipped = 0  # samples with a non-finite time or value (no exporter writes them)
         self.largest_batch = 0  # rows of the largest batch handed to add (tests: memory follows it)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
+            # beside the target, or in the temporary folder when -o is a device or a FIFO
+            self.tmp = temp_path_for(self.path, str(os.getpid()))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(
                 self.tmp, self.schema, compression="zstd", write_statistics=[TIME_COL, SERIES_COL]
@@ -311,9 +314,9 @@ class ArchiveWriter:
         else:
             meta["spacing"] = self.spacing.value()
         try:
-            self.writer.add_key_value_metadata({META_KEY: json.dumps(meta).encode()})
+            self.writer.add_key_value_metadata({META_KEY: strictjson.dumps(meta).encode()})
             self.writer.close()
-            os.replace(self.tmp, self.path)
+            install(self.tmp, self.path)  # renamed over a regular file, else written through
         except OSError as exc:
             self.tmp.unlink(missing_ok=True)
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
