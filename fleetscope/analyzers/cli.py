@@ -14,11 +14,10 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import ProgressBar, add_prometheus_access, prometheus_access, show_progress
 
 if TYPE_CHECKING:
-    from fleetscope.analyzers.config import DetectorConfig
     from fleetscope.analyzers.report import Report
 
 
@@ -81,28 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config(path: str | None) -> DetectorConfig:
-    """The detector thresholds: the defaults, with a YAML/JSON file's overrides."""
-    from fleetscope.analyzers.config import DEFAULT
-
-    if not path:
-        return DEFAULT
-    try:
-        import yaml
-
-        with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise FleetscopeError(f"cannot read --config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise FleetscopeError(f"--config {path} is not YAML/JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise FleetscopeError(f"--config {path} must be a mapping of setting: value")
-    return DEFAULT.with_overrides(data)
-
-
 def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
     from fleetscope.times import parse_time
     from fleetscope.window.sources import open_source
@@ -110,16 +90,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     show = show_progress(args)
     t0 = time.monotonic()
-    region, headers = prometheus_access(args) if args.prometheus else (None, {})
-    source = open_source(
-        args.input,
-        args.prometheus,
-        LOADED,
-        timeout=args.timeout,
-        sigv4_region=region,
-        headers=headers,
-        max_answer_bytes=args.max_answer_bytes,
-    )
+    access = prometheus_access(args, args.prometheus) if args.prometheus else None
+    source = open_source(args.input, access, LOADED)
     report = analyze_source(
         source,
         config,

@@ -17,9 +17,9 @@ import socket
 from urllib.parse import urlsplit
 
 from fleetscope.argtypes import fraction, non_negative_float, positive_float
-from fleetscope.cli_options import add_prometheus_access
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import add_prometheus_access
 
 log = logging.getLogger(__name__)
 
@@ -107,20 +107,6 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
     add_prometheus_access(parser)
 
 
-def analyzer_options(args: argparse.Namespace) -> dict:
-    """``config``, ``sigv4_region``, ``headers`` and ``max_answer_bytes`` for ``analyze_prometheus``."""
-    from fleetscope.analyzers.cli import load_config
-    from fleetscope.cli_options import prometheus_access
-
-    region, headers = prometheus_access(args)
-    return {
-        "config": load_config(args.config),
-        "sigv4_region": region,
-        "headers": headers or None,
-        "max_answer_bytes": args.max_answer_bytes,
-    }
-
-
 def parse_listen(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
@@ -149,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fleetscope.analyzers.analyze_source import SourceAnalysis
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
+    from fleetscope.options_cli import prometheus_access
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
@@ -175,20 +163,19 @@ def run(args: argparse.Namespace) -> int:
 
     # Picklable, so it can run in the child process, which holds it (and its source's window)
     # between cycles: a sliding source fetches only what is new.
-    options = analyzer_options(args)
-    config = options.pop("config")
-    source = PrometheusSource(
-        url, LOADED, timeout=args.timeout, sliding=True, refetch_s=args.refetch, **options
-    )
+    source = PrometheusSource(prometheus_access(args, url), LOADED, sliding=True, refetch_s=args.refetch)
+    config = load_config(args.config)
     # analyze_for_page adds the jobs' states and the served models, from the features in the child.
-    analyze: AnalyzeFn = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
-    if shard is not None:
+    analyze: AnalyzeFn
+    if shard is None:
+        analyze = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
+    else:  # each cycle analyzes a source restricted to the shard's nodes
         from fleetscope.service.shard import ShardAnalysis
 
-        analyze = ShardAnalysis(analyze, source, shard, args.step)
+        analyze = ShardAnalysis(source, shard, config, args.step)
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
-    config = uvicorn.Config(app, **server_options())
+    server = uvicorn.Config(app, **server_options())
     log.info(
         "fleetscope serve on http://%s:%d, analyzing %s every %gs%s",
         host,
@@ -197,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         args.interval,
         f", shard {shard}" if shard else "",
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server).run(sockets=[sock])
     return 0
 
 

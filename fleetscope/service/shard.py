@@ -30,14 +30,16 @@ import math
 import os
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fleetscope import contract as c
+from fleetscope.analyzers.analyze_source import SourceAnalysis
+from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.service.summaries import analyze_for_page
 from fleetscope.window.frames import lookback_seconds
-from fleetscope.window.prometheus import PrometheusClient
 from fleetscope.window.sources import PrometheusSource
 
 #: The environment variable the Helm chart sets to the StatefulSet's replica count.
@@ -229,9 +231,7 @@ class Discovery:
         else:
             frm = max(first, self.until - max(self.margin_s, 2 * d))
         a, b = math.ceil(frm / d) * d, math.ceil(last / d) * d
-        client = PrometheusClient(
-            source.url, source.timeout, source.sigv4_region, source.headers, source.max_answer_bytes
-        )
+        client = source.access.client()
         try:
             series = client.query_range(discovery_query(source.metrics, d), a, b, d)
         except BaseException:
@@ -249,18 +249,21 @@ class Discovery:
 
 
 class ShardAnalysis:
-    """``ShardAnalysis(fn, source, shard)(start, end)``: ``fn(start, end)`` over this shard's series.
+    """``ShardAnalysis(source, shard, config, step)(start, end)``: the service's analysis
+    (:func:`~fleetscope.service.summaries.analyze_for_page` of a
+    :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`) of this shard's series alone.
 
-    ``fn`` analyzes ``source`` (a :class:`PrometheusSource`, whose :attr:`matcher` this sets every
-    cycle); the report's ``live["shard"]`` says what the shard owned. A shard that owns nothing
-    this cycle answers an empty report; a fleet with no series at all is :class:`NoData`, as unsharded.
-    Picklable: the service's analysis child holds it.
+    Every cycle the share is found afresh (:class:`Discovery`) and analyzed from a new source narrowed
+    to its nodes (:meth:`PrometheusSource.restrict`: nothing of ``source`` is changed); the report's
+    ``live["shard"]`` says what the shard owned. A shard that owns nothing this cycle answers an
+    empty report; a fleet with no series at all is :class:`NoData`, as unsharded. Picklable: the
+    service's analysis child holds it.
     """
 
     def __init__(
-        self, fn: Callable[[float, float], Report], source: PrometheusSource, shard: Shard, step: float
+        self, source: PrometheusSource, shard: Shard, config: DetectorConfig | None, step: float
     ) -> None:
-        self.fn, self.source, self.shard, self.step = fn, source, shard, step
+        self.source, self.shard, self.config, self.step = source, shard, config, step
         self.discovery = Discovery(source.refetch_s if source.refetch_s is not None else 120.0)
 
     def __call__(self, start: float, end: float) -> Report:
@@ -271,9 +274,9 @@ class ShardAnalysis:
         report: Report | None = None
         matcher = share.matcher()
         if matcher is not None:
-            self.source.matcher = matcher
             try:
-                report = self.fn(start, end)
+                analysis = SourceAnalysis(self.source.restrict(matcher), self.config, self.step)
+                report = analyze_for_page(analysis, start, end)
             except NoData:
                 report = None  # this share holds no sample in the window: nothing to report
         if report is None:

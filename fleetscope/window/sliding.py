@@ -37,8 +37,7 @@ from fleetscope.window.budget import DEFAULT_RETRIES
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_ANSWER_BYTES,
-    PrometheusClient,
+    PrometheusAccess,
     SeriesKey,
     fetch_grid_series,
     frame_of_table,
@@ -68,18 +67,11 @@ class SlidingWindow:
     last load asked Prometheus for (the first grid time fetched), for tests and logs.
     """
 
-    url: str
+    access: PrometheusAccess
     step: float
     metrics: Collection[str]
-    timeout: float = 30.0
-    sigv4_region: str | None = None
-    headers: dict[str, str] | None = None
     concurrency: int = DEFAULT_CONCURRENCY
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     refetch_s: float = DEFAULT_REFETCH_S
-    #: Extra label matchers of every query (a service shard's nodes); held tables are dropped when
-    #: it changes, so a window never mixes two selections.
-    matcher: str = ""
     retries: int = DEFAULT_RETRIES
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
@@ -89,19 +81,26 @@ class SlidingWindow:
     edge_changes: int = 0
     held_matcher: str = ""
 
-    def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
+    def load(
+        self,
+        start: float,
+        end: float,
+        progress: Callable[[float], None] | None = None,
+        matcher: str = "",
+    ) -> Frames:
+        """The frames of the aligned window; ``matcher``: extra label matchers of every query (a
+        service shard's nodes). The held tables are dropped when it changes, so a window never
+        mixes two selections."""
         check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
-        if self.matcher != self.held_matcher:
+        if matcher != self.held_matcher:
             self.forget()
-            self.held_matcher = self.matcher
+            self.held_matcher = matcher
         reuse = self._reusable_rows(grid)
         names = list(dict.fromkeys(self.metrics))
         fetch = grid[reuse:]
-        client = PrometheusClient(
-            self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
-        )
+        client = self.access.client()
         try:  # a failed cycle keeps what is held (module docstring)
             by_name = fetch_grid_series(
                 client,
@@ -110,7 +109,7 @@ class SlidingWindow:
                 self.step,
                 self.concurrency,
                 progress,
-                matcher=self.matcher,
+                matcher=matcher,
                 retries=self.retries,
             )
         finally:
@@ -130,21 +129,21 @@ class SlidingWindow:
             if alive.any():
                 held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
         if skipped.total:
-            log.warning("%s", skipped.message(self.url))
+            log.warning("%s", skipped.message(self.access.url))
         if changes and not self.edge_changes:
             log.warning(
                 "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
                 "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
-                self.url,
+                self.access.url,
                 changes,
                 float(grid[-1] - fetch[0]),
             )
         self.edge_changes = changes
         self.grid, self.held = grid, held
         if not held:
-            raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
+            raise no_series_error(self.access.url, float(grid[0]), float(grid[-1]))
         check_grid(float(grid[0]), float(grid[-1]), self.step, sum(len(h.keys) for h in held.values()))
-        frames = Frames(times=grid, step=self.step, source=self.url)
+        frames = Frames(times=grid, step=self.step, source=self.access.url)
         for name, h in held.items():
             frame = frame_of_table(h.keys, h.table)
             if frame is not None:

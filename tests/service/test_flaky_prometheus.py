@@ -25,6 +25,7 @@ from fleetscope.analyzers.core import LOADED
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.prometheus import PrometheusAccess
 from fleetscope.window.sources import PrometheusSource
 from tests.support.http import http_server
 from tests.support.prom import scenario_prometheus
@@ -118,7 +119,7 @@ def _proxy(upstream: str, every: int = 0, only: frozenset[int] = frozenset()) ->
 def _cycles(
     url: str, first_end: float, n: int, retries: int | None = None
 ) -> tuple[list[bool], PrometheusSource]:
-    source = PrometheusSource(url, LOADED, sliding=True, timeout=30)
+    source = PrometheusSource(PrometheusAccess(url, timeout=30), LOADED, sliding=True)
     if retries is not None:
         source._sliding(STEP).retries = retries
     clock = iter([first_end + INTERVAL * i for i in range(n)])
@@ -158,9 +159,8 @@ def test_history_changed_behind_the_margin_is_said_once_in_a_log_line(prom, capl
     re-fetch margin. It compares the oldest re-fetched grid time with what it held."""
     p, start, _ = prom
     handler = _proxy(p.url)
-    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
     with http_server(handler) as hostport:
-        source.url = f"http://{hostport}"
+        source = PrometheusSource(PrometheusAccess(f"http://{hostport}", timeout=30), LOADED, sliding=True)
         ends = [start + 1000 + INTERVAL * i for i in range(5)]
         seen = []
         with caplog.at_level(logging.WARNING, logger="fleetscope.window.sliding"):
@@ -179,10 +179,9 @@ def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
     for the cycle that saw the change, and no longer once history holds still again."""
     p, start, _ = prom
     handler = _proxy(p.url)
-    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
     store = VerdictStore(3 * INTERVAL)
     with http_server(handler) as hostport:
-        source.url = f"http://{hostport}"
+        source = PrometheusSource(PrometheusAccess(f"http://{hostport}", timeout=30), LOADED, sliding=True)
         clock = iter([start + 1000 + INTERVAL * i for i in range(6)])
         runner = AnalysisRunner(store, SourceAnalysis(source, None, STEP), INTERVAL, WINDOW,
                                 clock=lambda: next(clock))  # fmt: skip

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.report import Report
 from fleetscope.service.summaries import analyze_for_page
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 from fleetscope.times import parse_rfc3339
+from tests.support.analysis import analyze_file
 
 
 def _analyzed(spec: ScenarioSpec, tmp_path: Path) -> Report:
