@@ -77,24 +77,25 @@ def bench_shard(
     prom_url: str, spec, index: int, count: int, window: float, sliding: float, repeats: int
 ) -> dict:
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.service.shard import Shard, ShardAnalysis
+    from fleetscope.service.live import LiveAnalysis
+    from fleetscope.service.shard import Shard
     from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
     source = PrometheusSource(PrometheusAccess(prom_url), LOADED, sliding=True)
-    cycle = ShardAnalysis(source, Shard(index, count), None, spec.step_s)
+    cycle = LiveAnalysis(source, None, spec.step_s, Shard(index, count))
     times = []
     for i in range(repeats + 1):
         e = spec.start + window + i * sliding
         t0 = time.perf_counter()
-        report = cycle(e - window, e)
+        result = cycle(e - window, e)
         times.append(time.perf_counter() - t0)
     return {
         "first_cycle_s": round(times[0], 2),
         "sliding_cycles_s": [round(t, 2) for t in times[1:]],
         "sliding_median_s": round(statistics.median(times[1:]), 2),
-        "findings": len(report.findings),
-        "share": report.live["shard"],
+        "findings": len(result.report.findings),
+        "share": result.shard,
     }
 
 

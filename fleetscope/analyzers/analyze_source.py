@@ -1,6 +1,6 @@
 """A window of one :class:`~fleetscope.window.sources.Source` analyzed: in one piece or streamed.
 
-``fleetscope analyze`` and the live service both come here. The window is one chunk of the streamed
+``fleetscope analyze``, ``plan``, ``evaluate``, the demo and the tests come here. The window is one chunk of the streamed
 path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk`` says one piece, and
 chunks of the one-shot grid otherwise:
 
@@ -101,24 +101,3 @@ def _streamed(
         )
     except NoData as exc:  # every chunk empty: said of the source
         raise NoData(f"{source.name} has {exc}") from None
-
-
-class SourceAnalysis:
-    """``SourceAnalysis(source, config, step)(start, end)``: the report of that window of ``source``.
-
-    The live service's analysis: picklable, so its child process holds it, and with it the
-    source's state between cycles (a sliding :class:`~fleetscope.window.sources.PrometheusSource`
-    keeps its window and fetches only what is new).
-    """
-
-    def __init__(
-        self, source: Source, config: DetectorConfig | None = None, step: float | None = None
-    ) -> None:
-        self.source, self.config, self.step = source, config, step
-
-    def __call__(self, start: float, end: float) -> Report:
-        report = analyze_one_chunk(self.source.load(start, end, self.step), self.config)
-        if changed := self.source.history_changes():
-            # Said in every API answer's status block (and /readyz) while it holds.
-            report.live["history_changed_cells"] = changed
-        return report

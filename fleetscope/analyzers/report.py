@@ -169,9 +169,6 @@ class Report:
     jobs: dict[str, JobSummary] = field(default_factory=dict)
     #: Job id -> its goodput account (docs/analyzers.md#goodput).
     goodput: dict[str, GoodputAccount] = field(default_factory=dict)
-    #: What the live page shows beside the findings (jobs' states, served models), as plain data;
-    #: filled in the service's analysis process by fleetscope.service.summaries.
-    live: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         #: The signals the detectors read, for reports that plot them (HTML) and the job summaries.

@@ -11,7 +11,6 @@ Flags (kept stable; ``fleetscope demo`` builds on them):
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import socket
 from urllib.parse import urlsplit
@@ -134,17 +133,16 @@ def run(args: argparse.Namespace) -> int:
     # Heavy imports only once the arguments are known to be good.
     import uvicorn
 
-    from fleetscope.analyzers.analyze_source import SourceAnalysis
     from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
     from fleetscope.options_cli import prometheus_access
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
+    from fleetscope.service.live import LiveAnalysis
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
     from fleetscope.service.runner import AnalyzeFn
     from fleetscope.service.server import server_options
-    from fleetscope.service.summaries import analyze_for_page
     from fleetscope.window.sources import PrometheusSource
 
     token = load_token(args.token_file)
@@ -165,14 +163,9 @@ def run(args: argparse.Namespace) -> int:
     # between cycles: a sliding source fetches only what is new.
     source = PrometheusSource(prometheus_access(args, url), LOADED, sliding=True, refetch_s=args.refetch)
     config = load_config(args.config)
-    # analyze_for_page adds the jobs' states and the served models, from the features in the child.
-    analyze: AnalyzeFn
-    if shard is None:
-        analyze = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
-    else:  # each cycle analyzes a source restricted to the shard's nodes
-        from fleetscope.service.shard import ShardAnalysis
-
-        analyze = ShardAnalysis(source, shard, config, args.step)
+    # One cycle: the report, the jobs' states and the served models (from the window's signals, in
+    # the child), and with a shard, the analysis of a source restricted to its nodes.
+    analyze: AnalyzeFn = LiveAnalysis(source, config, args.step, shard)
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
     server = uvicorn.Config(app, **server_options())

@@ -34,11 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fleetscope import contract as c
-from fleetscope.analyzers.analyze_source import SourceAnalysis
-from fleetscope.analyzers.config import DetectorConfig
-from fleetscope.analyzers.report import Report
-from fleetscope.errors import FleetscopeError, NoData
-from fleetscope.service.summaries import analyze_for_page
+from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import lookback_seconds
 from fleetscope.window.sources import PrometheusSource
 
@@ -246,40 +242,3 @@ class Discovery:
         self.seen = {k: t for k, t in self.seen.items() if t >= first}
         self.until = b
         return [dict(k) for k in self.seen]
-
-
-class ShardAnalysis:
-    """``ShardAnalysis(source, shard, config, step)(start, end)``: the service's analysis
-    (:func:`~fleetscope.service.summaries.analyze_for_page` of a
-    :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`) of this shard's series alone.
-
-    Every cycle the share is found afresh (:class:`Discovery`) and analyzed from a new source narrowed
-    to its nodes (:meth:`PrometheusSource.restrict`: nothing of ``source`` is changed); the report's
-    ``live["shard"]`` says what the shard owned. A shard that owns nothing this cycle answers an
-    empty report; a fleet with no series at all is :class:`NoData`, as unsharded. Picklable: the
-    service's analysis child holds it.
-    """
-
-    def __init__(
-        self, source: PrometheusSource, shard: Shard, config: DetectorConfig | None, step: float
-    ) -> None:
-        self.source, self.shard, self.config, self.step = source, shard, config, step
-        self.discovery = Discovery(source.refetch_s if source.refetch_s is not None else 120.0)
-
-    def __call__(self, start: float, end: float) -> Report:
-        rows = self.discovery.rows(self.source, start, end, self.step)
-        if not rows:
-            raise NoData(f"{self.source.name} has no fleetscope series in the window")
-        share = share_of(rows, self.shard)
-        report: Report | None = None
-        matcher = share.matcher()
-        if matcher is not None:
-            try:
-                analysis = SourceAnalysis(self.source.restrict(matcher), self.config, self.step)
-                report = analyze_for_page(analysis, start, end)
-            except NoData:
-                report = None  # this share holds no sample in the window: nothing to report
-        if report is None:
-            report = Report(start=start, end=end)
-        report.live["shard"] = share.summary()
-        return report

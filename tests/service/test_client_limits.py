@@ -12,7 +12,7 @@ import uvicorn
 
 from fleetscope.service.app import ServiceSettings, create_app
 from fleetscope.service.server import MAX_CONNECTIONS, HeadDeadlineProtocol, server_options
-from tests.analyzers.slow_peers import wait_until
+from tests.support.slow_peers import wait_until
 from tests.service.support import ScriptedAnalyze
 
 

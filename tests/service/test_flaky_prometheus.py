@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import pytest
 
-from fleetscope.analyzers.analyze_source import SourceAnalysis
 from fleetscope.analyzers.core import LOADED
+from fleetscope.service.live import LiveAnalysis
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
@@ -125,7 +125,7 @@ def _cycles(
     clock = iter([first_end + INTERVAL * i for i in range(n)])
     runner = AnalysisRunner(
         VerdictStore(3 * INTERVAL),
-        SourceAnalysis(source, None, STEP),
+        LiveAnalysis(source, None, STEP),
         INTERVAL,
         WINDOW,
         clock=lambda: next(clock),
@@ -183,7 +183,7 @@ def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
     with http_server(handler) as hostport:
         source = PrometheusSource(PrometheusAccess(f"http://{hostport}", timeout=30), LOADED, sliding=True)
         clock = iter([start + 1000 + INTERVAL * i for i in range(6)])
-        runner = AnalysisRunner(store, SourceAnalysis(source, None, STEP), INTERVAL, WINDOW,
+        runner = AnalysisRunner(store, LiveAnalysis(source, None, STEP), INTERVAL, WINDOW,
                                 clock=lambda: next(clock))  # fmt: skip
         said = []
         for k in range(6):

@@ -9,9 +9,9 @@ import pickle
 import numpy as np
 import pytest
 
-from fleetscope.analyzers.analyze_source import SourceAnalysis
 from fleetscope.analyzers.core import LOADED, analyze
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveAnalysis
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window import prometheus as lp
@@ -132,10 +132,10 @@ def test_a_jump_backwards_or_past_what_is_held_loads_the_whole_window_and_a_fail
 def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     p, start, _ = prom
     source = PrometheusSource(lp.PrometheusAccess(p.url), LOADED, sliding=True)
-    service = SourceAnalysis(source, None, STEP)
+    service = LiveAnalysis(source, None, STEP)
     held = []
     for e in (start + 1800 + 30 * i for i in range(4)):
-        sliding = service(e - WINDOW, e)
+        sliding = service(e - WINDOW, e).report
         held.append(source.window)
         grid = sw.aligned_grid(e - WINDOW, e, STEP)
         whole = analyze(_whole(p.url, grid))
@@ -150,7 +150,9 @@ def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     assert held[0].fetched_from is not None and held[0].fetched_from > e - WINDOW, (
         "only what is new was fetched"
     )
-    assert pickle.loads(pickle.dumps(service)).source.access.url == p.url, "the service's child process can hold it"
+    assert pickle.loads(pickle.dumps(service)).source.access.url == p.url, (
+        "the service's child process can hold it"
+    )
 
 
 def test_the_refetch_margin_is_what_is_fetched_again(prom) -> None:
