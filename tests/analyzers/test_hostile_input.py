@@ -20,8 +20,8 @@ from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window import frames as fr
 from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES as LOADER_DEFAULT
 from fleetscope.window.prometheus import PrometheusAccess, PrometheusClient, load_prometheus
-from tests.support.slow_peers import oversize_server, trickling_server
 from tests.support.analysis import load_file
+from tests.support.slow_peers import oversize_server, trickling_server
 
 T0 = 1_796_000_000.0
 

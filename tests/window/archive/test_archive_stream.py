@@ -24,8 +24,8 @@ from fleetscope.window.archive.format import LOOKBACK_MARGIN_S, META_KEY
 from fleetscope.window.archive.read import ReadStats, archive_span, load_parquet
 from fleetscope.window.frames import slice_frames
 from fleetscope.window.openmetrics import _Reader, _to_raw, iter_openmetrics, read_openmetrics
-from tests.window.archive.test_archive import _messy
 from tests.support.analysis import analyze_file
+from tests.window.archive.test_archive import _messy
 
 
 @pytest.fixture(scope="module")
