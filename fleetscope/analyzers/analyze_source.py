@@ -1,8 +1,8 @@
 """A window of one :class:`~fleetscope.window.sources.Source` analyzed: in one piece or streamed.
 
-``fleetscope analyze``, ``plan``, ``evaluate``, the demo and the tests come here. The window is one chunk of the streamed
-path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk`` says one piece, and
-chunks of the one-shot grid otherwise:
+``fleetscope analyze``, ``plan``, ``evaluate``, the demo and the tests come here. The window is one
+chunk of the streamed path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk``
+says one piece, and chunks of the one-shot grid otherwise:
 
 * ``--prometheus``: each chunk is its own range queries over the chunk and its lead-in.
 * ``--input`` of a Parquet archive (``fleetscope record``): each chunk reads only the archive's

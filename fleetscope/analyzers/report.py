@@ -72,6 +72,10 @@ class CheckpointAdvice:
 
     Times in seconds; intervals are wall time between the starts of two checkpoints. ``waste_*``
     are the expected fractions of the job's GPU time lost to checkpoints and recomputation.
+    ``prior``: no failure in the window, the advice rests on the prior (analyzer config
+    ``failure_prior_node_days``, default one per 250 node-days; ``failures_per_node_hour`` is it).
+
+    One shape for the report's JSON, the service's schema (``/api/v1/goodput``) and the page.
     """
 
     save_s: float

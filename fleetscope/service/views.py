@@ -34,14 +34,6 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
-def _finding(f: Finding) -> dict[str, Any]:
-    d = f.to_dict()
-    d["score"] = _finite(d["score"])
-    d["rank"] = None if f.rank is None else int(f.rank)
-    d["gpu"] = None if f.gpu is None else str(f.gpu)
-    return d
-
-
 def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
@@ -58,7 +50,7 @@ class View:
         self.analysis = analysis = result.report
         self.window = {"start": rfc3339(analysis.start), "end": rfc3339(analysis.end)}
         self.findings = sorted(analysis.findings, key=lambda f: (f.start, f.kind, f.node or ""))
-        self.finding_dicts = [_finding(f) for f in self.findings]
+        self.finding_dicts = [f.to_dict() for f in self.findings]
         self.nodes = _nodes(analysis, self.findings)
         self.counts = {s: 0 for s in ("healthy", "degraded", "failing")}
         for n in self.nodes:
