@@ -63,21 +63,19 @@ def analyze(
         learnt = learnt.merge(found.learnt)
     findings = one_finding_per_incident(findings, cfg.hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
-    report = Report(
+    goodput = goodput_accounts(feat, findings, own_start)
+    learnt.step_base = {job: a.baseline_step_s for job, a in goodput.items() if a.baseline_step_s is not None}
+    return Report(
         start=frames.start,
         end=frames.end,
         findings=findings,
         nodes=node_verdicts(feat, findings),
         straggler_scores=_scores(signals),
         jobs=job_summaries(signals, findings),
+        goodput=goodput,
+        window_signals=signals,
+        next_carry=learnt,
     )
-    report.goodput = goodput_accounts(feat, findings, own_start)
-    report.signals = signals
-    learnt.step_base = {
-        job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None
-    }
-    report.carry = learnt
-    return report
 
 
 def one_finding_per_incident(findings: list[Finding], lookback_s: float) -> list[Finding]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetscope.analyzers.findings import Finding, findings_document
@@ -174,13 +174,18 @@ class Report:
     #: Job id -> its goodput account (docs/analyzers.md#goodput).
     goodput: dict[str, GoodputAccount] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    #: Given at construction, kept as :attr:`signals` and :attr:`carry` (init-only: not compared,
+    #: not in ``asdict``, not carried by ``dataclasses.replace`` unless given again).
+    window_signals: InitVar[Signals | None] = None
+    next_carry: InitVar[Carry | None] = None
+
+    def __post_init__(self, window_signals: Signals | None, next_carry: Carry | None) -> None:
         #: The signals the detectors read, for reports that plot them (HTML) and the job summaries.
         #: Not a dataclass field (``asdict`` and comparisons ignore it) and not pickled: the live
         #: service gets plain data from its analysis child.
-        self.signals: Signals | None = None
+        self.signals: Signals | None = window_signals
         #: What this window hands the next chunk of a streamed window (fleetscope.analyzers.stream).
-        self.carry: Carry | None = None
+        self.carry: Carry | None = next_carry
 
     @property
     def features(self) -> Features | None:
