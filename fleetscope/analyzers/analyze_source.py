@@ -21,6 +21,7 @@ said so once; only a window without any data is an error.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -62,8 +63,12 @@ def analyze_source(
     chunk_s = chunk_seconds(chunk, source.seconds(start, end, step) if chunk == "auto" else None)
     if chunk_s is None:  # the window as the streamed path's one chunk: loaded whole, analyzed once
         return analyze_one_chunk(source.load(start, end, step, bars(source.load_label)), config)
-    with tempfile.TemporaryDirectory(prefix="fleetscope-stream-") as tmp:
-        chunked = source.for_chunks(Path(tmp), bars("converting"))
+    with contextlib.ExitStack() as stack:
+
+        def tmpdir() -> Path:  # made only for a source that converts (a recording)
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleetscope-stream-")))
+
+        chunked = source.for_chunks(tmpdir, bars("converting"))
         return _streamed(chunked, config, bars, start, end, step, chunk_s, prefetch)
 
 

@@ -97,9 +97,10 @@ class Source(Protocol):
         :class:`~fleetscope.errors.NoData` when the window holds no data at all."""
         ...
 
-    def for_chunks(self, tmpdir: Path, progress: Progress | None = None) -> Source:
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> Source:
         """This source in a form that reads a time span at a time and knows its :meth:`span` before
-        reading: itself, or a copy written under ``tmpdir`` (a recording becomes an archive)."""
+        reading: itself, or a copy written under ``tmpdir()`` (a directory made on demand, only by a
+        source that converts: a recording becomes an archive)."""
         ...
 
     def history_changes(self) -> int:
@@ -131,10 +132,10 @@ class RecordingSource:
     ) -> Span | None:
         return None
 
-    def for_chunks(self, tmpdir: Path, progress: Progress | None = None) -> ArchiveSource:
-        """The recording converted to an archive under ``tmpdir``: a recording is one text whose
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> ArchiveSource:
+        """The recording converted to an archive under ``tmpdir()``: a recording is one text whose
         families each span the whole window, so it cannot be read a time span at a time."""
-        return self.to_archive(Path(tmpdir) / "window.parquet", progress)
+        return self.to_archive(tmpdir() / "window.parquet", progress)
 
     def history_changes(self) -> int:
         return 0
@@ -199,7 +200,7 @@ class ArchiveSource:
         first, last = self.extent(start, end)
         return last - first
 
-    def for_chunks(self, tmpdir: Path, progress: Progress | None = None) -> ArchiveSource:
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> ArchiveSource:
         return self  # a window's read costs what the window holds
 
     def history_changes(self) -> int:
@@ -297,7 +298,7 @@ class PrometheusSource:
         last = parse_time(DEFAULT_END) if end is None else end
         return Span.of(first, last, step or DEFAULT_STEP)
 
-    def for_chunks(self, tmpdir: Path, progress: Progress | None = None) -> PrometheusSource:
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> PrometheusSource:
         return self  # each chunk is its own range queries
 
     def load(

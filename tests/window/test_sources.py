@@ -44,8 +44,8 @@ def test_one_door_picks_the_source_from_the_argument(tmp_path: Path) -> None:
     out, _ = write_scenario(ScenarioSpec(name="door", nodes=1, seed=1, duration_s=120), tmp_path / "d.om")
     recording = open_source(out)
     assert isinstance(recording, RecordingSource) and recording.span() is None
-    archive = recording.for_chunks(tmp_path)
-    assert isinstance(archive, ArchiveSource) and archive.for_chunks(tmp_path) is archive
+    archive = recording.for_chunks(lambda: tmp_path)
+    assert isinstance(archive, ArchiveSource) and archive.for_chunks(lambda: tmp_path) is archive
     assert isinstance(open_source(archive.path), ArchiveSource)  # by its magic bytes, not its name
     # The recording's length from its head, the archive's from its footer: the same window.
     assert recording.seconds() == pytest.approx(archive.seconds(), abs=15.0)
