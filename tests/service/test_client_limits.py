@@ -13,9 +13,9 @@ import uvicorn
 
 from fleetscope.service.app import ServiceSettings, create_app
 from fleetscope.service.server import MAX_CONNECTIONS, HeadDeadlineProtocol, server_options
-from tests.analyzers.slow_peers import wait_until
 from tests.exporters.test_client_limits import FLOOD_SOURCES, Flood
 from tests.service.support import ScriptedAnalyze
+from tests.support.slow_peers import wait_until
 
 
 def test_idle_connections_of_one_address_leave_the_api_answering() -> None:
