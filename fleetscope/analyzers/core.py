@@ -52,8 +52,7 @@ def analyze(
     goodput account covers only the own region). ``report.carry`` is what this chunk hands on.
     """
     cfg = config or DEFAULT
-    feat = build_features(frames, cfg)
-    feat.carry = carry
+    feat = build_features(frames, cfg, carry)
     signals = Signals(feat)
     findings: list[Finding] = []
     learnt = Carry()
