@@ -2,9 +2,9 @@
 
 Layers, lowest first (a module may import its own package and any lower layer; a higher one never):
 
-0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ``cli_options``, ...),
-   and ``hang/`` (parsers and reasoning over dump and RAS files, standard library only: the node
-   agent reuses its RAS parser; its join to series lives in ``analyzers/hang_join``);
+0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ...), and
+   ``hang/`` (parsers and reasoning over dump and RAS files, standard library only: the node agent
+   reuses its RAS parser; its join to series lives in ``analyzers/hang_join``);
 1. the window layer (``window/``) and, beside it and apart from each other, the node agent
    (``exporters/``, ``telemetry/``) and the rules (``alerts/``);
 2. the simulator (``simulate/``), which drives the real training library and the exporter's

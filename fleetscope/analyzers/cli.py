@@ -13,17 +13,16 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import (
+from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import (
     ProgressBar,
     add_prometheus_access,
     prometheus_access,
     show_progress,
     sigterm_unwinds,
 )
-from fleetscope.errors import FleetscopeError
 
 if TYPE_CHECKING:
-    from fleetscope.analyzers.config import DetectorConfig
     from fleetscope.analyzers.report import Report
     from fleetscope.hang.model import HangResult
 
@@ -105,28 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config(path: str | None) -> DetectorConfig:
-    """The detector thresholds: the defaults, with a YAML/JSON file's overrides."""
-    from fleetscope.analyzers.config import DEFAULT
-
-    if not path:
-        return DEFAULT
-    try:
-        import yaml
-
-        with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise FleetscopeError(f"cannot read --config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise FleetscopeError(f"--config {path} is not YAML/JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise FleetscopeError(f"--config {path} must be a mapping of setting: value")
-    return DEFAULT.with_overrides(data)
-
-
 def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
     from fleetscope.times import parse_time
     from fleetscope.window.sources import open_source
@@ -134,16 +114,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     show = show_progress(args)
     t0 = time.monotonic()
-    region, headers = prometheus_access(args) if args.prometheus else (None, {})
-    source = open_source(
-        args.input,
-        args.prometheus,
-        LOADED,
-        timeout=args.timeout,
-        sigv4_region=region,
-        headers=headers,
-        max_answer_bytes=args.max_answer_bytes,
-    )
+    access = prometheus_access(args, args.prometheus) if args.prometheus else None
+    source = open_source(args.input, access, LOADED)
     with sigterm_unwinds():  # a streamed analysis's temporary folder goes with it
         report = analyze_source(
             source,
@@ -159,12 +131,8 @@ def run(args: argparse.Namespace) -> int:
         if args.flight_recorder or args.nccl_ras:
             from fleetscope.analyzers.hang_join import hangs_for_analyze
 
-            access = {"timeout": args.timeout, "sigv4_region": region, "headers": headers,
-                      "max_answer_bytes": args.max_answer_bytes}  # fmt: skip
             paths = args.flight_recorder + args.nccl_ras
-            hangs = hangs_for_analyze(
-                paths, (args.input, args.prometheus), args.job, report.start, report.end, **access
-            )
+            hangs = hangs_for_analyze(paths, args.input, access, args.job, report.start, report.end)
         return _write(args, report, show, t0, hangs)
 
 

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetscope.analyzers.cli import load_config
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.evaluate import evaluate
 
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))

@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import (
+from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import (
     ProgressBar,
     add_prometheus_access,
     prometheus_access,
     show_progress,
     sigterm_unwinds,
 )
-from fleetscope.errors import FleetscopeError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,13 +92,12 @@ def _run(args: argparse.Namespace) -> int:
             progress=ProgressBar("recording", show),
         )
     elif args.prometheus:
-        region, headers = prometheus_access(args)
         start, end = parse_time(args.start or "-1h"), parse_time(args.end or "now")
         piece = None if args.chunk == "off" else parse_duration(args.chunk)
         if piece is not None and piece <= 0:
             raise FleetscopeError(f"--chunk {args.chunk}: give a duration such as 1h, or off")
         stats = export_prometheus(
-            args.prometheus,
+            prometheus_access(args, args.prometheus),
             out,
             start,
             end,
@@ -106,10 +105,6 @@ def _run(args: argparse.Namespace) -> int:
             LOADED,
             piece_s=piece,
             progress=ProgressBar("exporting", show),
-            timeout=args.timeout,
-            sigv4_region=region,
-            headers=headers,
-            max_answer_bytes=args.max_answer_bytes,
         )
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")

@@ -215,15 +215,17 @@ def _whole(
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     signals = last.signals
-    out = dataclasses.replace(last, start=start, findings=merged)
-    if signals is not None:
-        out.nodes = node_verdicts(signals.features, merged)
-        out.jobs = job_summaries(signals, merged)
-    out.goodput = goodput
-    out.carry = carry
-    if last.start == start:  # one chunk (no lead-in): its signals cover the window, for the plots
-        out.signals = signals
-    return out
+    return dataclasses.replace(
+        last,
+        start=start,
+        findings=merged,
+        nodes=last.nodes if signals is None else node_verdicts(signals.features, merged),
+        jobs=last.jobs if signals is None else job_summaries(signals, merged),
+        goodput=goodput,
+        next_carry=carry,
+        # one chunk (no lead-in): its signals cover the window, for the plots
+        window_signals=signals if last.start == start else None,
+    )
 
 
 class _SkipEmpty:

@@ -53,7 +53,7 @@ async def status(request: Request) -> Response:
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
             "runbooks": THRESHOLDS.runbook_url_base,
-            "shard": shard_status(live.settings.shard, v.analysis.live if v else None),
+            "shard": shard_status(live.settings.shard, v.result.shard if v else None),
         }
     )
 

@@ -1,8 +1,9 @@
 """What the live page shows beside the findings: each training job's state and each served model's
 replicas and SLOs, computed in the analysis process, where the window's features still exist.
 
-:func:`analyze_for_page` wraps the service's analysis function: it runs it, then fills
-``Report.live`` with plain dicts (the features are not sent back to the server process):
+:class:`~fleetscope.service.live.LiveAnalysis` reads them off each cycle's signals into its
+:class:`~fleetscope.service.live.LiveResult`, as plain dicts (the features are not sent back to the
+server process):
 
 * ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
   stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
@@ -15,7 +16,6 @@ replicas and SLOs, computed in the analysis process, where the window's features
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,15 +33,6 @@ from fleetscope.window.frames import increase_steps
 FAST_BURN = THRESHOLDS.slo_page_fast_burn
 SLOW_BURN = THRESHOLDS.slo_page_slow_burn
 SHORT_WINDOW_S = 300.0
-
-
-def analyze_for_page(fn: Callable[[float, float], Report], start: float, end: float) -> Report:
-    """``fn(start, end)`` with ``Report.live`` filled from its features (module level: picklable)."""
-    report = fn(start, end)
-    signals = report.signals
-    if signals is not None:
-        report.live |= {"jobs": job_states(signals, report), "models": served_models(signals)}
-    return report
 
 
 def _num(x: float | np.floating | None, digits: int = 4) -> float | None:

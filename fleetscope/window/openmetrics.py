@@ -698,7 +698,7 @@ def load_recording(
     progress: Callable[[float], None] | None = None,
 ) -> Frames:
     """Load a recording onto a grid from its first to its last sample (or ``start``/``end``);
-    :func:`fleetscope.window.sources.load_file` routes a Parquet archive to its own loader."""
+    :func:`fleetscope.window.sources.open_source` routes a Parquet archive to its own loader."""
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress, (start, end, step))
     return frames_from_raw(
         raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)

@@ -35,8 +35,9 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -83,6 +84,28 @@ PUSHDOWN: dict[str, tuple[str, tuple[str, ...] | None]] = {
 #: One decoded series: labels (without ``__name__``), sample times, sample values.
 #: One answered series: its labels, sample times and values.
 AnsweredSeries = tuple[dict[str, str], np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PrometheusAccess:
+    """How to reach a Prometheus-compatible API: its base URL, the time a whole load may take
+    (``--timeout``), the SigV4 region that signs its requests (Amazon Managed Prometheus; None:
+    unsigned), extra headers (``--header``) and the largest answer read (``--max-answer-bytes``).
+
+    One value, built once from the command line, and the one place a :class:`PrometheusClient` is
+    built from (:meth:`client`)."""
+
+    url: str
+    timeout: float = 30.0
+    sigv4_region: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+
+    def client(self) -> PrometheusClient:
+        """A new client of this API (close it when done)."""
+        return PrometheusClient(
+            self.url, self.timeout, self.sigv4_region, dict(self.headers), self.max_answer_bytes
+        )
 
 
 def _duration_ms(seconds: float) -> str:
@@ -581,60 +604,50 @@ def frame_of_table(keys: list[SeriesKey], table: np.ndarray) -> MetricFrame | No
 
 
 def load_prometheus(
-    url: str,
+    access: PrometheusAccess,
     start: float | str,
     end: float | str,
     step: float,
     metrics: Collection[str],
-    timeout: float = 30.0,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
+    *,
     progress: Callable[[float], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     matcher: str = "",
 ) -> Frames:
     """Query every metric over [start, end] on a ``step`` grid and build the frames (every query
     with the label matchers ``matcher`` added, when given).
 
     ``concurrency``: range queries in flight at once (1: one after another, in this thread). The
-    first failing query's error is raised; the queries not yet sent are not sent. ``timeout``
-    bounds each whole request and ``max_answer_bytes`` each answer (module docstring).
+    first failing query's error is raised; the queries not yet sent are not sent. The access's
+    ``timeout`` bounds each whole request and its ``max_answer_bytes`` each answer (module docstring).
     """
     start_s, end_s = parse_time(start), parse_time(end)
     check_window(start_s, end_s, step)
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
     check_grid(start_s, end_s, step)
-    with memory_is_one_line(url):
-        return _load_prometheus(
-            url, start_s, end_s, step, metrics, timeout, sigv4_region, headers, progress, concurrency,
-            max_answer_bytes, matcher,
-        )  # fmt: skip
+    with memory_is_one_line(access.url):
+        return _load_prometheus(access, start_s, end_s, step, metrics, progress, concurrency, matcher)
 
 
 def _load_prometheus(
-    url: str,
+    access: PrometheusAccess,
     start_s: float,
     end_s: float,
     step: float,
     metrics: Collection[str],
-    timeout: float,
-    sigv4_region: str | None,
-    headers: dict[str, str] | None,
     progress: Callable[[float], None] | None,
     concurrency: int,
-    max_answer_bytes: int,
     matcher: str,
 ) -> Frames:
-    client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
+    client = access.client()
     grid = make_grid(start_s, end_s, step)
     names = list(dict.fromkeys(metrics))
     try:
         by_name = fetch_grid_series(client, names, grid, step, concurrency, progress, matcher)
     finally:
         client.close()
-    frames = Frames(times=grid, step=step, source=url)
+    frames = Frames(times=grid, step=step, source=access.url)
     # The cell limit, now that the series are known and before their table is allocated.
     check_grid(
         start_s, end_s, step, sum(len({tuple(sorted(s[0].items())) for s in v}) for v in by_name.values())
@@ -648,9 +661,9 @@ def _load_prometheus(
         if frame is not None:
             frames.metrics[name] = frame
     if skipped.total:
-        log.warning("%s", skipped.message(url))
+        log.warning("%s", skipped.message(access.url))
     if not found:
-        raise no_series_error(url, start_s, end_s)
+        raise no_series_error(access.url, start_s, end_s)
     return frames
 
 
@@ -725,16 +738,12 @@ def query_with_retries(
 
 
 def raw_from_prometheus(
-    url: str,
+    access: PrometheusAccess,
     start: float,
     end: float,
     step: float,
     metrics: Collection[str],
     *,
-    timeout: float = 30.0,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
-    max_answer_bytes: int | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, list[RawSeries]]:
     """The answers :func:`load_prometheus` fetches for ``metrics`` (:func:`fetch_grid_series`: the
@@ -743,10 +752,8 @@ def raw_from_prometheus(
     writes them into an archive (:func:`~fleetscope.window.archive.write.export_prometheus`)."""
     check_window(start, end, step)
     check_grid(start, end, step)
-    client = PrometheusClient(
-        url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
-    )
-    with memory_is_one_line(url):
+    client = access.client()
+    with memory_is_one_line(access.url):
         try:
             by_name = fetch_grid_series(
                 client,

@@ -122,7 +122,7 @@ def test_html_report_names_rows_and_uses_units(recording, tmp_path):
     import matplotlib.pyplot as plt
 
     from fleetscope.analyzers import report_html as rh
-    from fleetscope.analyzers.core import analyze_file
+    from tests.support.analysis import analyze_file
 
     assert [rh.human_duration(s) for s in (0.45, 45, 380, 22060, 300000)] == [
         "0.45 s",

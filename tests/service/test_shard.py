@@ -131,7 +131,7 @@ def test_status_says_which_share_this_replica_owns() -> None:
     assert shard_status(None, None) is None
     assert shard_status((1, 3), None)["text"] == "shard 1 of 3"
     share = share_of(_fleet(), Shard(1, 3)).summary()
-    st = shard_status((1, 3), {"shard": share})
+    st = shard_status((1, 3), share)
     assert st["text"] == f"shard 1 of 3, owning {share['jobs']} of 41 jobs / {share['nodes']} of 152 nodes"
     assert st["nodes"] == share["nodes"] and st["fleet_nodes"] == 152
 

@@ -741,7 +741,7 @@ class _ColumnarGrid:
     (:func:`samples.summarize`, then :func:`samples.frames_from_raw` or :func:`build_frames`)
     gives; :meth:`run` answers None where only that path is exact: a format-1 archive, two series
     of one metric with the same labels, or samples it would drop (non-finite values, stamps more
-    than a day from the rest). tests/analyzers/test_archive_columnar.py compares the two."""
+    than a day from the rest). tests/window/archive/test_archive_columnar.py compares the two."""
 
     def __init__(
         self, start: float, end: float, step: float, lookback: float, source: str, gridded: bool = False

@@ -77,7 +77,7 @@ from fleetscope.window.frames import (
     make_grid,
     say_skipped,
 )
-from fleetscope.window.prometheus import no_series_error, raw_from_prometheus
+from fleetscope.window.prometheus import PrometheusAccess, no_series_error, raw_from_prometheus
 from fleetscope.window.samples import SpacingSample
 
 log = logging.getLogger(__name__)
@@ -387,7 +387,7 @@ def convert_recording(
 
 # ---------------------------------------------------------------------- sources
 def export_prometheus(
-    url: str,
+    access: PrometheusAccess,
     out: str | Path,
     start: float,
     end: float,
@@ -396,7 +396,6 @@ def export_prometheus(
     *,
     piece_s: float | None = DEFAULT_PIECE_S,
     progress: Callable[[float], None] | None = None,
-    **access: Any,
 ) -> dict[str, int]:
     """``record --prometheus``: the window's grid values written piece by piece of ``piece_s``
     (None: one piece), holding one piece's answers at a time, so memory follows the piece, not
@@ -405,17 +404,17 @@ def export_prometheus(
     skipped are said once on stderr; only a window without any series is an error
     (:class:`NoData`). The label columns are the contract's keys (other labels go to
     ``__labels__``, module docstring): the labels of later pieces are not known ahead.
-    ``access``: :func:`raw_from_prometheus`' keywords (timeout, SigV4, headers, answer limit)."""
+    ``access``: how to reach the store (URL, timeout, SigV4, headers, answer limit)."""
     check_window(start, end, step)
     check_grid(start, end, step)
     grid = make_grid(start, end, step)
     per = len(grid) if piece_s is None else max(1, round(piece_s / step))
     pieces = [(float(grid[i]), float(grid[min(i + per, len(grid)) - 1])) for i in range(0, len(grid), per)]
     empty: list[tuple[int, float, float]] = []
-    with ArchiveWriter(out, contract_label_keys(metrics), source=url, grid=(start, end, step)) as w:
+    with ArchiveWriter(out, contract_label_keys(metrics), source=access.url, grid=(start, end, step)) as w:
         for k, (a, b) in enumerate(pieces):
             part = None if progress is None else _part_of(progress, k, len(pieces))
-            raw = raw_from_prometheus(url, a, b, step, metrics, progress=part, **access)
+            raw = raw_from_prometheus(access, a, b, step, metrics, progress=part)
             for name, series in raw.items():
                 w.add(name, series)
             if not raw:
@@ -423,7 +422,7 @@ def export_prometheus(
             del raw
         if not w.groups:
             w.abort()
-            raise no_series_error(url, start, end)
+            raise no_series_error(access.url, start, end)
         stats = w.close()
     if empty:
         say_skipped("pieces", empty, len(pieces))

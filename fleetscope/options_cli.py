@@ -1,8 +1,11 @@
-"""Command-line options shared by several subcommands (standard library only, like
-:mod:`fleetscope.argtypes`): how to reach a Prometheus-compatible API, and the progress bar.
+"""Command-line options shared by several subcommands: how to reach a Prometheus-compatible API,
+and the progress bar.
 
 ``analyze``, ``record``, ``serve`` and ``plan`` add the same Prometheus access flags
-(:func:`add_prometheus_access`) and read them back the same way (:func:`prometheus_access`).
+(:func:`add_prometheus_access`) and read them back the same way, as one
+:class:`~fleetscope.window.prometheus.PrometheusAccess` (:func:`prometheus_access`). A command-line
+module (the top layer, tests/test_import_graph.py): it imports the window layer only to build that
+value, and only when a command runs.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_int
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError
+
+if TYPE_CHECKING:
+    from fleetscope.window.prometheus import PrometheusAccess
 
 #: The default of --max-answer-bytes (the loader's: :mod:`fleetscope.defaults`).
 DEFAULT_MAX_ANSWER_BYTES = MAX_ANSWER_BYTES
@@ -43,11 +50,14 @@ def add_prometheus_access(p: argparse.ArgumentParser) -> None:
     )
 
 
-def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
-    """The SigV4 region (None: unsigned) and extra headers from ``--sigv4/--region/--header``.
+def prometheus_access(args: argparse.Namespace, url: str) -> PrometheusAccess:
+    """The access to ``url`` from ``--timeout`` and ``--sigv4/--region/--header/--max-answer-bytes``:
+    the SigV4 region (None: unsigned) and extra headers.
 
     Shared by ``analyze``, ``record``, ``serve`` and ``plan``.
     """
+    from fleetscope.window.prometheus import PrometheusAccess
+
     headers: dict[str, str] = {}
     for h in args.header:
         k, sep, v = h.partition("=")
@@ -61,7 +71,13 @@ def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, s
         region = botocore.session.Session().get_config_variable("region")
         if not region:
             raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
-    return region, headers
+    return PrometheusAccess(
+        url,
+        timeout=args.timeout,
+        sigv4_region=region,
+        headers=headers,
+        max_answer_bytes=args.max_answer_bytes or MAX_ANSWER_BYTES,
+    )
 
 
 #: The exit status of a command ended by SIGTERM (128 + 15, as a shell reports it).

@@ -23,7 +23,7 @@ from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window.archive import read as ar
 from fleetscope.window.archive.format import META_KEY, SERIES_COL, TIME_COL, VALUE_COL
 from fleetscope.window.archive.write import convert_recording
-from fleetscope.window.sources import load_file
+from tests.support.analysis import load_file
 
 FUZZ = settings(
     max_examples=40,
