@@ -70,6 +70,22 @@ class DetectorConfig:
     reason_share: float = 0.3
     #: Violation counters (ns throttled per ns) at or above which throttling is real.
     violation_share: float = 0.1
+    #: PCIe replays per minute on one GPU (its peers not sharing them) that name its link as the
+    #: cause of its slowness: DCGM's PCIe health watch warns above 8, "the maximum recommended by
+    #: RM" (DCGM_LIMIT_MAX_PCIREPLAY_RATE; docs/design.md#link-and-memory-errors).
+    pcie_replays_per_min: float = 8.0
+    #: Corrected (single-bit) ECC errors per minute on one GPU that name its memory: DCGM's
+    #: DCGM_LIMIT_MAX_SBE_RATE (10, provisional there).
+    ecc_corrected_per_min: float = 10.0
+    #: Strong evidence, confirmed early: a slow period with the GPU's own hardware evidence, or
+    #: slower than its peers by at least ``large_slowdown``, is reported once it holds this many
+    #: grid steps (two scrape windows); only small slowdowns without evidence wait
+    #: ``persistence_s`` (docs/design.md#persistence).
+    strong_confirm_steps: int = 2
+    #: A slowdown this large (own / peer median, What-if's S > 1.1 twice over) is no jitter.
+    large_slowdown: float = 1.2
+    #: Slow episodes of one GPU this close are one incident, reported once with its pattern.
+    incident_gap_s: float = 1800.0
 
     # --- network --------------------------------------------------------------------------
     #: Retransmitted / transmitted packets on an EFA device above which the link is degraded
@@ -80,6 +96,10 @@ class DetectorConfig:
     efa_min_tx_pps: float = 100.0
     #: Impaired/unresponsive/timeout events per minute that mark a device as degraded.
     efa_events_per_min: float = 1.0
+    #: Received packets a device drops (rx_drops / rx_pkts) above which it is the receive-side
+    #: culprit, when its drops stand out against the other devices': each drop is one retransmit at
+    #: a sender, so the same share as ``retrans_ratio`` costs the same (docs/design.md#receive-side-drops).
+    rx_drop_ratio: float = 0.005
 
     # --- MFU drop -------------------------------------------------------------------------
     #: Relative MFU (or tokens/s) loss against the job's own baseline that counts as a drop. A

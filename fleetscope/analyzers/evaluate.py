@@ -10,7 +10,9 @@ the findings are matched to the expected ones:
 * recall per kind = expectations matched / expectations; precision per kind = findings that match
   an expectation / findings (an expectation marked optional, a borderline effect, neither counts as
   missed nor makes its finding a false positive);
-* detection delay = ``confirmed_at`` of the first matching finding - onset, per fault;
+* detection delay = ``confirmed_at`` of the first matching finding - onset, per fault, and per
+  finding kind over the required expectations it matched (how long each kind takes to say what it
+  found);
 * a finding of severity ``info`` is never a false positive (an expected one counts for recall);
 * an expectation marked ``single`` (one incident, one finding) is matched by its earliest finding
   only: further findings matching it alone are false positives; ``node_level`` expectations match
@@ -24,6 +26,7 @@ the findings are matched to the expected ones:
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,6 +66,8 @@ class ScenarioResult:
     matched: list[tuple[dict, Finding | None]] = field(default_factory=list)
     false_positives: list[Finding] = field(default_factory=list)
     delays: dict[str, float | None] = field(default_factory=dict)  # fault kind -> seconds
+    #: (finding kind, onset-to-confirmation seconds) of every required expectation matched.
+    kind_delays: list[tuple[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     family: str = "classic"
     #: Job id -> category -> (account - truth) / the truth's whole (empty without a true account).
@@ -136,6 +141,7 @@ def score_scenario(truth: dict, findings: list[Finding]) -> ScenarioResult:
                 conf = parse_rfc3339(best.evidence.get("confirmed_at")) or best.start
                 d = conf - (parse_rfc3339(fault["onset"]) or 0.0)
                 first = d if first is None else min(first, d)
+                res.kind_delays.append((exp["kind"], d))
         res.delays[fault["kind"]] = first
     res.false_positives = [f for f in findings if id(f) not in used and f.severity != "info"]
     return res
@@ -183,6 +189,24 @@ class SuiteReport:
             }
         return out
 
+    def delays_by_kind(self) -> dict[str, dict[str, Any]]:
+        """Per finding kind: how many required expectations it matched (``found``) and the
+        onset-to-finding delays (``confirmed_at`` - the fault's onset): max, mean and median."""
+        by: dict[str, list[float]] = {}
+        for r in self.results:
+            for kind, d in r.kind_delays:
+                by.setdefault(kind, []).append(d)
+        out = {}
+        for kind in (k for k in KINDS if k in by):
+            ds = sorted(by[kind])
+            out[kind] = {
+                "found": len(ds),
+                "max_delay_s": ds[-1],
+                "mean_delay_s": sum(ds) / len(ds),
+                "median_delay_s": statistics.median(ds),
+            }
+        return out
+
     def goodput(self) -> dict[str, dict[str, Any]]:
         """Per family: scenarios with a true account, the largest error per category, and whether
         every badput category stays within :data:`GOODPUT_BOUND`."""
@@ -210,6 +234,7 @@ class SuiteReport:
             "per_kind": self.per_kind(),
             "per_family": self.per_family(),
             "delays": self.delays(),
+            "delays_by_kind": self.delays_by_kind(),
             "goodput": self.goodput(),
             "goodput_sums_to_whole": self.goodput_sums_to_whole(),
             "details": [
@@ -267,6 +292,19 @@ class SuiteReport:
                 f"{kind:<{aw}}{d['faults']:>9}{d['must_find']:>10}{d['detected']:>7}{d['missed']:>7}"
                 f"{mx:>11}{mean:>12}"
             )
+        by_kind = self.delays_by_kind()
+        if by_kind:
+            kw2 = max(len("FINDING KIND"), *map(len, by_kind)) + 2
+            lines += [
+                "",
+                "DELAY BY FINDING KIND: from the fault's onset to the finding's confirmed_at.",
+                f"{'FINDING KIND':<{kw2}}{'FOUND':>7}{'MEDIAN':>9}{'MEAN':>9}{'MAX':>9}",
+            ]
+            for kind, d in by_kind.items():
+                lines.append(
+                    f"{kind:<{kw2}}{d['found']:>7}{d['median_delay_s']:>7.0f} s{d['mean_delay_s']:>7.0f} s"
+                    f"{d['max_delay_s']:>7.0f} s"
+                )
         gp = self.goodput()
         if gp:
             lines += ["", f"{'GOODPUT':<16}{'JOBS':>6}{'WORST BADPUT ERROR':>20}{'WITHIN 2%':>11}"]

@@ -66,7 +66,7 @@ def _load(path: str) -> Any:
 #: The realistic training model's own spec fields (its jobs, phases, pauses and look-alikes).
 TRAINING_OPTIONS: tuple[str, ...] = (
     "wait_phase", "jitter", "gpu_spread", "eval_every_s", "eval_s", "eval_phase", "gc_every_s", "gc_s",
-    "scrape_miss", "emit_layout", "jobs", "pipeline_stages", "tensor_parallel", "mfu",
+    "scrape_miss", "emit_layout", "jobs", "pipeline_stages", "tensor_parallel", "expert_parallel", "mfu",
 )  # fmt: skip
 
 #: Every simulator family. Add a new one here (its module holds the model, truth and check).
@@ -74,7 +74,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("classic", ("classic",), "fleetscope.simulate.model:ClusterModel",
            "fleetscope.simulate.classic:classic_truth", "fleetscope.simulate.classic:check_classic_spec"),
     Family("training", ("realistic", "pipeline", "pauses", "hang", "phase_straggler", "intermittent",
-                        "node_level", "membership", "multi_job", "goodput"),
+                        "node_level", "membership", "multi_job", "goodput",
+                        "moe", "rx_drops", "flaky"),
            "fleetscope.simulate.jobs:RealisticModel", "fleetscope.simulate.truth:training_truth",
            "fleetscope.simulate.jobs:check_training_spec", TRAINING_OPTIONS),
     Family("inference", ("inference",), "fleetscope.simulate.inference:InferenceModel",

@@ -58,6 +58,12 @@ LAYOUT = (
     getattr(c, "DATA_PARALLEL_RANK_LABEL", "data_parallel_rank"),
     getattr(c, "TENSOR_PARALLEL_RANK_LABEL", "tensor_parallel_rank"),
 )
+#: PCIe replays a marginal link logs in a step it slows (the flaky_gpu fault; a healthy link logs
+#: about one in a hundred scrapes).
+FLAKY_REPLAYS_PER_SLOW_STEP = 30.0
+#: The expert that turns hot next (moe_imbalance): this many experts along, so the hot spot moves
+#: to another expert-parallel rank (and, with one expert group per node, another local GPU).
+MOE_HOT_STRIDE = 3
 WARMUP_S = 60.0  # a (re)started job loads its checkpoint and builds NCCL communicators
 REQUEUE_S = 90.0  # scheduler requeue and container start after an abort
 CKPT_BYTES_PER_S = 2.5e9  # per node, on a healthy FSx for Lustre file system
@@ -81,6 +87,8 @@ GOODPUT_CATEGORIES: tuple[str, ...] = (
 _GPU_FAULTS = frozenset(
     {"thermal_throttle", "power_brake", "psu_brake", "silent_slowdown", "pcie_width_drop"}
 )
+#: Faults and look-alikes that act on single steps or on the job's work, not on a device.
+_STEP_FAULTS = frozenset({"moe_imbalance", "flaky_gpu", "random_slow_steps"})
 
 
 def _on(f: FaultSpec, t: float) -> bool:
@@ -102,6 +110,8 @@ class Job:
     stage: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     dp_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     tp_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    #: Expert-parallel rank (Megatron: consecutive data-parallel ranks form an expert group).
+    ep_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     stage_factor: np.ndarray = field(default_factory=lambda: np.ones(0))
     state: str = "run"  # run | hang | down | ended
     jt: float = 0.0  # scenario time simulated so far
@@ -158,11 +168,15 @@ class RealisticModel(ClusterModel):
         #: The monitors' clock: the Unix time of the call the simulator makes into them.
         self.clock = _ranks.VirtualClock(self.t)
         self._mask_cache: dict[tuple, np.ndarray] = {}
+        #: Random numbers of the issue-37 faults (per-step slowness, replays), apart from ``rng`` so
+        #: every earlier scenario draws exactly what it drew before.
+        self.step_rng = np.random.default_rng([spec.seed, 37])
         jspecs = spec.jobs or [
             JobSpec(
                 job_id=spec.job_id,
                 pipeline_stages=spec.pipeline_stages,
                 tensor_parallel=spec.tensor_parallel,
+                expert_parallel=spec.expert_parallel,
                 mfu=spec.mfu,
             )
         ]
@@ -204,6 +218,7 @@ class RealisticModel(ClusterModel):
         job.tp_rank = r % tp
         job.dp_rank = (r // tp) % dp
         job.stage = r // (tp * dp)
+        job.ep_rank = job.dp_rank % max(1, js.expert_parallel)
         f = np.ones(len(slots))
         if pp > 1:
             f[job.stage == pp - 1] += js.last_stage_extra
@@ -243,6 +258,9 @@ class RealisticModel(ClusterModel):
                 dict(zip(LAYOUT, (int(job.stage[r]), int(job.dp_rank[r]), int(job.tp_rank[r])), strict=True))
                 for r in range(len(sl))
             ]
+            if job.spec.expert_parallel > 1:
+                for r, lay in enumerate(layouts):
+                    lay[c.EXPERT_PARALLEL_RANK_LABEL] = int(job.ep_rank[r])
         job.mons = _ranks.spawn(
             self.clock,
             job.spec.job_id,
@@ -269,10 +287,13 @@ class RealisticModel(ClusterModel):
         S, M = max(1, js.pipeline_stages), max(1, js.microbatches)
         comp = COMPUTE_S * k * self.speed[sl] * eff["slow"][sl] * job.stage_factor
         comp = comp * np.clip(1 + rng.normal(0, spec.jitter, n), 0.9, 1.2)
+        faulty = self._slow_steps(job, eff)
+        comp = comp * eff["work"][sl] * faulty
         data = DATA_S * k * (1 + np.abs(rng.normal(0, 0.08, n))) + eff["data_add"][sl] * job.t0
         opt = OPT_S * k * np.clip(1 + rng.normal(0, 0.03, n), 0.9, 1.2) + eff["opt_add"][sl] * job.t0
         comm = (
-            COMM_S * k * (1 + abs(rng.normal(0, spec.jitter))) + eff["net_add"].get(job.index, 0.0) * job.t0
+            COMM_S * k * (1 + abs(rng.normal(0, spec.jitter)))
+            + (eff["net_add"].get(job.index, 0.0) + eff["fabric_add"].get(job.index, 0.0)) * job.t0
         )
         host = np.zeros(n)
         if gc and spec.gc_every_s > 0 and rng.random() < job.t0 / spec.gc_every_s:
@@ -293,7 +314,37 @@ class RealisticModel(ClusterModel):
             "optimizer": opt.copy(),
         }
         ph["backward" if spec.wait_phase == "backward" else "optimizer"] += comm + wait
-        return {"T": T, "phases": ph, "busy": comp / T}
+        out = {"T": T, "phases": ph, "busy": comp / T}
+        if (eff["work"][sl] != 1).any():
+            # The job's own imbalance (MoE) slows its steps too: what a fault costs is the time over
+            # this same step without the fault, not over the balanced job's step.
+            ref = _lockstep(
+                comp / (eff["slow"][sl] * faulty),
+                data - eff["data_add"][sl] * job.t0,
+                host,
+                opt - eff["opt_add"][sl] * job.t0,
+                comm - eff["net_add"].get(job.index, 0.0) * job.t0,
+                S,
+                M,
+            )
+            out["T_ref"] = ref
+        return out
+
+    def _slow_steps(self, job: Job, eff: dict) -> np.ndarray:
+        """This step's compute factors of the one-step-in-N faults of ``job``: a flaky GPU (its PCIe
+        replay counter logs the step's retries) or a random rank (look-alike)."""
+        out = np.ones(job.world)
+        for j, slot, extra, p, replays in eff["step_slow"]:
+            if j != job.index or self.step_rng.random() >= p:
+                continue
+            if slot < 0:
+                out[self.step_rng.integers(0, job.world)] *= 1 + extra
+                continue
+            where = np.nonzero(job.slots == slot)[0]
+            out[where] *= 1 + extra
+            if replays and where.size:
+                self.pcie_replay[slot] += self.step_rng.poisson(FLAKY_REPLAYS_PER_SLOW_STEP)
+        return out
 
     def _nominal_step(self, job: Job) -> float:
         """The healthy step time of ``job`` (mean of simulated fault-free steps, own RNG)."""
@@ -315,7 +366,15 @@ class RealisticModel(ClusterModel):
             "data_add": np.zeros(G),
             "opt_add": np.zeros(G),
             "net_add": {},
+            "fabric_add": {},
             "bad_efa": [],
+            # Workload imbalance (moe_imbalance): compute factors that are the job's, not a fault's.
+            "work": np.ones(G),
+            # (job index, slot or -1 for a random rank, extra compute, probability, PCIe replays).
+            "step_slow": [],
+            # (node, device, share of received packets dropped, the job's nodes) / (nodes, share).
+            "rx_drops": [],
+            "congestion": [],
             "read_latency": np.ones(self.n_nodes),
             "fsx": 1.0,
         }
@@ -323,16 +382,45 @@ class RealisticModel(ClusterModel):
     def _effects(self, t: float) -> dict:
         """What the faults acting at scenario time ``t`` change (per GPU slot, node or job)."""
         eff = self._quiet_effects()
-        for f in self.spec.faults:
+        for i, f in enumerate(self.spec.faults):
             if f.kind == "hang" and f.cause == "efa":
                 self._efa_hang_precursor(eff, f, t)
             if not _on(f, t):
                 continue
-            if f.kind in _GPU_FAULTS:
+            if f.kind in _STEP_FAULTS:
+                self._step_fault(eff, i, f, t)
+            elif f.kind in _GPU_FAULTS:
                 self._gpu_fault(eff, f)
             else:
                 self._io_fault(eff, f)
         return eff
+
+    def _step_fault(self, eff: dict, i: int, f: FaultSpec, t: float) -> None:
+        """A fault (or look-alike) of the job's steps rather than of a device: MoE load imbalance,
+        a flaky GPU, random slow steps."""
+        job = self._job_at(f.node)
+        if job is None:
+            return
+        if f.kind == "flaky_gpu":
+            eff["step_slow"].append((job.index, f.node * self.gpn + f.gpu, f.slowdown, 1 / f.one_in, True))
+        elif f.kind == "random_slow_steps":
+            eff["step_slow"].append((job.index, -1, f.slowdown, 1 / f.one_in, False))
+        elif f.kind == "moe_imbalance":
+            eff["work"][self._moe_hot(job, i, f, t)] *= 1 + f.slowdown
+
+    def _moe_hot(self, job: Job, i: int, f: FaultSpec, t: float) -> np.ndarray:
+        """The slots of the hot expert's GPUs at scenario time ``t``: the expert-parallel rank that
+        holds it, in the expert groups whose batches route to it (``spread`` of them, at least two).
+        Every ``move_every_s`` the token distribution has drifted: another expert is hot (
+        :data:`MOE_HOT_STRIDE` along) in another draw of groups."""
+        ep = max(1, job.spec.expert_parallel)
+        period = int((t - f.at_s) // f.move_every_s)
+        expert = (f.gpu + MOE_HOT_STRIDE * period) % ep
+        group = job.dp_rank // ep
+        n_groups = int(group.max()) + 1 if group.size else 0
+        k = min(n_groups, max(2, round(f.spread * n_groups)))
+        pick = np.random.default_rng([self.spec.seed, 37, i, period]).choice(n_groups, k, replace=False)
+        return job.slots[np.isin(group, pick) & (job.ep_rank == expert)]
 
     def _efa_hang_precursor(self, eff: dict, f: FaultSpec, t: float) -> None:
         """An EFA-caused hang: its device retransmits from ``at_s`` while the job runs or hangs."""
@@ -385,6 +473,19 @@ class RealisticModel(ClusterModel):
             eff["read_latency"][:] = 1 + 10 * f.slowdown
         elif f.kind == "fsx_saturation":
             eff["fsx"] = max(1.0, f.slowdown)
+        elif f.kind in ("efa_rx_drops", "efa_congestion"):
+            # Dropped or congested packets are sent again (SRD retransmits): every collective slows.
+            job = self._job_at(f.node)
+            if job is None:
+                return
+            # Congestion of the shared fabric slows the job without a fault of its own (the truth's
+            # account books it as productive time, as it books an imbalance of experts).
+            add = eff["net_add" if f.kind == "efa_rx_drops" else "fabric_add"]
+            add[job.index] = add.get(job.index, 0.0) + f.slowdown
+            if f.kind == "efa_rx_drops":
+                eff["rx_drops"].append((f.node, f.device, f.packet_share, list(job.nodes)))
+            else:
+                eff["congestion"].append((list(job.nodes), f.packet_share))
 
     def _events(self, t0: float, t1: float) -> None:
         """Hardware-only onsets in [t0, t1) (the jobs' own events run in :meth:`_advance`)."""
@@ -617,7 +718,8 @@ class RealisticModel(ClusterModel):
             job.goodput["rework"] += gs
             return
         job.high_step = job.global_step + 1
-        slow = max(0.0, (step["T"] - job.t0) * job.world) if step["slowed"] else 0.0
+        ref = step.get("T_ref", job.t0)
+        slow = max(0.0, (step["T"] - ref) * job.world) if step["slowed"] else 0.0
         slow = min(slow, gs)
         job.goodput["slowdown"] += slow
         job.goodput["productive"] += gs - slow
@@ -717,6 +819,7 @@ class RealisticModel(ClusterModel):
             self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * burst * dt / 15)
             self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * burst * dt / 15)
             self.efa["unresponsive_remote_events"][node, dev] += rng.poisson(0.3 * burst * dt / 15)
+        self._receive_side(eff, pkts)
         self.efa_lifespan += dt
         present = self.node_present.astype(float)
         reads = node_steps * 2.2e8 * 4.3 + node_eval * 2e7 * dt
@@ -732,6 +835,25 @@ class RealisticModel(ClusterModel):
             lat = lat * (eff["fsx"] if op in ("write", "open", "create", "close") else 1.0)
             self.lustre_ops[op] += k * present
             self.lustre_op_seconds[op] += k * lat * present
+
+    def _receive_side(self, eff: dict, pkts: np.ndarray) -> None:
+        """Receive drops and congestion (issue 37). A device that drops a share of what it receives
+        counts it in ``rx_drops``; its senders (the same rail, device index, on the job's other
+        nodes: NCCL's rings and trees pair rails) retransmit it, each a ``1 / (nodes - 1)`` part, so
+        no sender's own ratio stands out. Congestion makes every device retransmit a little and
+        drops nothing on receive."""
+        for node, dev, share, nodes in eff["rx_drops"]:
+            dropped = pkts[node, dev] * share
+            self.efa["rx_drops"][node, dev] += dropped
+            senders = [n for n in nodes if n != node and self.node_present[n]]
+            if senders:
+                each = dropped / len(senders)
+                self.efa["retrans_pkts"][senders, dev] += each
+                self.efa["retrans_bytes"][senders, dev] += each * 8800
+        for nodes, share in eff["congestion"]:
+            here = [n for n in nodes if self.node_present[n]]
+            self.efa["retrans_pkts"][here] += pkts[here] * share
+            self.efa["retrans_bytes"][here] += pkts[here] * share * 8800
 
     def _missing(self, dt: float) -> set[int]:
         """Nodes whose scrape is missing now: an exporter gap, or a random missed scrape."""
@@ -795,6 +917,16 @@ class RealisticModel(ClusterModel):
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}
 
 
+def _lockstep(
+    comp: np.ndarray, data: np.ndarray, host: np.ndarray, opt: np.ndarray, comm: float, S: int, M: int
+) -> float:
+    """The step time of ranks in lock-step (every rank waits for the slowest; pipeline stages with
+    their bubbles), as :meth:`RealisticModel._step` computes it."""
+    if S == 1:
+        return float(np.max(data + host + comp + opt)) + comm
+    return float(np.max(data + host)) + float(np.max(comp)) * (M + S - 1) / M + comm + float(np.max(opt))
+
+
 def _slowed(eff: dict, job: Job) -> bool:
     """Whether a fault acting now slows ``job``'s steps (its GPUs, data path, host CPU or network)."""
     sl = job.slots
@@ -803,9 +935,18 @@ def _slowed(eff: dict, job: Job) -> bool:
         or (eff["data_add"][sl] > 0).any()
         or (eff["opt_add"][sl] > 0).any()
         or eff["net_add"].get(job.index, 0.0) > 0
+        or any(j == job.index and slot >= 0 for j, slot, *_ in eff["step_slow"])  # a flaky GPU
     )
 
 
 def check_training_spec(spec: ScenarioSpec) -> None:
-    """The training family injects every fault but the inference family's."""
+    """The training family injects every fault but the inference family's; a load imbalance of
+    experts needs a job with experts (``expert_parallel`` of 2 or more)."""
     check_no_inference_faults(spec)
+    for f in spec.faults:
+        if f.kind != "moe_imbalance":
+            continue
+        on = [j for j in spec.jobs if j.first_node <= f.node < j.first_node + (j.nodes or spec.nodes)]
+        ep = on[0].expert_parallel if on else spec.expert_parallel
+        if ep < 2:
+            raise FleetscopeError("moe_imbalance needs a job with expert_parallel of 2 or more")

@@ -36,6 +36,12 @@ REALISTIC_FAULT_KINDS: tuple[str, ...] = (
     "silent_slowdown",  # one GPU slower with no hardware evidence at all
     "node_drain",  # the scheduler drains the node: clean stop, restart without it or with a spare
     "scrape_gap",  # the node's exporter is not scraped: all its series absent, the job runs on
+    # Issue 37: workload patterns that are not faults, and faults with a receive-side or rare sign.
+    "moe_imbalance",  # look-alike: a hot MoE expert's GPU slower on some replicas, moving on
+    "efa_rx_drops",  # one node's EFA device drops received packets; its senders retransmit a little
+    "efa_congestion",  # look-alike: every device retransmits a little (no drops), collectives slower
+    "flaky_gpu",  # one GPU slow on about 1 step in ``one_in``, its PCIe replay counter rising
+    "random_slow_steps",  # look-alike: 1 step in ``one_in``, a random rank computes slower
 )
 #: Fault kinds only the inference family injects (beside thermal_throttle, power_brake, gpu_lost).
 INFERENCE_FAULT_KINDS: tuple[str, ...] = (
@@ -87,6 +93,16 @@ class FaultSpec:
     #: hardware precursor, e.g. EFA retransmit timeouts, starts at ``at_s``).
     cause: str = "host"
     lead_s: float = 0.0
+    #: moe_imbalance: how long one expert stays hot before the token distribution moves the hot
+    #: spot to another expert, and the share of the replicas (expert-parallel groups) whose batches
+    #: route to it meanwhile (at least two).
+    move_every_s: float = 240.0
+    spread: float = 0.33
+    #: efa_rx_drops: the share of its received packets the device drops; efa_congestion: the share
+    #: of its sent packets every device of the job retransmits.
+    packet_share: float = 0.03
+    #: flaky_gpu, random_slow_steps: one step in ``one_in`` is slow (``slowdown`` more compute).
+    one_in: int = 8
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS + REALISTIC_FAULT_KINDS + INFERENCE_FAULT_KINDS + NEURON_FAULT_KINDS:
@@ -100,6 +116,10 @@ class FaultSpec:
             raise FleetscopeError(f"hang cause must be one of {', '.join(HANG_CAUSES)}, not {self.cause!r}")
         if (self.period_s is None) != (self.on_s is None) or (self.period_s or 1) <= (self.on_s or 0):
             raise FleetscopeError("period_s and on_s go together, with on_s shorter than period_s")
+        if self.move_every_s <= 0 or not 0 < self.spread <= 1 or not 0 <= self.packet_share < 1:
+            raise FleetscopeError("move_every_s must be positive, spread in (0, 1], packet_share in [0, 1)")
+        if self.one_in < 1:
+            raise FleetscopeError("one_in must be at least 1")
 
 
 @dataclass
@@ -118,6 +138,9 @@ class JobSpec:
     mfu: float = 0.40
     pipeline_stages: int = 1
     tensor_parallel: int = 8
+    #: Mixture-of-experts: ranks per expert-parallel group (Megatron's expert_model_parallel_size,
+    #: carved from consecutive data-parallel ranks); 1: a dense model.
+    expert_parallel: int = 1
     microbatches: int = 8
     #: Extra compute of the last stage (output layer and loss) and of the first (embedding).
     last_stage_extra: float = 0.25
@@ -170,6 +193,7 @@ class ScenarioSpec:
     jobs: list[JobSpec] = field(default_factory=list)
     pipeline_stages: int = 1
     tensor_parallel: int = 8
+    expert_parallel: int = 1
     mfu: float = 0.40
     #: Inference family: GPUs per vLLM replica (0: one replica per node), the model served, and the
     #: length of the compressed day its traffic follows (0: the scenario's duration).

@@ -41,6 +41,14 @@ EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
     "fsx_saturation": [],
     "node_drain": [("membership_change", "node_drain", "node", False)],
     "scrape_gap": [("monitoring_gap", "scrape_gap", "node", False)],
+    # Issue 37. A hot expert is the job's work, not a fault: nothing (an info finding at most).
+    "moe_imbalance": [],
+    # The receiving node is the culprit, though its senders are the ones retransmitting.
+    "efa_rx_drops": [("straggler", "network", "node", True), ("mfu_drop", "network", "job", False)],
+    "efa_congestion": [("mfu_drop", "network", "job", False)],
+    # One incident, one finding (``single``), with the GPU's PCIe link as its cause.
+    "flaky_gpu": [("straggler", "pcie", "gpu", True), ("mfu_drop", "straggler", "job", False)],
+    "random_slow_steps": [],
 }  # fmt: skip
 #: hang, by root cause: the node (and GPU) to blame, or the job when no hardware is at fault.
 HANG_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
@@ -129,7 +137,7 @@ def realistic_truth(
                 "rank": (f.node - first) * spec.gpus_per_node + f.gpu if per_gpu else None,
                 "job_id": job_id,
                 "device": f"rdmap{79 + 16 * f.device}s0"
-                if f.kind == "efa_degraded" or f.cause == "efa"
+                if f.kind in ("efa_degraded", "efa_rx_drops") or f.cause == "efa"
                 else None,
                 "onset": rfc3339(onset),
                 "end": rfc3339(end),
@@ -166,6 +174,11 @@ _SLOW = frozenset(
         "cpu_contention",
         "data_stall",
         "fsx_saturation",
+        "efa_rx_drops",
+        "efa_congestion",
+        "flaky_gpu",
+        "moe_imbalance",
+        "random_slow_steps",
     }
 )
 

@@ -15,7 +15,7 @@ from fleetscope.simulate.spec import FAMILIES, FAULT_KINDS, FaultSpec, JobSpec, 
 pytestmark = [pytest.mark.slow]
 
 FAIL_STOP = ("gpu_lost", "ecc_uncorrectable", "row_remap_failure", "pcie_width_drop")
-FAIL_SLOW = ("thermal_throttle", "power_brake", "efa_degraded", "data_stall")
+FAIL_SLOW = ("thermal_throttle", "power_brake", "efa_degraded", "data_stall", "efa_rx_drops", "flaky_gpu")
 
 
 def test_suite_shape(fixtures):
@@ -57,6 +57,9 @@ def test_evaluate_meets_the_thresholds(fixtures, tmp_path):
         "membership",
         "multi_job",
         "realistic",
+        "moe",
+        "rx_drops",
+        "flaky",
     } <= set(families)
     for fam, score in families.items():
         assert score["precision"] >= 0.95, (fam, score, report.render())

@@ -45,11 +45,14 @@ from fleetscope.analyzers.signals.hardware import slowdown_cause
 from fleetscope.analyzers.signals.network import NetTrouble
 from fleetscope.analyzers.signals.roles import RolePeers
 from fleetscope.analyzers.signals.runs import runs_with_persistence
+from fleetscope.analyzers.signals.simultaneity import Workload, workload_slowness
 from fleetscope.analyzers.signals.slowness import Slowness
 from fleetscope.analyzers.signals.window_signals import Signals
 
 #: Causes the GPU's own hardware names (against a rank merely waiting for one).
-_HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie")
+_HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie", "ecc_correctable")
+#: The cause of a job-level info finding: slowness that moved between replicas' roles.
+WORKLOAD = "workload_imbalance"
 
 
 _ACTIONS = {
@@ -58,7 +61,12 @@ _ACTIONS = {
     "power_brake": "drain after the job's next checkpoint; check the node's PSUs and power feed (HW power "
     "brake is asserted by the baseboard), then run dcgmi diag -r 3",
     "hw_slowdown": "drain after the job's next checkpoint; run dcgmi diag -r 3 and check the BMC event log",
-    "pcie": "drain after the job's next checkpoint; reseat or replace the GPU's PCIe link",
+    "pcie": "drain after the job's next checkpoint; reseat or replace the GPU's PCIe link (check its "
+    "replays and errors with nvidia-smi -q -d PCIE, lspci -vv)",
+    "ecc_correctable": "drain after the job's next checkpoint; its memory corrects errors at a high rate: "
+    "run dcgmi diag -r 3 and check nvidia-smi -q -d ECC,ROW_REMAPPER",
+    WORKLOAD: "no hardware fault: the job's own work is unevenly spread (MoE expert load, sequence "
+    "lengths); tune the router's load balancing (auxiliary loss, capacity factor) or the data packing",
     "network": "drain after the job's next checkpoint; check the EFA device (fi_info, efa hw_counters) and "
     "its cabling; restart the job without this node if retransmits persist",
     "unknown": "compare this rank's kernels with a peer's (nsys) and run dcgmi diag -r 3 on its GPU",
@@ -77,13 +85,15 @@ def _finding(
     cause: str,
     ev: dict[str, str],
     since: int | None = None,
+    confirm: int | None = None,
 ) -> Finding:
-    """The finding of the slow period a..b (confirmed ``persistence_s`` after a); ``since``: an
-    earlier start, where the slowness was there before it could be measured."""
+    """The finding of the slow period a..b (confirmed at grid time ``confirm``, by default
+    ``persistence_s`` after a); ``since``: an earlier start, where the slowness was there before it
+    could be measured."""
     times = feat.times
     last = len(times) - 1
     ongoing = b >= last - 2
-    confirm = min(a + feat.persistence_steps - 1, last)
+    confirm = min(a + feat.persistence_steps - 1 if confirm is None else confirm, last)
     ev["confirmed_at"] = fmt_time(times[confirm])
     return Finding(
         kind="straggler",
@@ -236,34 +246,72 @@ def _rank_flags(
         & (
             (np.nan_to_num(sl.compute) >= mild)
             | (np.nan_to_num(sl.forward) >= mild)
+            | (np.nan_to_num(sl.busy) >= mild)
             | (np.nan_to_num(sl.less_wait) >= mild_share)
         )
     )
     return soft, hard, by_role, learnt
 
 
-def _episodes(soft: np.ndarray, hard: np.ndarray, feat: Features) -> list[tuple[int, int, float]]:
-    """(first, last, duty cycle) of each slow period of one rank or GPU.
+def _large(sl: Slowness, bar: float, noise: float) -> np.ndarray:
+    """Per grid time and rank: the GPU's timed work (compute or forward, medians over the rate
+    window, not a gauge's moment) at least ``bar`` x its peers', and that excess at least twice the
+    noise margin the soft rule asks (where the work per step varies, 20% may still be noise)."""
+    out = np.zeros(sl.compute.shape, dtype=bool)
+    for name in ("compute", "forward"):
+        x = np.nan_to_num(getattr(sl, name))
+        se = sl.noise.get(name)
+        out |= (x >= bar) & ((x - 1) >= 2 * noise * (np.nan_to_num(se) if se is not None else 0.0))
+    return out
 
-    Without hardware evidence a period must last ``persistence_s``. Confirmed by the hardware, a
-    period needs only a third of that, and periods closer than ``episode_gap_s`` are one episode
-    series (a GPU throttling on and off with its fan), reported once with its duty cycle.
+
+def _episodes(
+    soft: np.ndarray,
+    hard: np.ndarray,
+    feat: Features,
+    large: np.ndarray | None = None,
+    quick: bool = True,
+) -> list[tuple[int, int, float, int]]:
+    """(first, last, duty cycle, grid time it is confirmed) of each slow period of one rank or GPU.
+
+    Strong evidence is confirmed early: a period with the GPU's own hardware evidence (``hard``)
+    once it holds ``strong_confirm_steps`` (two scrape windows), a slowdown of at least
+    ``large_slowdown`` (``large``) once it holds one rate window (the median it is measured with).
+    Only a small slowdown without evidence must last ``persistence_s``
+    (docs/design.md#persistence). Periods confirmed by the hardware closer than ``episode_gap_s``
+    are one episode series (a GPU throttling on and off with its fan), reported once with its duty
+    cycle.
+
+    ``quick`` False (a GPU judged on its clock gauge alone, no rank's timed work): the hardware's
+    evidence needs a third of ``persistence_s`` per period and ``persistence_s`` in all, since a
+    gauge's moment is no median (a HW slowdown bit for 45 s at a load change is normal).
     """
     p = feat.persistence_steps
-    runs = runs_with_persistence(soft, p, bridge=feat.rate_window_steps)
-    hard_runs = runs_with_persistence(hard, max(1, p // 3), bridge=feat.rate_window_steps)
+    q = max(1, min(p, feat.config.strong_confirm_steps)) if quick else max(1, p // 3)
+    w = feat.rate_window_steps
+    ql = max(q, min(p, w))  # a large slowdown without evidence: held for one rate window
+    runs = runs_with_persistence(soft, p, bridge=w)
+    hard_runs = runs_with_persistence(hard, q, bridge=w)
+    large_runs = runs_with_persistence(soft & large, ql, bridge=w) if large is not None else []
     flagged = np.zeros(len(soft), dtype=bool)
-    for a, b in runs + hard_runs:
+    for a, b in runs + hard_runs + large_runs:
         flagged[a : b + 1] = True
+    confirm: dict[int, int] = {}
+    for rs, need in ((runs, p), (large_runs, ql), (hard_runs, q if quick else p)):
+        for a, _ in rs:
+            confirm[a] = min(confirm.get(a, a + need - 1), a + need - 1)
     gap = max(1, round(feat.config.episode_gap_s / feat.step))
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(runs + hard_runs):
-        if merged and a - merged[-1][1] <= (gap if hard_runs else feat.rate_window_steps):
-            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+    merged: list[tuple[int, int, int]] = []
+    for a, b in sorted(runs + hard_runs + large_runs):
+        if merged and a - merged[-1][1] <= (gap if hard_runs else w):
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]), min(merged[-1][2], confirm[a]))
         else:
-            merged.append((a, b))
-    # Sustained or repeated: one short blip, even a confirmed one, is not a straggler.
-    return [(a, b, float(flagged[a : b + 1].mean())) for a, b in merged if flagged[a : b + 1].sum() >= p]
+            merged.append((a, b, confirm[a]))
+    # Sustained or repeated: a blip shorter than its confirmation is not a straggler.
+    need = (q if quick else p) if hard_runs else ql if large_runs else p
+    return [
+        (a, b, float(flagged[a : b + 1].mean()), k) for a, b, k in merged if flagged[a : b + 1].sum() >= need
+    ]
 
 
 def _role_evidence(
@@ -393,7 +441,7 @@ def _hardware_only(
         deficit = 1 - gs.clock / peer
     flag = busy & (np.nan_to_num(deficit) >= cfg.clock_deficit) & throttled
     for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
-        for a, b, duty in _episodes(np.zeros(len(flag), dtype=bool), flag[:, j], feat):
+        for a, b, duty, confirm in _episodes(np.zeros(len(flag), dtype=bool), flag[:, j], feat, quick=False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 score = float(np.nanmedian(peer[a : b + 1, 0] / gs.clock[a : b + 1, j]))
@@ -411,8 +459,134 @@ def _hardware_only(
                 f.node == node and f.gpu == gpu and f.start <= t1 and (f.end or t1) >= t0 for f in covered
             ):
                 continue  # the rank on this GPU has its finding already
-            out.append(_finding(feat, node, gpu, None, None, a, b, score, cause, ev))
+            out.append(_finding(feat, node, gpu, None, None, a, b, score, cause, ev, confirm=confirm))
     return out
+
+
+def _one_per_incident(feat: Features, findings: list[Finding]) -> list[Finding]:
+    """One incident, one finding: slow periods of one GPU (its rank, or the GPU alone) closer than
+    ``incident_gap_s`` become one finding with their occurrence pattern (a marginal part recurs:
+    a flaky link slows some steps, quiet ones between). The cause is the GPU's hardware where any
+    period names it, the finding starts with the first and stays open if the last does."""
+    gap = feat.config.incident_gap_s
+    out: list[Finding] = []
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        if f.node is None or f.gpu is None:
+            out.append(f)
+            continue
+        groups.setdefault((f.job_id, f.rank, f.node, f.gpu), []).append(f)
+    for fs in groups.values():
+        fs.sort(key=lambda f: f.start)
+        run = [fs[0]]
+        for f in fs[1:]:
+            prev_end = max((g.end if g.end is not None else np.inf) for g in run)
+            if f.start - prev_end <= gap:
+                run.append(f)
+            else:
+                out.append(_merge_incident(feat, run))
+                run = [f]
+        out.append(_merge_incident(feat, run))
+    return out
+
+
+def _merge_incident(feat: Features, run: list[Finding]) -> Finding:
+    if len(run) == 1:
+        return run[0]
+    hw = [f for f in run if f.cause in _HARDWARE_CAUSES]
+    causes = [f.cause for f in (hw or run)]
+    cause = max(dict.fromkeys(causes), key=causes.count)
+    lead = next(f for f in run if f.cause == cause)
+    last_t = float(feat.times[-1])
+    ends = [f.end for f in run]
+    end = None if None in ends else max(e for e in ends if e is not None)
+    span = (end if end is not None else last_t) - run[0].start
+    slow = sum(((f.end if f.end is not None else last_t) - f.start) for f in run)
+    scores = [f.score for f in run if f.score is not None]
+    ev = {k: v for k, v in lead.evidence.items() if k != "confirmed_at"}
+    ev["episodes"] = (
+        f"{len(run)} episodes over {span / 60:.0f} min, slow {min(1.0, slow / span) if span > 0 else 1:.0%} "
+        "of it (one incident: the same GPU again)"
+    )
+    ev["confirmed_at"] = min(f.evidence.get("confirmed_at", "") for f in run)
+    return Finding(
+        kind="straggler",
+        severity="warning",
+        node=lead.node,
+        gpu=lead.gpu,
+        rank=lead.rank,
+        job_id=lead.job_id,
+        start=run[0].start,
+        end=end,
+        score=max(scores) if scores else None,
+        cause=cause,
+        evidence=ev,
+        action=_ACTIONS.get(cause, _ACTIONS["unknown"]),
+    )
+
+
+def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
+    """One job-level info finding per job whose slowness moved between replicas' roles."""
+    out = []
+    last = len(feat.times) - 1
+    for job in dict.fromkeys(sp.job for sp in workload.spans):
+        spans = [sp for sp in workload.spans if sp.job == job]
+        a = min(sp.a for sp in spans)
+        b = max(sp.b for sp in spans)
+        parts = [
+            f"{sp.role} on {sp.replicas} replicas, {(sp.b - sp.a + 1) * feat.step / 60:.0f} min"
+            for sp in spans[:6]
+        ]
+        if len(spans) > 6:
+            parts.append(f"{len(spans) - 6} more")
+        out.append(
+            Finding(
+                kind="straggler",
+                severity="info",
+                node=None,
+                gpu=None,
+                rank=None,
+                job_id=job,
+                start=float(feat.times[a]),
+                end=None if b >= last - 2 else float(feat.times[b]),
+                score=None,
+                cause=WORKLOAD,
+                evidence={
+                    "imbalance": "; ".join(parts),
+                    "pattern": "slow on the same role of several replicas at once, on "
+                    f"{len({sp.role for sp in spans})} role(s) in turn, no hardware sign: the job's work "
+                    "(MoE routing, data), not a fault",
+                    "confirmed_at": fmt_time(feat.times[min(spans[0].a + feat.persistence_steps - 1, last)]),
+                },
+                action=_ACTIONS[WORKLOAD],
+            )
+        )
+    return out
+
+
+def _step_change(feat: Features, node: str, a: int, b: int) -> dict[str, str]:
+    """The step time of the node's job over a..b against before: every collective waits for the
+    node's network, so every rank's step (and communication) time grows."""
+    r = feat.ranks
+    if not r.steps.size:
+        return {}
+    on = r.keys[c.NODE_LABEL].to_numpy().astype(str) == node
+    if not on.any():
+        return {}
+    job = str(r.keys["job_id"].to_numpy()[on][0])
+    cols = r.keys["job_id"].to_numpy().astype(str) == job
+    secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
+    steps = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=1)
+
+    def per_step(lo: int, hi: int) -> float:
+        s, n = secs[lo:hi].sum(), steps[lo:hi].sum()
+        return float(s / n) if n > 0 else float("nan")
+
+    before, during = per_step(max(0, a - 3 * feat.persistence_steps), a), per_step(a, b + 1)
+    if not (np.isfinite(before) and np.isfinite(during)) or before <= 0:
+        return {}
+    change = f"{before:.2f} -> {during:.2f} s per step of job {job} ({during / before - 1:+.0%})"
+    return {"step_seconds": change}
 
 
 class StragglerDetector(Detector):
@@ -429,13 +603,27 @@ class StragglerDetector(Detector):
         net = signals.network_trouble
         sl = signals.slowness
         hw_all = signals.gpu_throttle
-        rank_hw = rank_hardware_evidence(feat, sl, hw_all)
+        errors = signals.gpu_errors
+        link = errors.any()
+        rank_hw = rank_hardware_evidence(feat, sl, hw_all if link is None else hw_all | link)
         score = sl.score()
         ids = signals.rank_ids
         gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
         has_gpu = np.array([g is not None for g in gcols], dtype=bool)
         softs, hards, by_role, rank_best = _rank_flags(signals, rank_hw, has_gpu)
         roles = signals.role_peers
+        # Slowness of the GPU's work (compute, forward, tensor activity) on one role of several replicas
+        # at once, moving or fading, is the job's work (MoE routing, sequence lengths). Host-side views
+        # (data, host, less wait) are never masked: a shared data path is no role.
+        cfg = feat.config
+        work = (
+            (np.nan_to_num(sl.compute) >= cfg.straggler_ratio)
+            | (np.nan_to_num(sl.forward) >= cfg.straggler_ratio)
+            | (np.nan_to_num(sl.busy) >= cfg.straggler_ratio)
+        )
+        workload = workload_slowness(feat, roles, sl.groups, ids, softs & work, rank_hw)
+        softs = softs & ~(workload.mask & work)
+        large = _large(sl, cfg.large_slowdown, cfg.straggler_noise)
         n_peers = roles.count()
         for k in range(score.shape[1]):
             job_id, rank_s, node, gpu = ids[k]
@@ -443,11 +631,11 @@ class StragglerDetector(Detector):
             soft, hard = softs[:, k], hards[:, k]
             if not (soft.any() or hard.any()):
                 continue
-            for a, b, duty in _episodes(soft, hard, feat):
+            for a, b, duty, confirm in _episodes(soft, hard, feat, large[:, k]):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     sc = float(np.nanmedian(score[a : b + 1, k]))
-                cause, ev = slowdown_cause(feat, gcol, node, a, b, net)
+                cause, ev = slowdown_cause(feat, gcol, node, a, b, net, errors)
                 if cause == "unknown":
                     cause, pev = _phase_cause(sl, k, a, b)
                     ev.update(pev)
@@ -462,13 +650,17 @@ class StragglerDetector(Detector):
                 if duty < 0.9:
                     ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
                 findings.append(
-                    _finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since)
+                    _finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since, confirm)
                 )
         findings.extend(_hardware_only(feat, list(findings), net, hw_all))
+        findings = _one_per_incident(feat, findings)
         findings = _one_per_node(feat, findings)
-        # Network: node-level; it replaces the node's own rank findings that it explains.
+        findings.extend(_workload_findings(feat, workload))
+        # Network: node-level; it replaces the node's own rank findings that it explains. The EFA
+        # counters are the hardware's own evidence: confirmed within two scrape windows.
+        q = max(1, min(feat.persistence_steps, feat.config.strong_confirm_steps))
         for node, (flag, nev) in net.items():
-            for a, b in runs_with_persistence(flag, feat.persistence_steps, bridge=feat.rate_window_steps):
+            for a, b in runs_with_persistence(flag, q, bridge=feat.rate_window_steps):
                 t0, t1 = float(feat.times[a]), float(feat.times[b])
                 findings = [
                     f
@@ -491,7 +683,8 @@ class StragglerDetector(Detector):
                         b,
                         None,
                         "network",
-                        dict(nev),
+                        {**nev, **_step_change(feat, node, a, b)},
+                        confirm=a + q - 1,
                     )
                 )
         findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))

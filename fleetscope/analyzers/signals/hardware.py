@@ -14,6 +14,7 @@ from fleetscope import contract as c
 from fleetscope import hardware
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.nanstats import mean_or_nan
+from fleetscope.analyzers.signals.gpu_errors import GpuErrors
 from fleetscope.analyzers.signals.network import NetTrouble
 
 THERMAL_BITS = hardware.CLOCK_EVENT_SW_THERMAL | hardware.CLOCK_EVENT_HW_THERMAL
@@ -47,14 +48,37 @@ def gpu_throttle_evidence(feat: Features) -> np.ndarray:
     )
 
 
+def _link_cause(
+    feat: Features, gcol: int, node: str, a: int, b: int, errors: GpuErrors | None
+) -> tuple[str, dict[str, str]] | None:
+    """The GPU's link or memory as the cause over a..b: a PCIe link narrower than its node's widest
+    (``pcie``), else replays or corrected ECC errors counting on it alone (``pcie``,
+    ``ecc_correctable``; :mod:`~fleetscope.analyzers.signals.gpu_errors`)."""
+    gs = feat.gpus
+    w = gs.pcie_width[:, gcol]
+    node_cols = gs.keys[c.NODE_LABEL].to_numpy() == node
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if np.nanmin(w[a : b + 1], initial=np.inf) < np.nanmax(gs.pcie_width[:, node_cols], initial=0):
+            return "pcie", {c.DCGM_FI_DEV_PCIE_LINK_WIDTH: f"x{np.nanmin(w[a : b + 1]):.0f}"}
+    return errors.cause(gcol, a, b, feat.config.reason_share) if errors is not None else None
+
+
 def slowdown_cause(
-    feat: Features, gcol: int | None, node: str, a: int, b: int, net: NetTrouble
+    feat: Features,
+    gcol: int | None,
+    node: str,
+    a: int,
+    b: int,
+    net: NetTrouble,
+    errors: GpuErrors | None = None,
 ) -> tuple[str, dict[str, str]]:
     """Why the GPU at column ``gcol`` of ``node`` ran slow over grid times a..b, and the numbers.
 
     Its own signals first: thermal bits or violation time -> ``thermal_throttle``; power brake or
     power violation -> ``power_brake``; HW slowdown -> ``hw_slowdown``; a narrowed PCIe link ->
-    ``pcie``; then EFA trouble on its node (``net``) -> ``network``; else ``unknown``.
+    ``pcie``; PCIe replays or corrected ECC errors counting on it alone (``errors``) -> ``pcie`` or
+    ``ecc_correctable``; then EFA trouble on its node (``net``) -> ``network``; else ``unknown``.
     """
     cfg = feat.config
     gs = feat.gpus
@@ -92,13 +116,10 @@ def slowdown_cause(
             return "power_brake", ev
         if _bits_share(gs.reasons[:, gcol], a, b, hardware.CLOCK_EVENT_HW_SLOWDOWN) >= cfg.reason_share:
             return "hw_slowdown", ev
-        w = gs.pcie_width[:, gcol]
-        node_cols = gs.keys[c.NODE_LABEL].to_numpy() == node
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if np.nanmin(w[a : b + 1], initial=np.inf) < np.nanmax(gs.pcie_width[:, node_cols], initial=0):
-                ev[c.DCGM_FI_DEV_PCIE_LINK_WIDTH] = f"x{np.nanmin(w[a : b + 1]):.0f}"
-                return "pcie", ev
+        named = _link_cause(feat, gcol, node, a, b, errors)
+        if named is not None:
+            ev.update(named[1])
+            return named[0], ev
     if node in net and net[node][0][a : b + 1].any():
         ev.update(net[node][1])
         return "network", ev

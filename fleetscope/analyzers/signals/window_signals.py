@@ -25,6 +25,7 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.signals import jobs
+from fleetscope.analyzers.signals.gpu_errors import GpuErrors, gpu_errors
 from fleetscope.analyzers.signals.hardware import gpu_throttle_evidence
 from fleetscope.analyzers.signals.mfu import job_mfu, training_mask
 from fleetscope.analyzers.signals.network import NetTrouble, node_network_trouble
@@ -84,6 +85,12 @@ class Signals:
     def gpu_throttle(self) -> np.ndarray:
         """Per grid time and GPU column: the hardware says the GPU runs slower than it could."""
         return gpu_throttle_evidence(self.features)
+
+    @cached_property
+    def gpu_errors(self) -> GpuErrors:
+        """Per grid time and GPU column: PCIe replay and corrected-ECC rates, and where they are
+        evidence against that GPU alone."""
+        return gpu_errors(self.features)
 
     @cached_property
     def network_trouble(self) -> NetTrouble:

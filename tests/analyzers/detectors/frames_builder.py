@@ -57,6 +57,9 @@ class Gpu:
     present: np.ndarray
     #: DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (0-1); None: not served (no DCGM profiling metrics).
     tensor: np.ndarray | None = None
+    #: Per-grid-step increments of the PCIe replay and corrected-ECC counters (None: not served).
+    replays: np.ndarray | None = None
+    sbe: np.ndarray | None = None
 
 
 @dataclass
@@ -69,6 +72,9 @@ class Efa:
     retrans_pkts: np.ndarray
     retrans_timeout_events: np.ndarray
     present: np.ndarray
+    #: Received packets and receive drops per grid step (None: not served).
+    rx_pkts: np.ndarray | None = None
+    rx_drops: np.ndarray | None = None
 
 
 @dataclass
@@ -90,6 +96,8 @@ class Cluster:
     layout: dict[tuple[str, int], int] = field(default_factory=dict)
     #: Further series of one GPU, served as given: (metric, labels, value per grid step; NaN: none).
     extra: list[tuple[str, dict[str, str], np.ndarray]] = field(default_factory=list)
+    #: (job, rank) -> further layout labels (data_parallel_rank, expert_parallel_rank, ...).
+    positions: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.times = START + STEP * np.arange(round(self.minutes * 60 / STEP) + 1)
@@ -180,6 +188,25 @@ class Cluster:
         lab = {"gpu": gpu.gpu, "UUID": f"GPU-{gpu.node}-{gpu.gpu}", c.NODE_LABEL: gpu.node, **labels}
         self.extra.append((name, lab, np.asarray(values, dtype=float)))
 
+    def _optional_counters(self) -> list[tuple[str, dict[str, str], np.ndarray, np.ndarray]]:
+        """(metric, labels, per-grid-step increments, present) of the counters a test chose to
+        serve: GPUs' PCIe replays and corrected ECC errors, EFA devices' received packets and drops."""
+        out = []
+        for g in self.gpu_list:
+            lab = {"gpu": g.gpu, "UUID": f"GPU-{g.node}-{g.gpu}", c.NODE_LABEL: g.node}
+            for name, inc in (
+                (c.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, g.replays),
+                (c.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g.sbe),
+            ):
+                if inc is not None:
+                    out.append((name, lab, inc, g.present))
+        for e in self.efa_list:
+            lab = {c.NODE_LABEL: e.node, "device": e.device, "port": "1"}
+            for name, inc in ((c.EFA_RX_PKTS, e.rx_pkts), (c.EFA_RX_DROPS, e.rx_drops)):
+                if inc is not None:
+                    out.append((name, lab, inc, e.present))
+        return out
+
     # ------------------------------------------------------------------ frames
     def frames(self) -> Frames:
         raw: dict[str, list[RawSeries]] = {}
@@ -209,6 +236,7 @@ class Cluster:
             info = dict(lab, flops_convention="palm")
             if (r.job, r.rank) in self.layout:
                 info[c.PIPELINE_STAGE_LABEL] = str(self.layout[(r.job, r.rank)])
+            info.update(self.positions.get((r.job, r.rank), {}))
             put(c.TRAINING_INFO, info, np.ones(len(self.times)), r.present)
         for g in self.gpu_list:
             lab = {
@@ -230,6 +258,8 @@ class Cluster:
             counter(c.EFA_TX_PKTS, lab, e.tx_pkts, e.present)
             counter(c.EFA_RETRANS_PKTS, lab, e.retrans_pkts, e.present)
             counter(c.EFA_RETRANS_TIMEOUT_EVENTS, lab, e.retrans_timeout_events, e.present)
+        for name, lab, inc, present in self._optional_counters():
+            counter(name, lab, inc, present)
         return build_frames(
             raw, float(self.times[0]), float(self.times[-1]), STEP, source="hand-built", gridded=True
         )
