@@ -88,6 +88,20 @@ def node_gpu_count() -> str:
     return f"count by ({_NODE}) ({contract.GPU_UP})"
 
 
+def with_aliases(metric: str, matchers: str = "") -> str:
+    """``metric`` or, where a target serves only an older name of it (``contract.METRIC_ALIASES``),
+    that name: ``(new or old)``, one expression for every exporter version."""
+    olds = contract.METRIC_ALIASES.get(metric, ())
+    if not olds:
+        return f"{metric}{matchers}"
+    return "(" + " or ".join(f"{m}{matchers}" for m in (metric, *olds)) + ")"
+
+
+def clock_event_reasons(matchers: str = "") -> str:
+    """The NVML clock-event (throttle) reasons bitmask of each GPU, under either dcgm-exporter name."""
+    return with_aliases(contract.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, matchers)
+
+
 def sum_of_counters(
     metrics: tuple[str, ...], window: str, by: tuple[str, ...], function: str = "rate", matchers: str = ""
 ) -> str:

@@ -47,6 +47,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
+from fleetscope.window.aliases import fold_aliases, with_aliases
 from fleetscope.window.budget import FIRST_BACKOFF_S, LoadBudget
 from fleetscope.window.frames import (
     Frames,
@@ -608,7 +609,7 @@ def load_prometheus(
     check_grid(start_s, end_s, step)
     client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
     grid = make_grid(start_s, end_s, step)
-    names = list(dict.fromkeys(metrics))
+    names = list(with_aliases(metrics) or ())
     try:
         by_name = fetch_grid_series(client, names, grid, step, concurrency, progress, matcher)
     finally:
@@ -630,7 +631,7 @@ def load_prometheus(
         log.warning("%s", skipped.message(url))
     if not found:
         raise no_series_error(url, start_s, end_s)
-    return frames
+    return fold_aliases(frames)
 
 
 def no_series_error(url: str, start_s: float, end_s: float) -> NoData:
@@ -726,7 +727,7 @@ def raw_from_prometheus(
     try:
         by_name = fetch_grid_series(
             client,
-            list(dict.fromkeys(metrics)),
+            list(with_aliases(metrics) or ()),
             make_grid(start, end, step),
             step,
             DEFAULT_CONCURRENCY,

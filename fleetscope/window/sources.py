@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.window.aliases import fold_aliases, with_aliases
 from fleetscope.window.archive.format import is_parquet
 from fleetscope.window.frames import Frames, check_window
 
@@ -77,7 +78,7 @@ class RecordingSource:
     """A recorded OpenMetrics file (gzip allowed)."""
 
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
-        self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+        self.path, self.metrics, self.name = Path(path), with_aliases(metrics), os.fspath(path)
 
     def span(
         self, start: float | None = None, end: float | None = None, step: float | None = None
@@ -93,7 +94,8 @@ class RecordingSource:
     ) -> Frames:
         from fleetscope.window.openmetrics import load_recording
 
-        return load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        frames = load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        return fold_aliases(frames)
 
     def first_family_seconds(self) -> float | None:
         """The time the first family the analyzers read spans (None: no such family, or unreadable):
@@ -133,7 +135,7 @@ class ArchiveSource:
     """A Parquet archive written by ``fleetscope record``."""
 
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
-        self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+        self.path, self.metrics, self.name = Path(path), with_aliases(metrics), os.fspath(path)
 
     def extent(self, start: float | None = None, end: float | None = None) -> tuple[float, float]:
         """The window's first and last time from the archive's footer alone (no sample read)."""
@@ -170,7 +172,8 @@ class ArchiveSource:
     ) -> Frames:
         from fleetscope.window.archive.read import load_parquet
 
-        return load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        frames = load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        return fold_aliases(frames)
 
 
 class PrometheusSource:
@@ -191,7 +194,7 @@ class PrometheusSource:
         from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES
 
         self.url, self.name = url, f"Prometheus at {url}"
-        self.metrics = tuple(metrics)
+        self.metrics = with_aliases(metrics) or ()
         self.timeout, self.sigv4_region, self.headers = timeout, sigv4_region, headers
         self.max_answer_bytes = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
         self.sliding, self.refetch_s = sliding, refetch_s
@@ -219,7 +222,7 @@ class PrometheusSource:
         if self.sliding:
             window = self._sliding(step)
             window.matcher = self.matcher
-            return window.load(first, last, progress)
+            return fold_aliases(window.load(first, last, progress))
         from fleetscope.window.prometheus import load_prometheus
 
         return load_prometheus(
