@@ -103,9 +103,8 @@ def _series(rec, metric: str, pod: str) -> tuple[np.ndarray, np.ndarray]:
 def _gpu_util(rec, host: str) -> np.ndarray:
     labels = rec.labels[c.DCGM_FI_DEV_GPU_UTIL]
     h, g = labels.index(c.NODE_LABEL), labels.index("gpu")
-    return np.array(
-        [v for k, (_t, v) in rec.series_of(c.DCGM_FI_DEV_GPU_UTIL).items() if k[h] == host and k[g] == "0"][0]
-    )
+    series = rec.series_of(c.DCGM_FI_DEV_GPU_UTIL).items()
+    return np.array(next(v for k, (_t, v) in series if k[h] == host and k[g] == "0"))
 
 
 POD1 = "vllm-llama-3-1-70b-instruct-1"
