@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                             "inference SLO burn in recorded or live series"),
     "record": ("fleetscope.analyzers.record_cli", "archive a Prometheus window or a recording as one Parquet "
                                                   "file for analyze"),
+    "hang": ("fleetscope.hang.cli", "name the ranks a hung collective waits for, from PyTorch Flight "
+                                    "Recorder dumps and NCCL RAS reports, with the nodes' hardware evidence"),
     "evaluate": ("fleetscope.analyzers.evaluate_cli", "score the detectors against simulated scenarios"),
     "serve": ("fleetscope.service.cli", "run the live analysis service (API, web page, verdict metrics)"),
     "plan": ("fleetscope.service.plan_cli", "turn failing-node findings into drain commands (at most max(1, "

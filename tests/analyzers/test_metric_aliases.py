@@ -13,11 +13,11 @@ import pandas as pd
 
 from fleetscope import contract as c
 from fleetscope import queries
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window.aliases import fold_aliases, with_aliases
 from fleetscope.window.frames import Frames, MetricFrame
+from tests.support.analysis import analyze_file
 
 NEW, OLD = c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, c.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS
 

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from fleetscope import contract as c
-from fleetscope.analyzers.signals.serving import SERVING_METRICS, serving_signals
+from fleetscope.analyzers.features import SERVING_METRICS
+from fleetscope.analyzers.signals.serving import serving_signals
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window.openmetrics import load_recording, read_openmetrics
-from fleetscope.window.prometheus import load_prometheus
+from fleetscope.window.prometheus import PrometheusAccess, load_prometheus
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 _HISTOGRAMS = (c.VLLM_TIME_TO_FIRST_TOKEN, c.VLLM_INTER_TOKEN_LATENCY, c.VLLM_E2E_REQUEST_LATENCY)
@@ -76,7 +77,7 @@ def test_recorded_latencies_equal_prometheus(recording: Path, tmp_path: Path) ->
     start, end = float(from_file.times[0]), float(from_file.times[-1])
     backfill_openmetrics(recording, tmp_path / "data")
     with Prometheus(tmp_path / "p", data_dir=tmp_path / "data") as prom:
-        from_prom = load_prometheus(prom.url, start, end, 15.0, SERVING_METRICS)
+        from_prom = load_prometheus(PrometheusAccess(prom.url), start, end, 15.0, SERVING_METRICS)
     assert np.array_equal(from_file.times, from_prom.times)
     w = 20  # 5 minutes of 15 s steps
     a, b = serving_signals(from_file, w), serving_signals(from_prom, w)
