@@ -168,6 +168,16 @@ DCGM_FI_DEV_CLOCKS_EVENT_REASONS = _gpu(
     "Current clock event (throttle) reasons, NVML bitmask.",
     "bitmask",
 )
+#: Older dcgm-exporter releases' name for DCGM field 112, from before NVML's "clocks throttle
+#: reasons" became "clocks event reasons" (same field id, same bitmask; docs/design.md). Read as an
+#: alias: :data:`METRIC_ALIASES`.
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS = _gpu(
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "gauge",
+    "Current clock throttle reasons, NVML bitmask (older dcgm-exporter name of "
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS).",
+    "bitmask",
+)
 DCGM_FI_DEV_POWER_VIOLATION = _gpu(
     "DCGM_FI_DEV_POWER_VIOLATION",
     "counter",
@@ -939,6 +949,15 @@ SERVICE_VERDICTS_STALE = _m(
     (),
     "service",
 )
+
+
+#: The same quantity under an older exporter's name: the new name -> its older names. Loaders read the
+#: older name where the new one is absent and file it under the new one (``window/aliases.py``);
+#: rules and dashboards read ``new or old`` (``queries``). vLLM's V0/V1 renames are
+#: :data:`VLLM_RENAMES` (read by the serving signals themselves).
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {
+    DCGM_FI_DEV_CLOCKS_EVENT_REASONS: (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,),
+}
 
 
 def metrics_by_origin(origin: str) -> list[Metric]:

@@ -88,6 +88,20 @@ def node_gpu_count() -> str:
     return f"count by ({_NODE}) ({contract.GPU_UP})"
 
 
+def with_aliases(metric: str, matchers: str = "") -> str:
+    """``metric`` or, where a target serves only an older name of it (``contract.METRIC_ALIASES``),
+    that name: ``(new or old)``, one expression for every exporter version."""
+    olds = contract.METRIC_ALIASES.get(metric, ())
+    if not olds:
+        return f"{metric}{matchers}"
+    return "(" + " or ".join(f"{m}{matchers}" for m in (metric, *olds)) + ")"
+
+
+def clock_event_reasons(matchers: str = "") -> str:
+    """The NVML clock-event (throttle) reasons bitmask of each GPU, under either dcgm-exporter name."""
+    return with_aliases(contract.DCGM_FI_DEV_CLOCKS_EVENT_REASONS, matchers)
+
+
 def sum_of_counters(
     metrics: tuple[str, ...], window: str, by: tuple[str, ...], function: str = "rate", matchers: str = ""
 ) -> str:
@@ -305,6 +319,32 @@ def replica_gpus_k8s(gpu_metric: str, gpu_matchers: str = "", serving_matchers: 
     (:func:`one_model_per`), so the query never fails on duplicates."""
     gpus = _sel(gpu_metric, _HAS_POD, gpu_matchers)
     return f"{gpus} * on ({_POD_ON}) group_left ({_MODEL_NAME}) {serving_pods(serving_matchers)}"
+
+
+def replica_node_of(expr: str) -> str:
+    """``expr`` (series of serving replicas: a pod's or a ``host:port`` target's labels) with
+    ``Hostname`` set to the name of the node the replica runs on: a pod's from its GPUs
+    (dcgm-exporter attributes them to the pod and labels them with the node's name; a pod's own
+    ``instance`` is its IP), else the host part of ``instance`` (Slurm/EC2 targets are named by
+    their host)."""
+    gpu_node = f"group by ({_POD_ON}, {_NODE}) ({_sel(contract.DCGM_FI_DEV_GPU_UTIL, _HAS_POD)})"
+    joined = f"({expr}) * on ({_POD_ON}) group_left ({_NODE}) {gpu_node}"
+    rest = instance_hostname(f"(({expr}) unless on ({_POD_ON}) {gpu_node})")
+    return f"({joined}) or {rest}"
+
+
+#: The label :func:`replica_named` gives a serving replica's series: its pod, else its target.
+REPLICA_LABEL = "replica"
+
+
+def replica_named(expr: str) -> str:
+    """``expr`` with ``replica`` set to the pod's name, else (a pod-less target) its ``instance``,
+    and ``Hostname`` to its node's name (:func:`replica_node_of`): what an alert names."""
+    by_instance = f'label_replace({expr}, "{REPLICA_LABEL}", "$1", "{contract.INSTANCE_LABEL}", "(.*)")'
+    by_pod = (
+        f'label_replace({by_instance}, "{REPLICA_LABEL}", "$1", "{contract.K8S_POD_JOIN_LABELS[-1]}", "(.+)")'
+    )
+    return replica_node_of(by_pod)
 
 
 def replica_nodes(matchers: str = "") -> str:

@@ -170,6 +170,20 @@ class Thresholds:
     #: A serving target that reported engine series within this window and is now down is a
     #: replica down (one that scaled in leaves service discovery and no ``up`` series).
     inference_replica_lookback: str = "1h"
+    #: A replica is wedged when requests ran in it throughout this window and it generated no token
+    #: and finished no request: a decode iteration takes tens of milliseconds and a prefill chunk
+    #: well under a second, so 90 s without one token while requests run is an engine that stopped,
+    #: not a slow one; 90 s holds two samples of a 60 s scrape and six of a 15 s one
+    #: (docs/design.md#wedged-replicas).
+    inference_wedge_window: str = "90s"
+    #: A replica's HTTP 5xx share stands out when it is at least this (50 times the 0.1% error
+    #: budget of ``inference_error_objective``) and more than ``inference_replica_5xx_peer_factor``
+    #: times its peers' (the scrape job's) share over ``inference_replica_5xx_window``: errors one
+    #: replica makes and its peers do not are the replica's, not the model's (which the error SLO
+    #: alerts page on).
+    inference_replica_5xx_share: float = 0.05
+    inference_replica_5xx_peer_factor: float = 2.0
+    inference_replica_5xx_window: str = "2m"
 
     # ---- the stack itself ----------------------------------------------------------------------
     #: Scrape duration above which the exporter is "too slow": half of Prometheus' default 10 s

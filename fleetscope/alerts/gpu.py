@@ -81,6 +81,7 @@ def group(cfg: Thresholds) -> Group:
     recovery = ", ".join(f"{k} {v.replace('_', ' ')}" for k, v in hw.RECOVERY_ACTIONS.items() if k)
     width, gen = c.DCGM_FI_DEV_PCIE_LINK_WIDTH, c.DCGM_FI_DEV_PCIE_LINK_GEN
     reasons = c.DCGM_FI_DEV_CLOCKS_EVENT_REASONS
+    either_reasons = queries.clock_event_reasons()
     thermal_bits = (hw.CLOCK_EVENT_HW_SLOWDOWN, hw.CLOCK_EVENT_SW_THERMAL, hw.CLOCK_EVENT_HW_THERMAL)
     nvlink = (
         c.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
@@ -294,7 +295,7 @@ def group(cfg: Thresholds) -> Group:
         ),
         Alert(
             name="FleetscopeGpuThermalThrottling",
-            expr=_bit_set(reasons, thermal_bits),
+            expr=_bit_set(either_reasons, thermal_bits),
             for_=cfg.thermal_throttle_for,
             severity="warning",
             summary="A GPU is throttling its clocks for heat.",
@@ -303,12 +304,18 @@ def group(cfg: Thresholds) -> Group:
             "thermal).",
             cases=(
                 Case("HW thermal slowdown", (gpu(reasons, "0 72x12"),), "12m", (Fire(g0, 72),)),
+                Case(
+                    "older dcgm-exporter name",
+                    (gpu(c.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, "0 72x12"),),
+                    "12m",
+                    (Fire(g0, 72),),
+                ),
                 Case("idle and power cap only", (gpu(reasons, "1x5 4x8"),), "12m"),
             ),
         ),
         Alert(
             name="FleetscopeGpuPowerBrake",
-            expr=_bit_set(reasons, (hw.CLOCK_EVENT_HW_POWER_BRAKE,)),
+            expr=_bit_set(either_reasons, (hw.CLOCK_EVENT_HW_POWER_BRAKE,)),
             for_=cfg.power_brake_for,
             severity="warning",
             summary="A GPU's clocks are held down by the hardware power brake.",
@@ -316,6 +323,12 @@ def group(cfg: Thresholds) -> Group:
             '(clock event reasons {{ printf "%.0f" $value }}); the chassis or PSU is pulling it.',
             cases=(
                 Case("power brake", (gpu(reasons, "0 136x8"),), "7m", (Fire(g0, 136),)),
+                Case(
+                    "older dcgm-exporter name",
+                    (gpu(c.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, "0 136x8"),),
+                    "7m",
+                    (Fire(g0, 136),),
+                ),
                 Case("SW power cap is normal", (gpu(reasons, "4x8"),), "7m"),
             ),
         ),

@@ -10,7 +10,12 @@ Alerts (:func:`group`), following the Google SRE workbook's "Alerting on SLOs" (
 SLO a page when the error budget burns ``slo_page_fast_burn`` (14.4) times too fast over 1 h and
 5 min or ``slo_page_slow_burn`` (6) times over 6 h and 30 min, and a ticket at 1 times over 3 d and
 6 h; the alert's value is the long window's burn rate. Beside them: a KV cache full while the
-engine preempts, a queue that keeps growing, and a serving target that went down.
+engine preempts, a queue that keeps growing, a serving target that went down, a replica with
+requests in flight and no progress (wedged: :func:`wedged`), and a replica whose HTTP 5xx share
+stands out against its peers' (:func:`replica_errors`). A data-parallel pod's engines (vLLM's
+``engine`` label) are one replica: its queue is their sum, its KV cache the fullest, its progress
+any engine's. The wedge and error alerts name the replica's node by its name
+(``queries.replica_node_of``), never by a pod's IP.
 """
 
 from __future__ import annotations
@@ -32,6 +37,13 @@ _ENGINE = {"model_name": MODEL, "engine": "0", **_TARGET}
 _SLI = {c.INFERENCE_MODEL_LABEL: MODEL, c.INFERENCE_SERVER_LABEL: "vllm"}
 _MODEL = "Model {{ $labels.model }}"
 _REPLICA = "The vLLM engine of {{ $labels.model_name }} at {{ $labels.instance }}"
+#: The labels of a replica (a pod's engines summed) as the per-replica alerts keep them.
+_POD_TARGET = {"model_name": MODEL, **_TARGET}
+#: A data-parallel pod on Kubernetes: its target is the pod's IP, its GPUs name the node.
+_POD_IP = "10.5.137.115"
+_POD = {"namespace": "serve", "pod": "llama-0", c.INSTANCE_LABEL: f"{_POD_IP}:8000", "job": "serve/vllm"}
+_NODE = "ip-10-1-0-12"
+_ENGINE_LABEL = c.VLLM_V1_EXTRA_LABELS[0]
 
 
 # ---- SLI expressions (the dashboards read the recorded names) --------------------------------
@@ -63,8 +75,45 @@ def replica_node() -> str:
 
 
 def kv_cache_usage() -> str:
-    """KV-cache use (0-1) of each vLLM engine, V1 or V0 spelling."""
-    return queries.vllm_kv_cache_usage()
+    """KV-cache use (0-1) of each vLLM replica, V1 or V0 spelling: its fullest engine."""
+    return f"max without ({_ENGINE_LABEL}) ({queries.vllm_kv_cache_usage()})"
+
+
+def wedged(cfg: Thresholds) -> str:
+    """Replicas (a pod's engines together) that had requests running throughout the wedge window
+    and generated no token and finished no request in it; the value is the requests in flight."""
+    w, e = cfg.inference_wedge_window, _ENGINE_LABEL
+    in_flight = f"sum without ({e}) (min_over_time({c.VLLM_NUM_REQUESTS_RUNNING}[{w}])) > 0"
+    # ``== 0`` and not ``unless ... > 0``: a counter with one sample in the window (a pod that just
+    # started) has no increase at all, and must not read as one that stopped.
+    tokens = f"sum without ({e}) (increase({c.VLLM_GENERATION_TOKENS}[{w}])) == 0"
+    finished = f"sum without ({e}, finished_reason) (increase({c.VLLM_REQUEST_SUCCESS}[{w}])) == 0"
+    return queries.replica_named(f"{in_flight} and {tokens} and {finished}")
+
+
+def replica_errors(cfg: Thresholds) -> str:
+    """Replicas whose share of HTTP 5xx on the OpenAI routes is at least the threshold and more
+    than the peer factor times their peers' (the other targets of the scrape job); the value is the
+    replica's share in percent."""
+    w = cfg.inference_replica_5xx_window
+    http, per = c.VLLM_HTTP_REQUESTS, "handler, method, status"
+    routes = 'handler=~"/v1/.*"'
+
+    def rate(status: str = "") -> str:
+        return f"rate({http}{{{routes}{status}}}[{w}])"
+
+    five = ', status="5xx"'
+    mine_err = f"sum without ({per}) ({rate(five)})"
+    mine_all = f"sum without ({per}) ({rate()})"
+    job_err = f"sum by (job) ({rate(five)})"
+    job_all = f"sum by (job) ({rate()})"
+    share = f"({mine_err} / ({mine_all} > 0))"
+    peers = (
+        f"(({job_err} - on (job) group_right () {mine_err}) / "
+        f"(({job_all} - on (job) group_right () {mine_all}) > 0))"
+    )
+    factor, least = num(cfg.inference_replica_5xx_peer_factor), num(cfg.inference_replica_5xx_share * 100)
+    return queries.replica_named(f"100 * {share} >= {least} and {share} > {factor} * {peers}")
 
 
 # ---- promtool input series ---------------------------------------------------------------------
@@ -124,6 +173,68 @@ def _http(minutes: int, *failing: tuple[float, int]) -> tuple[InputSeries, ...]:
             _regimes(*((600 * s, m) for s, m in regimes)),
         ),
         _engine(c.VLLM_NUM_REQUESTS_RUNNING, f"40x{minutes}"),
+    )
+
+
+# Wedge cases: 15 s samples (a usual scrape), 42 of them; the engine stops at 5 minutes (sample 20).
+_WEDGE_AT = "7m"  # two minutes after the stop
+
+
+def _v1(metric: str, values: str, where: dict[str, str] | None = None, **extra: str) -> InputSeries:
+    """A vLLM V1 engine's series (engine 0 unless ``extra`` says) of a target (``_TARGET``) or a pod."""
+    return InputSeries(
+        metric, {"model_name": MODEL, _ENGINE_LABEL: "0", **(where or _TARGET), **extra}, values
+    )
+
+
+def _engine_run(
+    running: str, tokens: str, finished: str, where: dict[str, str] | None = None, engine: str = "0"
+) -> tuple[InputSeries, ...]:
+    """One engine's requests running, generated tokens and finished requests."""
+    return (
+        _v1(c.VLLM_NUM_REQUESTS_RUNNING, running, where, engine=engine),
+        _v1(c.VLLM_GENERATION_TOKENS, tokens, where, engine=engine),
+        _v1(c.VLLM_REQUEST_SUCCESS, finished, where, engine=engine, finished_reason="stop"),
+    )
+
+
+#: An engine serving all along, and one that stops at sample 20 with 20 requests running.
+_SERVING = ("12x20 14x21", "0+500x41", "0+2x41")
+_STOPPED = ("12x20 20x21", "0+500x20 10000x21", "0+2x20 40x21")
+
+
+def _pod_gpu(values: str = "0x41") -> InputSeries:
+    """The DP pod's GPU as dcgm-exporter reports it: the node's name, the pod attributed."""
+    return InputSeries(
+        c.DCGM_FI_DEV_GPU_UTIL,
+        {c.NODE_LABEL: _NODE, "gpu": "0", "job": "dcgm", "namespace": "serve", "pod": "llama-0"},
+        values,
+    )
+
+
+def _http_target(
+    instance: str, ok: str, errors: str | None, job: str = "vllm", **pod: str
+) -> tuple[InputSeries, ...]:
+    """A target's HTTP requests, 2xx and (from the first, when given) 5xx; ``pod``: its pod labels."""
+    route = {
+        "handler": "/v1/chat/completions",
+        "method": "POST",
+        c.INSTANCE_LABEL: instance,
+        "job": job,
+        **pod,
+    }
+    out = [InputSeries(c.VLLM_HTTP_REQUESTS, {**route, "status": "2xx"}, ok)]
+    if errors is not None:
+        out.append(InputSeries(c.VLLM_HTTP_REQUESTS, {**route, "status": "5xx"}, errors))
+    return tuple(out)
+
+
+def _fleet_http(failing: tuple[str, str | None]) -> tuple[InputSeries, ...]:
+    """Three targets at 600 requests a minute; the first answers as ``failing`` says."""
+    return (
+        *_http_target(f"{HOST}:8000", *failing),
+        *_http_target("ip-10-1-0-12:8000", "0+600x10", None),
+        *_http_target("ip-10-1-0-13:8000", "0+600x10", None),
     )
 
 
@@ -323,9 +434,138 @@ def group(cfg: Thresholds) -> Group:
         f"max_over_time({m}[{look}])"
         for m in (c.VLLM_NUM_REQUESTS_RUNNING, c.TGI_QUEUE_SIZE, c.TRITON_PENDING_REQUEST_COUNT)
     )
-    engine = dict(_ENGINE)
+    named = {**_POD_TARGET, c.NODE_LABEL: HOST, "replica": f"{HOST}:8000"}
+    pod = {"model_name": MODEL, **_POD, c.NODE_LABEL: _NODE, "replica": "llama-0"}
+    restarted = {**_POD, "pod": "llama-0-r1"}
     alerts = (
         *_slo_alerts(cfg),
+        Alert(
+            name="FleetscopeInferenceReplicaWedged",
+            expr=wedged(cfg),
+            severity="critical",
+            summary="A serving replica has requests in flight and makes no progress.",
+            description="Replica {{ $labels.replica }} of {{ $labels.model_name }} on node "
+            f'{{{{ $labels.Hostname }}}} has had {{{{ printf "%.0f" $value }}}} requests running for '
+            f"{cfg.inference_wedge_window} without generating a token or finishing a request: its "
+            "engine is stopped or hung (alive, not serving). Take it out of the load balancer and "
+            "restart it.",
+            cases=(
+                Case(
+                    "the engine stopped two minutes ago, 20 requests running",
+                    _engine_run(*_STOPPED),
+                    _WEDGE_AT,
+                    (Fire(named, 20),),
+                    interval="15s",
+                ),
+                Case(
+                    "a data-parallel pod on a pod IP: both engines stopped, one alert on the node's name",
+                    (*_engine_run(*_STOPPED, _POD), *_engine_run(*_STOPPED, _POD, engine="1"), _pod_gpu()),
+                    _WEDGE_AT,
+                    (Fire(pod, 40),),
+                    interval="15s",
+                ),
+                Case(
+                    "a data-parallel pod: one engine still, the other serving",
+                    (*_engine_run(*_STOPPED, _POD), *_engine_run(*_SERVING, _POD, engine="1"), _pod_gpu()),
+                    _WEDGE_AT,
+                    interval="15s",
+                ),
+                Case(
+                    "saturated but progressing: a full batch, a growing queue, tokens out",
+                    (
+                        *_engine_run("256x41", "0+3000x41", "0+10x41"),
+                        _v1(c.VLLM_NUM_REQUESTS_WAITING, "0+10x41"),
+                    ),
+                    _WEDGE_AT,
+                    interval="15s",
+                ),
+                Case(
+                    "starved: the router stopped sending it requests, nothing in flight",
+                    _engine_run("12x20 0x21", "0+500x20 10000x21", "0+2x20 40x21"),
+                    _WEDGE_AT,
+                    interval="15s",
+                ),
+                Case(
+                    "a restart: the old pod's series gone, the new pod's first two samples",
+                    (
+                        *_engine_run("12x20 _x21", "0+500x20 _x21", "0+2x20 _x21", _POD),
+                        *_engine_run("_x26 5 5 _x13", "_x26 0 1500 _x13", "_x26 0 0 _x13", restarted),
+                    ),
+                    _WEDGE_AT,
+                    interval="15s",
+                ),
+                Case(
+                    "a new pod's first sample, requests already running",
+                    _engine_run("_x27 5 _x13", "_x27 0 _x13", "_x27 0 _x13", restarted),
+                    _WEDGE_AT,
+                    interval="15s",
+                ),
+            ),
+        ),
+        Alert(
+            name="FleetscopeInferenceReplicaErrors",
+            expr=replica_errors(cfg),
+            severity="critical",
+            summary="A serving replica fails requests that its peers serve.",
+            description="Replica {{ $labels.replica }} on node {{ $labels.Hostname }} answers "
+            f'{{{{ printf "%.0f%%" $value }}}} of its requests with an HTTP 5xx over the last '
+            f"{cfg.inference_replica_5xx_window}, more than {num(cfg.inference_replica_5xx_peer_factor)} "
+            "times the share of the other replicas of its job: the fault is the replica's (its API "
+            "server, its engine), not the model's. Take it out of the load balancer and restart it.",
+            cases=(
+                Case(
+                    "every request of one replica of three fails",
+                    _fleet_http(("0+0x10", "0+600x10")),
+                    "10m",
+                    (
+                        Fire(
+                            {
+                                c.INSTANCE_LABEL: f"{HOST}:8000",
+                                "job": "vllm",
+                                c.NODE_LABEL: HOST,
+                                "replica": f"{HOST}:8000",
+                            },
+                            100,
+                        ),
+                    ),
+                ),
+                Case(
+                    "a pod on a pod IP: named by its node",
+                    (
+                        *_http_target(
+                            _POD[c.INSTANCE_LABEL],
+                            "0+540x10",
+                            "0+60x10",
+                            _POD["job"],
+                            namespace="serve",
+                            pod="llama-0",
+                        ),
+                        *_http_target(
+                            "10.5.137.116:8000",
+                            "0+600x10",
+                            None,
+                            _POD["job"],
+                            namespace="serve",
+                            pod="llama-1",
+                        ),
+                        _pod_gpu("50x10"),
+                    ),
+                    "10m",
+                    (Fire({**_POD, c.NODE_LABEL: _NODE, "replica": "llama-0"}, 10),),
+                ),
+                Case(
+                    "every replica fails 10%: the model's errors, not one replica's",
+                    tuple(
+                        s
+                        for host in (HOST, "ip-10-1-0-12", "ip-10-1-0-13")
+                        for s in _http_target(f"{host}:8000", "0+540x10", "0+60x10")
+                    ),
+                    "10m",
+                ),
+                Case("one replica fails 2%", _fleet_http(("0+588x10", "0+12x10")), "10m"),
+                Case("no errors", _fleet_http(("0+600x10", None)), "10m"),
+            ),
+        ),
         Alert(
             name="FleetscopeInferenceKvCacheSaturated",
             expr=f"{kv_cache_usage()} * 100 >= {kv_pct} and on ({on}) {preempting}",
@@ -341,7 +581,18 @@ def group(cfg: Thresholds) -> Group:
                     "95% full, preempting 0.1/s",
                     (_engine(c.VLLM_KV_CACHE_USAGE, "0.95x20"), _engine(c.VLLM_NUM_PREEMPTIONS, "0+6x20")),
                     "20m",
-                    (Fire(engine, 95),),
+                    (Fire(_POD_TARGET, 95),),
+                ),
+                Case(
+                    "a data-parallel pod: one alert, its fullest engine",
+                    (
+                        _engine(c.VLLM_KV_CACHE_USAGE, "0.95x20"),
+                        _engine(c.VLLM_KV_CACHE_USAGE, "0.6x20", engine="1"),
+                        _engine(c.VLLM_NUM_PREEMPTIONS, "0+3x20"),
+                        _engine(c.VLLM_NUM_PREEMPTIONS, "0+3x20", engine="1"),
+                    ),
+                    "20m",
+                    (Fire(_POD_TARGET, 95),),
                 ),
                 Case(
                     "V0's name: 90% full, preempting 0.2/s",
@@ -367,7 +618,8 @@ def group(cfg: Thresholds) -> Group:
         Alert(
             name="FleetscopeInferenceQueueGrowing",
             expr=(
-                f"({waiting} >= {least} and deriv({waiting}[{grow}]) > 0)"
+                f"(sum without ({_ENGINE_LABEL}) ({waiting}) >= {least}"
+                f" and sum without ({_ENGINE_LABEL}) (deriv({waiting}[{grow}])) > 0)"
                 f" or ({tgi_queue} >= {least} and deriv({tgi_queue}[{grow}]) > 0)"
             ),
             for_="10m",
@@ -379,7 +631,16 @@ def group(cfg: Thresholds) -> Group:
             "replicas).",
             cases=(
                 Case(
-                    "waiting grows by 2 a minute", (_engine(waiting, "0+2x30"),), "30m", (Fire(engine, 60),)
+                    "waiting grows by 2 a minute",
+                    (_engine(waiting, "0+2x30"),),
+                    "30m",
+                    (Fire(_POD_TARGET, 60),),
+                ),
+                Case(
+                    "a data-parallel pod's queue split over two engines, 9 each",
+                    (_engine(waiting, "0+0.3x30"), _engine(waiting, "0+0.3x30", engine="1")),
+                    "30m",
+                    (Fire(_POD_TARGET, 18),),
                 ),
                 Case("a steady queue of 40", (_engine(waiting, "40x30"),), "30m"),
                 Case("growing but short", (_engine(waiting, "0+0.2x30"),), "30m"),

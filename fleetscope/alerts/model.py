@@ -71,6 +71,8 @@ class Case:
     series: tuple[InputSeries, ...]
     eval_time: str
     fires: tuple[Fire, ...] = ()
+    #: promtool's time between the input series' samples (a scrape interval).
+    interval: str = "1m"
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ class Alert:
             groups.append(
                 {
                     "name": f"{self.name}: {case.name}",
-                    "interval": "1m",
+                    "interval": case.interval,
                     "input_series": [s.to_yaml() for s in case.series],
                     "alert_rule_test": [
                         {"eval_time": case.eval_time, "alertname": self.name, "exp_alerts": exp}
@@ -154,7 +156,7 @@ class Recording:
             groups.append(
                 {
                     "name": f"{self.record}: {case.name}",
-                    "interval": "1m",
+                    "interval": case.interval,
                     "input_series": [s.to_yaml() for s in case.series],
                     "promql_expr_test": [{"expr": expr, "eval_time": case.eval_time, "exp_samples": samples}],
                 }

@@ -161,6 +161,31 @@ class DetectorConfig:
     #: Fewest replicas of a model compared with each other: with two, a median cannot say which
     #: one is the outlier.
     min_replica_peers: int = 3
+    #: A replica with work in flight whose generated-token and finished-request counters stand
+    #: still this many scrapes (grid steps) in a row at least is wedged: one scrape's worth of no
+    #: increase is what a missed scrape bridged by the grid looks like, two are not (never less).
+    wedge_min_scrapes: int = 2
+    #: ... and at least this many times its own recent p99 inter-token latency: one engine
+    #: iteration (one token for every running request) longer than ten of its slowest recent ones
+    #: is not a slow batch but a stopped engine; for a replica decoding at 50 ms this is 0.5 s, so
+    #: two scrapes decide, and only a replica already taking seconds per token waits longer.
+    wedge_itl_factor: float = 10.0
+    #: GPU utilisation (percent, median over the stall) under which a wedged replica's engine is
+    #: stopped (nothing launched); at or above ``hang_util`` with tensor-core activity under
+    #: ``wedge_spin_tensor`` it is a hung collective (a kernel spinning on a peer that never comes).
+    wedge_idle_util: float = 10.0
+    wedge_spin_tensor: float = 0.05
+    #: A replica's HTTP 5xx share (OpenAI routes, over the rate window) at or above this, and above
+    #: ``http_error_peer_factor`` times its peers' share, is failing at the front door: 50 times
+    #: the error budget of a 99.9% objective; twice the peers' makes it the replica's, not the
+    #: model's (the alert rule's numbers, docs/design.md#thresholds).
+    http_error_share: float = 0.05
+    http_error_peer_factor: float = 2.0
+    #: Fewest requests in the rate window a share is judged on: 1 failure in 4 requests says little.
+    http_error_min_requests: float = 20.0
+    #: How long the share must stand out: a minute (four 15 s scrapes) rules out a burst while a
+    #: pod restarts its API server, and keeps the finding within two minutes of the onset.
+    http_error_persistence_s: float = 60.0
 
     # --- Neuron (Trainium / Inferentia) -----------------------------------------------------
     #: p50 execution latency above this multiple of the peer nodes' median is a slow node: a

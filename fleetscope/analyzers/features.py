@@ -37,6 +37,7 @@ SERVING_METRICS: tuple[str, ...] = (
     c.VLLM_GENERATION_TOKENS,
     c.VLLM_REQUEST_SUCCESS,
     *(s for h in SERVING_HISTOGRAMS for s in (h.bucket, h.sum, h.observations)),
+    c.VLLM_HTTP_REQUESTS,
 )
 
 #: Every metric the analyzers read (the loaders fetch only these).

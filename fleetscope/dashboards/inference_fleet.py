@@ -4,7 +4,8 @@ percentiles, tokens/s in and out, queue, KV cache, preemptions, SLO burn) and wh
 
 vLLM's renamed series are read as ``new or old`` (V0 and V1 servers in one fleet); errors and
 requests/s cover TGI and Triton too. Each line is a model (``model``/``model_name``) or a replica
-(``instance``).
+(``instance``). A data-parallel pod's engines (vLLM's ``engine`` label) are one replica: counted
+once, its KV cache its fullest engine's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ UID = "fleetscope-inference-fleet"
 W = "$__rate_interval"
 MODEL = "model_name"
 QUANTILES = (0.5, 0.95, 0.99)
+#: vLLM V1's engine-core index: a data-parallel pod has several, one replica.
+ENGINE_LABEL = c.VLLM_V1_EXTRA_LABELS[0]
+
+
+def per_replica(expr: str, how: str = "max") -> str:
+    """``expr`` (per vLLM engine) per replica: a pod's or target's engines aggregated by ``how``."""
+    return f"{how} without ({ENGINE_LABEL}) ({expr})"
+
+
+def replicas_count(running: str) -> str:
+    """How many replicas (pods or targets, not engines) report ``running``."""
+    return f"count({per_replica(running, 'group')})"
 
 
 #: Template variable matchers: vLLM names the model ``model_name``, TGI (at scrape) and Triton
@@ -132,8 +145,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
                  [(None, "green"), (1 - cfg.inference_error_objective, "red")], no_value="-"),
             stat("Worst TTFT p95", f"max({ttft_quantile(0.95)})", "s", "Time to first token, worst model.",
                  [(None, "green"), (cfg.inference_ttft_seconds, "red")], no_value="-"),
-            stat("Replicas serving", f"count({on(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", "vLLM engines reporting.",  # noqa: E501
-                 no_value="0"),
+            stat("Replicas serving", replicas_count(on(c.VLLM_NUM_REQUESTS_RUNNING)), "short",
+                 "vLLM replicas reporting (a data-parallel pod's engines count once).", no_value="0"),
             stat("Requests waiting", f"sum({on(c.VLLM_NUM_REQUESTS_WAITING)})", "short", no_value="0"),
         ]),
         ("Traffic", [
@@ -168,9 +181,10 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_RUNNING)})", f"{model} running"),
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_WAITING)})", f"{model} waiting"),
             ], "short", "Running: in the batch; waiting: queued for admission.", min_value=0),
-            timeseries("KV-cache use per replica", [(queries.vllm_kv_cache_usage(f"{{{VLLM}}}"), replica)], "percentunit",  # noqa: E501
-                       f"The KvCacheSaturated alert fires above {cfg.inference_kv_cache_full_ratio:.0%} "
-                       "while the engine preempts.", min_value=0, max_value=1),
+            timeseries("KV-cache use per replica", [(per_replica(queries.vllm_kv_cache_usage(f"{{{VLLM}}}")), replica)],  # noqa: E501
+                       f"The fullest engine of each replica; the KvCacheSaturated alert fires above "
+                       f"{cfg.inference_kv_cache_full_ratio:.0%} while the replica preempts.", min_value=0,
+                       max_value=1),
             timeseries("Preemptions/s", [
                 (f"sum by ({MODEL}, {c.INSTANCE_LABEL}) (rate({on(c.VLLM_NUM_PREEMPTIONS)}[{W}]))", replica),
             ], "short", "Sequences evicted from a full KV cache (recomputed later).", min_value=0),

@@ -15,7 +15,7 @@ import grafanalib.core as g
 from fleetscope import contract as c
 from fleetscope.alerts.config import Thresholds
 from fleetscope.dashboards.common import dashboard, label_var, stat, table, timeseries
-from fleetscope.dashboards.inference_fleet import VLLM, query_var, replica_gpus
+from fleetscope.dashboards.inference_fleet import VLLM, per_replica, query_var, replica_gpus, replicas_count
 
 UID = "fleetscope-inference-replica"
 W = "$__rate_interval"
@@ -74,13 +74,14 @@ def build(cfg: Thresholds) -> g.Dashboard:
         return f"histogram_quantile({q}, sum by ({by}, le) ({rates}))"
 
     itl_rates = f"{rate_on_replica(itl_new)} or {rate_on_replica(itl_old)}"
-    kv = f"({on_replica(c.VLLM_KV_CACHE_USAGE)} or {on_replica(c.VLLM_GPU_CACHE_USAGE)})"
+    kv = per_replica(f"({on_replica(c.VLLM_KV_CACHE_USAGE)} or {on_replica(c.VLLM_GPU_CACHE_USAGE)})")
     gen = f"sum by (model_name) ({rate_on_replica(c.VLLM_GENERATION_TOKENS)})"
     gpus = gpus_of(c.DCGM_FI_DEV_GPU_UTIL)
     watts = gpus_of(c.DCGM_FI_DEV_POWER_USAGE)
     rows = [
         (None, [
-            stat("Replicas", f"count({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", no_value="0"),
+            stat("Replicas", replicas_count(on_replica(c.VLLM_NUM_REQUESTS_RUNNING)), "short",
+                 "Pods or targets (a data-parallel pod's engines count once).", no_value="0"),
             stat("Requests running", f"sum({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", "short", no_value="-"),  # noqa: E501
             stat("Requests waiting", f"sum({on_replica(c.VLLM_NUM_REQUESTS_WAITING)})", "short", no_value="-"),  # noqa: E501
             stat("KV-cache use (max)", f"max({kv})", "percentunit", "Fullest engine of the chosen replicas.",
@@ -107,7 +108,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by ({by}) ({on_replica(c.VLLM_NUM_REQUESTS_RUNNING)})", f"{rep} running"),
                 (f"sum by ({by}) ({on_replica(c.VLLM_NUM_REQUESTS_WAITING)})", f"{rep} waiting"),
             ], "short", min_value=0),
-            timeseries("KV-cache use", [(kv, rep)], "percentunit", min_value=0, max_value=1),
+            timeseries("KV-cache use", [(kv, rep)], "percentunit", "The fullest engine of each replica.",
+                       min_value=0, max_value=1),
             timeseries("Preemptions/s", [(f"sum by ({by}) ({rate_on_replica(c.VLLM_NUM_PREEMPTIONS)})", rep)],
                        "short", "Sequences evicted from a full KV cache.", min_value=0),
         ]),

@@ -114,7 +114,10 @@ class JobResponse(BaseModel):
 
 class ReplicaModel(BaseModel):
     replica: str = Field(description="pod, else host:port")
-    node: str
+    node: str = Field(description="the node's name (a pod's from its GPUs, never its IP)")
+    stalled_s: float | None = Field(
+        None, description="seconds it has had work in flight without generating a token (None: progressing)"
+    )
     serving: bool = Field(description="its engine serves its series at the window's end")
     ttft_p95_s: float | None
     itl_mean_s: float | None
@@ -124,7 +127,7 @@ class ReplicaModel(BaseModel):
 
 
 class SloModel(BaseModel):
-    threshold_s: float
+    threshold_s: float | None = Field(description="the latency threshold (None for the error SLO)")
     objective: float
     state: Literal["ok", "burning", "fast burn", "no traffic", "unknown"]
     burn_short: float | None = Field(description="error-budget burn rate over the last 5 minutes")
@@ -137,7 +140,7 @@ class ModelModel(BaseModel):
     serving: int
     ttft_p95_s: float | None = Field(description="the slowest serving replica's TTFT p95")
     itl_mean_s: float | None = Field(description="median of the serving replicas' mean ITL")
-    slo: dict[str, SloModel] = Field(description="ttft and itl")
+    slo: dict[str, SloModel] = Field(description="ttft, itl and errors (HTTP 5xx)")
     findings: list[FindingModel] = Field(description="open findings naming the model or one of its replicas")
 
 

@@ -8,9 +8,11 @@ server process):
 * ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
   stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
   ``mfu_reason`` saying why, and ``last_mfu`` (the last level measured, with its time).
-* ``models``: one entry per served model: its replicas (serving or not, with TTFT p95, ITL mean and
-  p95, requests/s, KV cache usage), and the TTFT and ITL SLOs' burn rates over the last 5 minutes and
-  the window, as the generated SLO alerts read them (fleetscope/alerts/config.py).
+* ``models``: one entry per served model: its replicas (serving or not, with the node by name, how
+  long it has had work in flight without progress, TTFT p95, ITL mean and p95, requests/s, KV cache
+  usage), and the TTFT, ITL and error SLOs' burn rates over the last 5 minutes and the window, as the
+  generated SLO alerts read them (fleetscope/alerts/config.py): a replica answering 5xx spends the
+  error budget.
 """
 
 from __future__ import annotations
@@ -116,15 +118,19 @@ def served_models(signals: Signals) -> list[dict[str, Any]]:
     short = max(1, min(n, round(SHORT_WINDOW_S / feat.step)))
     itl = next((h for h in ITL_NAMES if feat.frames.has(h.bucket)), None)
     ttft = c.VLLM_TIME_TO_FIRST_TOKEN if feat.frames.has(c.VLLM_TIME_TO_FIRST_TOKEN.bucket) else None
-    slos = [
+    slos: list[tuple[str, c.Histogram | None, float | None, float]] = [
         ("ttft", ttft, THRESHOLDS.inference_ttft_seconds, THRESHOLDS.inference_ttft_objective),
         ("itl", itl, THRESHOLDS.inference_itl_seconds, THRESHOLDS.inference_itl_objective),
+        ("errors", None, None, THRESHOLDS.inference_error_objective),
     ]
-    buckets = {name: _good_and_total(signals, h, bound) for name, h, bound, _ in slos}
+    buckets = {
+        name: _good_and_total(signals, h, bound) if bound is not None else _answered(s)
+        for name, h, bound, _ in slos
+    }
     out = []
     for model, mask in s.models().items():
         cols = np.nonzero(mask)[0]
-        replicas = [_replica(s, int(k), n) for k in cols]
+        replicas = [_replica(s, int(k), n, feat.step) for k in cols]
         slo = {}
         for name, _, bound, objective in slos:
             slo[name] = _burn(buckets[name], cols, short, bound, objective)
@@ -148,16 +154,26 @@ def served_models(signals: Signals) -> list[dict[str, Any]]:
     return sorted(out, key=lambda m: m["model"])
 
 
-def _replica(s: ServingSignals, k: int, n: int) -> dict[str, Any]:
+def _answered(s: ServingSignals) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per grid step and replica: requests answered without and with an HTTP 5xx (the error SLO's
+    good and total, as the generated rules count them); None where no server exposes them."""
+    if not np.isfinite(s.http_all).any():
+        return None
+    return s.http_all - np.nan_to_num(s.http_5xx), s.http_all
+
+
+def _replica(s: ServingSignals, k: int, n: int, step: float) -> dict[str, Any]:
     rep = s.replicas[k]
     seen = np.nonzero(s.present[:, k])[0]
 
     def last(x: np.ndarray) -> float | None:
         return _num(_last_finite(x[:, k])[0])
 
+    stalled = int(s.stalled[-1, k]) if s.stalled.size else 0
     return {
         "replica": rep.name,
-        "node": rep.host,
+        "node": s.nodes[k] if s.nodes else rep.host,
+        "stalled_s": stalled * step if stalled else None,
         "serving": bool(seen.size and seen[-1] >= n - 2),
         "ttft_p95_s": last(s.ttft_p95),
         "itl_mean_s": last(s.itl_mean),
@@ -182,7 +198,11 @@ def _good_and_total(
 
 
 def _burn(
-    counts: tuple[np.ndarray, np.ndarray] | None, cols: np.ndarray, short: int, bound: float, objective: float
+    counts: tuple[np.ndarray, np.ndarray] | None,
+    cols: np.ndarray,
+    short: int,
+    bound: float | None,
+    objective: float,
 ) -> dict[str, Any]:
     """Burn rates (bad share / error budget) over the last ``short`` steps and the whole window."""
     head = {"threshold_s": bound, "objective": objective}

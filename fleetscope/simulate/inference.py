@@ -28,6 +28,23 @@ queueing there only), ``traffic_surge`` (every replica receives ``1 + slowdown``
 queues grow and KV caches fill everywhere). Healthy look-alikes: the daily pattern itself and
 ``long_prompts`` (one replica gets ``1 + slowdown`` times longer prompts: slower first tokens, a
 fuller cache, slightly slower decoding, no fault).
+
+Alive but wedged (the pod is Ready, ``/metrics`` answers, nothing comes out): ``engine_wedged`` (the
+engine core stops, a SIGSTOP or a deadlocked scheduler: every vLLM series of the replica freezes at
+its last value, ``num_requests_running`` above 0 included, and its GPUs fall to 0 % utilisation
+with their memory still held), ``tp_hang`` (an all-reduce of the tensor-parallel group hangs: the
+same freeze, but the GPUs spin at 100 % utilisation with almost no compute) and ``http_errors`` (the
+API server answers every request with a 5xx before it reaches the engine: ``http_requests_total``
+with ``status="5xx"`` rises at the replica's full request rate, the engine's own counters stand
+still). The router keeps sending a wedged replica its share; a request stuck there ends when the
+client gives up, and the instrumentator counts the closed stream as 2xx. Their healthy look-alikes:
+``router_starved`` (the router stops sending one replica requests: it drains and idles, nothing in
+flight) and ``rolling_restart`` (every replica in turn is down for ``stall_s`` and comes back as a
+new pod with its counters from 0), beside ``traffic_surge`` (saturated, but progressing).
+
+Every replica's API server exposes ``http_requests_total`` by ``status`` class, as vLLM's does
+(prometheus-fastapi-instrumentator): a ``2xx`` series for every answered request, a ``5xx``
+series from the first error on.
 """
 
 from __future__ import annotations
@@ -141,6 +158,13 @@ OUTPUT_MEDIAN, OUTPUT_SIGMA = 200.0, 0.7
 PEAK_RPS = 12.0
 NAMESPACE = "inference"
 SUB_S = 1.0
+#: The route every simulated request takes (vLLM's OpenAI server).
+HTTP_ROUTE = ("/v1/chat/completions", "POST")
+#: Seconds between one replica of a rolling restart coming back and the next going down
+#: (readiness: the Deployment's ``maxUnavailable: 1`` waits for the new pod).
+RESTART_GAP_S = 30.0
+#: Faults that stop a replica's engine with its pod still serving ``/metrics``.
+WEDGES = frozenset({"engine_wedged", "tp_hang"})
 
 
 def _lognormal_mean(median: float, sigma: float) -> float:
@@ -210,12 +234,21 @@ class InferenceModel(ClusterModel):
         self.job_running = False
         self.last_iter = np.full(R, ITER_BASE_S)
         self.kv_usage = np.zeros(R)
-        self._attr_cache: dict[str, tuple[list, list]] = {}
+        self._attr_cache: dict[str, tuple[list, tuple[object, ...], list]] = {}
+        self.base_pods = list(self.pods)
+        self.restarts = np.zeros(R, dtype=int)
+        self.restarting = np.zeros(R, dtype=bool)
+        #: The API server's answered requests by status class (created at the first of each).
+        self.c_http = {status: np.zeros(R) for status in ("2xx", "5xx")}
+        #: Per replica, what its GPUs do: 0 serving as the batch says, 1 idle (engine up, nothing to
+        #: run), 2 stopped (engine stopped, memory held), 3 spinning (hung collective).
+        self.gpu_state = np.zeros(R, dtype=int)
 
     # ------------------------------------------------------------------ faults
     def _replica_of(self, f: FaultSpec) -> int:
-        pod = self.pod_of.get(self._slot(f))
-        return self.pods.index(pod) if pod is not None else 0
+        """The replica on the fault's GPU (replica 0 when none runs there)."""
+        slot = self._slot(f)
+        return next((r for r, slots in enumerate(self.replica_slots) if slot in slots), 0)
 
     def _inference_effects(self) -> dict[str, np.ndarray | float]:
         """Per-replica multipliers of the serving faults active now (the GPU ones are the base's)."""
@@ -224,6 +257,11 @@ class InferenceModel(ClusterModel):
             "traffic": 1.0,
             "prompt": np.ones(R),
             "kv": np.ones(R),
+            "wedged": np.zeros(R, dtype=bool),
+            "spin": np.zeros(R, dtype=bool),
+            "errors": np.zeros(R, dtype=bool),
+            "starved": np.zeros(R, dtype=bool),
+            "restarting": np.zeros(R, dtype=bool),
         }
         for f in self.spec.faults:
             if not self._active(f):
@@ -235,7 +273,42 @@ class InferenceModel(ClusterModel):
                 eff["prompt"][r] *= 1 + f.slowdown  # type: ignore[index]
             elif f.kind == "kv_pressure":
                 eff["kv"][r] *= max(0.02, 1 - f.slowdown)  # type: ignore[index]
+            elif f.kind in WEDGES:
+                eff["wedged"][r] = True  # type: ignore[index]
+                eff["spin"][r] = eff["spin"][r] or f.kind == "tp_hang"  # type: ignore[index]
+            elif f.kind == "http_errors":
+                eff["errors"][r] = True  # type: ignore[index]
+            elif f.kind == "router_starved":
+                eff["starved"][r] = True  # type: ignore[index]
+            elif f.kind == "rolling_restart":
+                cycle = f.stall_s + RESTART_GAP_S
+                k, at = divmod(self.elapsed - f.at_s, cycle)
+                if k < self.R and at < f.stall_s:
+                    eff["restarting"][int(k)] = True  # type: ignore[index]
         return eff
+
+    def _restart(self, restarting: np.ndarray) -> None:
+        """Replicas going down (their pod deleted: no series, its GPUs attributed to no pod) and
+        coming back as a new pod, its counters and histograms from 0."""
+        for r in np.nonzero(restarting & ~self.restarting)[0]:
+            for slot in self.replica_slots[r]:
+                self.pod_of[int(slot)] = ""
+        for r in np.nonzero(self.restarting & ~restarting)[0]:
+            self.restarts[r] += 1
+            pod = f"{self.base_pods[r]}-r{self.restarts[r]}"
+            self.pods[r] = pod
+            for slot in self.replica_slots[r]:
+                self.pod_of[int(slot)] = pod
+            for counter in (self.c_prompt, self.c_gen, self.c_preempt, *self.c_success.values()):
+                counter[r] = 0.0
+            for counter in self.c_http.values():
+                counter[r] = 0.0
+            for _, buckets, total in self.hist.values():
+                buckets[r] = 0.0
+                total[r] = 0.0
+        self.running = np.where(restarting, 0.0, self.running)
+        self.waiting = np.where(restarting, 0.0, self.waiting)
+        self.restarting = restarting
 
     def _fire_once(self, i: int, f: FaultSpec) -> None:
         super()._fire_once(i, f)
@@ -254,6 +327,8 @@ class InferenceModel(ClusterModel):
         ieff = self._inference_effects()
         slow = np.array([float(np.max(eff["slow"][s])) for s in self.replica_slots])  # type: ignore[index]
         self.present = self.node_present[self.slot_node]
+        if ieff["restarting"].any() or self.restarting.any():  # type: ignore[union-attr]
+            self._restart(ieff["restarting"])  # type: ignore[arg-type]
         busy = np.zeros(self.R)
         if dt > 0:
             busy = self._serve(dt, sdt, slow, ieff)
@@ -265,12 +340,17 @@ class InferenceModel(ClusterModel):
         R = self.R
         day = max(self.spec.day_s or self.spec.duration_s, 1.0)
         frac = (self.elapsed % day) / day
-        up = self.up
-        n_up = max(int(up.sum()), 1)
-        # The load balancer spreads the whole fleet's traffic over the replicas that are up.
+        up = self.up & ~ieff["restarting"]
+        # The load balancer spreads the whole fleet's traffic over the replicas that are up (and
+        # that it has not stopped sending to); a wedged replica is Ready, so it gets its share.
+        routed = up & ~ieff["starved"]
+        n_up = max(int(routed.sum()), 1)
         total = PEAK_RPS * self.gpr / 8 * R * daily_load(frac) * float(ieff["traffic"])
-        lam = np.where(up, total / n_up, 0.0)
+        lam = np.where(routed, total / n_up, 0.0)
         arrivals = rng.poisson(lam * dt).astype(float)
+        # What reaches the engine (not what the API server refused) and whether the engine runs.
+        runs = up & ~ieff["wedged"]
+        fed = runs & ~ieff["errors"]
         p_med = PROMPT_MEDIAN * ieff["prompt"]
         p_mean = _lognormal_mean(1.0, PROMPT_SIGMA) * p_med
         o_mean = _lognormal_mean(OUTPUT_MEDIAN, OUTPUT_SIGMA)
@@ -285,11 +365,11 @@ class InferenceModel(ClusterModel):
         wait_s = np.zeros(R)
         iter_s = np.zeros(R)
         for _ in range(n_sub):
-            self.waiting += arrivals / n_sub * up
+            self.waiting += arrivals / n_sub * fed
             room_kv = np.maximum(0.0, (0.97 * cap - self.running * kv_seq) / kv_seq)
             room = np.minimum(room_kv, MAX_NUM_SEQS - self.running)
             admit = np.minimum(self.waiting, np.minimum(room, self.prefill_tps * h / p_mean))
-            admit = np.maximum(admit, 0.0) * up
+            admit = np.maximum(admit, 0.0) * runs
             self.waiting -= admit
             self.running += admit
             admitted += admit
@@ -297,7 +377,7 @@ class InferenceModel(ClusterModel):
             prefill_share = np.minimum(admit * p_mean / (self.prefill_tps * h), 0.9)
             t_iter = ITER_BASE_S + ITER_PER_SEQ_S * self.running + ITER_PER_KV_TOKEN_S * self.running * kv_seq
             t_iter = t_iter * slow * (1 + 0.35 * prefill_share)
-            g = np.where(up, self.running * h / t_iter, 0.0)
+            g = np.where(runs, self.running * h / t_iter, 0.0)
             d = np.minimum(g / o_mean, self.running)
             self.running -= d
             # A full cache preempts sequences as they grow (vLLM recomputes them later).
@@ -327,6 +407,15 @@ class InferenceModel(ClusterModel):
         self.c_success["length"] += n_done - np.minimum(stop, n_done)
         for r in np.nonzero(up & (n_done > 0))[0]:
             self._observe(int(r), n_done[r], gen[r], mean_wait[r], mean_iter[r], p_med[r], slow[r])
+        # The API server answers what the engine finished; a refused request at once (5xx); a
+        # request stuck in a wedged engine when its client gives up (a closed stream: 2xx).
+        self.c_http["2xx"] += np.where(ieff["wedged"], arrivals, n_done) * up
+        self.c_http["5xx"] += np.where(ieff["errors"] & runs, arrivals, 0.0)
+        # A stopped engine leaves its GPUs at 0 % and a hung collective spins them; an engine with
+        # nothing to run (starved, refusing at the door) idles them. Other replicas as before.
+        quiet = (ieff["starved"] | ieff["errors"]) & (self.running < 0.5)
+        state = np.select([ieff["wedged"] & ieff["spin"], ieff["wedged"], quiet], [3, 2, 1], 0)
+        self.gpu_state = state * up
         return np.where(up, np.clip(0.35 + 0.6 * self.running / 120, 0, 1), 0.0)
 
     def _observe(
@@ -355,10 +444,18 @@ class InferenceModel(ClusterModel):
         rng = self.rng
         G = self.G
         busy = np.zeros(G)
+        state = np.zeros(G, dtype=int)
         for r, slots in enumerate(self.replica_slots):
             busy[slots] = busy_r[r]
-        busy = np.where(self.gpu_lost, 0.0, busy)
+            state[slots] = self.gpu_state[r]
+        loaded = (busy > 0) & ~self.gpu_lost  # the engine holds its weights and KV cache in memory
+        busy = np.where(self.gpu_lost | (state > 0), 0.0, busy)
         util = np.where(busy > 0, np.clip(100 * (0.6 + 0.4 * busy), 0, 100), 0.0)
+        # A kernel spinning on a flag that never flips: the GPU is never idle (100 %), a few SMs
+        # are busy, the tensor cores and HBM are not (power a little above idle).
+        spin = state == 3
+        util = np.where(spin, 100.0, util)
+        busy = np.where(spin, 0.12, busy)
         power = 85 + 615 * (0.2 * util / 100 + 0.6 * busy)
         power = np.minimum(power * (1 + rng.normal(0, 0.015, G)), eff["power_cap"])
         temp = self.base_temp + 0.025 * (power - 85) + eff["temp_add"] + rng.normal(0, 0.5, G)
@@ -371,19 +468,20 @@ class InferenceModel(ClusterModel):
             self.power_violation += eff["power_frac"] * dt * 1e9
             self.pcie_replay += rng.random(G) < 0.01
             self.efa_lifespan += dt
-        fb = np.where(busy > 0, 74000.0, 0.0)
+        fb = np.where(loaded | spin, 74000.0, 0.0)
+        tensor = np.clip(0.3 * busy * (1 + rng.normal(0, 0.02, G)), 0, 1)
         self.g = {
             "util": util,
-            "mem_util": util * 0.6,
+            "mem_util": np.where(spin, 0.0, util * 0.6),
             "clock": clock,
             "mem_clock": np.full(G, 2619.0),
             "temp": temp,
             "mem_temp": temp + 6,
             "power": power,
-            "tensor": np.clip(0.3 * busy * (1 + rng.normal(0, 0.02, G)), 0, 1),
+            "tensor": np.where(spin, 0.0, tensor),
             "sm_active": np.clip(busy * 0.8, 0, 1),
             "gr_active": util / 100 * 0.98,
-            "dram": np.clip(busy * 0.7, 0, 1),
+            "dram": np.where(spin, 0.005, np.clip(busy * 0.7, 0, 1)),
             "fb_used": fb,
             "reasons": reasons,
             "nvlink_bw": busy * 90000.0,
@@ -398,11 +496,13 @@ class InferenceModel(ClusterModel):
             if s.labels[: len(c.GPU_LABELS)] != c.GPU_LABELS:
                 continue
             hit = self._attr_cache.get(name)
-            if hit is None or hit[0] is not s.keys:
+            now = (*self.pods, *self.restarting.tolist())
+            if hit is None or hit[0] is not s.keys or hit[1] != now:
                 pods = [self.pod_of.get(self._slot_at(k[node_i], k[0]), "") for k in s.keys]
-                hit = (s.keys, [k + (p, NAMESPACE, "vllm") for k, p in zip(s.keys, pods, strict=True)])
+                keys = [k + (p, NAMESPACE, "vllm") for k, p in zip(s.keys, pods, strict=True)]
+                hit = (s.keys, now, keys)
                 self._attr_cache[name] = hit
-            keys = hit[1]
+            keys = hit[2]
             out[name] = SimSeries(s.labels + attr, keys, s.values)
         return out
 
@@ -413,8 +513,12 @@ class InferenceModel(ClusterModel):
         """The vLLM engines' own series, one set per replica that is up (a dead engine serves none)."""
         sl = self._scrape_names()
         rl = (*c.VLLM_LABELS, *c.VLLM_V1_EXTRA_LABELS, c.NODE_LABEL, "pod", "namespace") + sl
-        live = [r for r in range(self.R) if self.up[r] and self.node_present[self.replica_node[r]]]
-        ver = tuple(live)
+        live = [
+            r
+            for r in range(self.R)
+            if self.up[r] and not self.restarting[r] and self.node_present[self.replica_node[r]]
+        ]
+        ver = (tuple(live), tuple(self.pods))
 
         def key(r: int) -> tuple[str, ...]:
             n = self.replica_node[r]
@@ -441,6 +545,27 @@ class InferenceModel(ClusterModel):
             out[f"{name}_bucket"] = SimSeries(bl, bkeys, cum.T.ravel())
             out[f"{name}_sum"] = SimSeries(rl, keys, np.round(total[idx], 3))
             out[f"{name}_count"] = SimSeries(rl, keys, cum[:, -1])
+        self._http_series(out, live, ver)
+
+    def _http_series(self, out: dict[str, SimSeries], live: list[int], ver: object) -> None:
+        """The API server's ``http_requests_total`` by status class: no ``model_name`` (it is the
+        HTTP layer's), the pod's and the scrape's labels; the 5xx series from the first 5xx on."""
+        sl = self._scrape_names()
+        hl = ("handler", "method", "status", c.NODE_LABEL, "pod", "namespace") + sl
+        rows = [
+            (r, status)
+            for status, counts in self.c_http.items()
+            for r in live
+            if status == "2xx" or counts[r] > 0
+        ]
+
+        def key(r: int, status: str) -> tuple[str, ...]:
+            n = self.replica_node[r]
+            return (*HTTP_ROUTE, status, self.hostnames[n], self.pods[r], NAMESPACE) + self._scrape(n)
+
+        keys = self._cached("http", (ver, tuple(rows)), lambda: [key(r, st) for r, st in rows])
+        values = np.array([self.c_http[st][r] for r, st in rows])
+        out[c.VLLM_HTTP_REQUESTS] = SimSeries(hl, keys, values)
 
 
 def _le(bound: float) -> str:
@@ -458,6 +583,11 @@ INFERENCE_EXPECT: dict[str, list[tuple[str, str, str, bool]]] = {
     "kv_pressure": [("slow_replica", "kv_cache_pressure", "node", True)],
     "traffic_surge": [("capacity", "saturated", "job", True)],
     "long_prompts": [],
+    "engine_wedged": [("failing_replica", "engine_wedged", "node", True)],
+    "tp_hang": [("failing_replica", "engine_wedged", "node", True)],
+    "http_errors": [("failing_replica", "http_errors", "node", True)],
+    "router_starved": [],
+    "rolling_restart": [],
 }  # fmt: skip
 #: Fault kinds the inference family injects.
 _INFERENCE_KINDS = frozenset({"thermal_throttle", "power_brake", "gpu_lost", *INFERENCE_FAULT_KINDS})

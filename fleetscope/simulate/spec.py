@@ -48,6 +48,11 @@ INFERENCE_FAULT_KINDS: tuple[str, ...] = (
     "kv_pressure",  # one replica's KV cache holds 1 - slowdown of its tokens: preemptions, queueing
     "traffic_surge",  # every replica gets 1 + slowdown times the traffic: the fleet saturates
     "long_prompts",  # look-alike: one replica gets 1 + slowdown times longer prompts (no fault)
+    "engine_wedged",  # one replica's engine core stops: its series freeze, requests in flight, GPUs 0%
+    "tp_hang",  # one replica's tensor-parallel all-reduce hangs: the same freeze, GPUs spin at 100%
+    "http_errors",  # one replica's API server answers every request 5xx before the engine sees it
+    "router_starved",  # look-alike: the router stops sending one replica requests (idle, not wedged)
+    "rolling_restart",  # look-alike: every replica restarts in turn (stall_s down each, a new pod)
 )
 #: Fault kinds only the neuron family (Trainium2 nodes, ``fleetscope/simulate/neuron.py``) injects.
 NEURON_FAULT_KINDS: tuple[str, ...] = ("neuron_ecc", "neuron_device_lost", "neuron_slow")
@@ -283,4 +288,5 @@ def node_name(index: int) -> str:
 def check_no_inference_faults(spec: ScenarioSpec) -> None:
     """Every family but ``inference``: its fault kinds are not injected here."""
     if any(f.kind in INFERENCE_FAULT_KINDS for f in spec.faults):
-        raise FleetscopeError("kv_pressure, traffic_surge and long_prompts: only for the inference family")
+        kinds = sorted({f.kind for f in spec.faults if f.kind in INFERENCE_FAULT_KINDS})
+        raise FleetscopeError(f"{', '.join(kinds)}: only for the inference family")

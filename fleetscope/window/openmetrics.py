@@ -559,9 +559,10 @@ class _Reader:
                         self.family_done(self.family)
                     self.family = family = parts[2] if len(parts) > 2 else b""
                     fam = family.decode()
+                    # A family holds its own name and its suffixed series (a counter's ``_total``,
+                    # a histogram's ``_bucket``/``_sum``/``_count``): it is read if any is wanted.
                     self.family_skip = wanted is not None and not any(
-                        w == fam or (w.startswith(fam) and w[len(fam) :] in ("_total", "_created"))
-                        for w in wanted
+                        w.startswith(fam) and w[len(fam) :] in FAMILY_SUFFIXES for w in wanted
                     )
                 elif line.rstrip() == b"# EOF":
                     self.saw_eof = True

@@ -48,6 +48,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
+from fleetscope.window.aliases import fold_aliases, with_aliases
 from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget, memory_is_one_line
 from fleetscope.window.frames import (
     Frames,
@@ -642,7 +643,7 @@ def _load_prometheus(
 ) -> Frames:
     client = access.client()
     grid = make_grid(start_s, end_s, step)
-    names = list(dict.fromkeys(metrics))
+    names = list(with_aliases(metrics) or ())
     try:
         by_name = fetch_grid_series(client, names, grid, step, concurrency, progress, matcher)
     finally:
@@ -664,7 +665,7 @@ def _load_prometheus(
         log.warning("%s", skipped.message(access.url))
     if not found:
         raise no_series_error(access.url, start_s, end_s)
-    return frames
+    return fold_aliases(frames)
 
 
 def no_series_error(url: str, start_s: float, end_s: float) -> NoData:
@@ -757,7 +758,7 @@ def raw_from_prometheus(
         try:
             by_name = fetch_grid_series(
                 client,
-                list(dict.fromkeys(metrics)),
+                list(with_aliases(metrics) or ()),
                 make_grid(start, end, step),
                 step,
                 DEFAULT_CONCURRENCY,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.window.aliases import fold_aliases, with_aliases
 from fleetscope.window.archive.format import is_parquet
 from fleetscope.window.frames import Frames, check_window
 
@@ -115,7 +116,7 @@ class RecordingSource:
     load_label = "loading"
 
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
-        self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+        self.path, self.metrics, self.name = Path(path), with_aliases(metrics), os.fspath(path)
 
     def seconds(
         self, start: float | None = None, end: float | None = None, step: float | None = None
@@ -149,7 +150,8 @@ class RecordingSource:
     ) -> Frames:
         from fleetscope.window.openmetrics import load_recording
 
-        return load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        frames = load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        return fold_aliases(frames)
 
     def first_family_seconds(self) -> float | None:
         """The time the first family the analyzers read spans (None: no such family, or unreadable):
@@ -191,7 +193,7 @@ class ArchiveSource:
     load_label = "loading"
 
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
-        self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+        self.path, self.metrics, self.name = Path(path), with_aliases(metrics), os.fspath(path)
 
     def seconds(
         self, start: float | None = None, end: float | None = None, step: float | None = None
@@ -238,7 +240,8 @@ class ArchiveSource:
     ) -> Frames:
         from fleetscope.window.archive.read import load_parquet
 
-        return load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        frames = load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        return fold_aliases(frames)
 
 
 class _Held:
@@ -269,7 +272,7 @@ class PrometheusSource:
         _held: _Held | None = None,
     ) -> None:
         self.access, self.name = access, f"Prometheus at {access.url}"
-        self.metrics = tuple(metrics)
+        self.metrics = with_aliases(metrics) or ()
         self.sliding, self.refetch_s, self.matcher = sliding, refetch_s, matcher
         self._held = _Held() if _held is None else _held
 
@@ -310,7 +313,7 @@ class PrometheusSource:
     ) -> Frames:
         first, last, step = self.span(start, end, step)
         if self.sliding:
-            return self._sliding(step).load(first, last, progress, matcher=self.matcher)
+            return fold_aliases(self._sliding(step).load(first, last, progress, matcher=self.matcher))
         from fleetscope.window.prometheus import load_prometheus
 
         return load_prometheus(

@@ -101,3 +101,36 @@ def test_a_fault_the_workload_cannot_simulate_is_one_line() -> None:
         (line,) = res.stderr.strip().splitlines()
         assert line.startswith(f"fleetscope: error: {message}"), line
         assert "Traceback" not in res.stderr
+
+
+def test_inference_demo_finds_the_wedged_replica(tmp_path: Path) -> None:
+    """``--fault engine_wedged``: the replica's pod answers and its series keep coming, frozen; the
+    live service names it ``failing_replica`` cause ``engine_wedged`` on its node."""
+    service, prometheus = free_port(), free_port()
+    demo = Demo(
+        "--workload", "inference", "--duration", "90", "--fast", "--fault", "engine_wedged",
+        "--fault-at", str(FAULT_AT), "--fault-node", str(FAULT_NODE), "--listen", f"127.0.0.1:{service}",
+        "--prometheus-port", str(prometheus), "--alertmanager-port", str(free_port()),
+        "--base-port", str(20000 + free_port() % 20000), "--workdir", str(tmp_path / "demo"),
+    )  # fmt: skip
+    node = node_name(FAULT_NODE)
+    try:
+        demo.wait_started()
+
+        def finding() -> list[dict]:
+            found = get_json(f"http://127.0.0.1:{service}/api/v1/findings?kind=failing_replica")["findings"]
+            return [f for f in found if f["node"] == node and f["cause"] == "engine_wedged"]
+
+        (wedged, *_) = wait_for(finding, timeout=60, interval=1, what="an engine_wedged finding")
+        assert wedged["severity"] == "critical" and wedged["gpu"] is None
+        assert wedged["evidence"]["diagnosis"].startswith("engine stopped"), wedged["evidence"]
+        assert (
+            get_json(f"http://127.0.0.1:{prometheus}/api/v1/query?query=count(vllm:num_requests_running)")[
+                "data"
+            ]["result"][0]["value"][1]
+            == "4"
+        )  # still reporting: alive, not serving
+        demo.proc.send_signal(signal.SIGINT)
+        assert demo.proc.wait(timeout=30) == 0, demo.output()
+    finally:
+        demo.kill()

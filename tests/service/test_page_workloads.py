@@ -274,3 +274,48 @@ def test_models_api_lists_the_findings_that_name_them(tmp_path: Path):
     (model,) = json.loads(body)["models"]
     assert model["serving"] == 3 and [f["kind"] for f in model["findings"]] == ["failing_replica"]
     assert model["slo"]["ttft"]["state"] == "burning"
+
+
+def _wedged_fleet() -> LiveResult:
+    """The serving fleet with replica 3 wedged (its engine stopped, 23 requests in it) too."""
+    live = _serving_fleet()
+    a = live.report
+    a.findings.append(
+        Finding(
+            kind="failing_replica",
+            severity="critical",
+            node="node-3",
+            start=a.start + 1200,
+            cause="engine_wedged",
+            evidence={
+                "model": "llama-70b",
+                "replica": "vllm-llama-3",
+                "diagnosis": "engine stopped: its GPUs idle while requests wait in it",
+                "requests_in_flight": "23 running",
+                "frozen": "vllm:generation_tokens_total and vllm:request_success_total unchanged since "
+                + (rfc3339(a.start + 1185) or ""),
+                "gpu_utilisation": "0% (peers 81%)",
+            },
+            action="take the replica out of the load balancer and restart it",
+        )
+    )
+    (model,) = live.models
+    replicas = [dict(r) for r in model["replicas"]]
+    replicas[2]["stalled_s"] = 600.0
+    errors = {"threshold_s": None, "objective": 0.999, "state": "ok", "burn_short": 0.0, "burn_window": 0.0}
+    wedged = {**model, "replicas": replicas, "slo": {**model["slo"], "errors": errors}}
+    return LiveResult(a, models=[wedged])
+
+
+@pytest.mark.browser
+def test_a_wedged_replica_shows_as_wedged_with_its_evidence(tmp_path: Path):
+    page, dom = _load(tmp_path, _wedged_fleet())
+    replicas = [r for r in page.rows["replicas"] if r["attrs"].get("data-replica") == "vllm-llama-3"]
+    row, evidence = replicas  # its row, and the evidence row under it
+    assert "down" in row["attrs"]["class"].split()  # alive, but not serving
+    text = " ".join(row["text"].split())
+    assert text.startswith("vllm-llama-3 node-3 wedged (engine stopped)"), text
+    ev = " ".join(evidence["text"].split())
+    assert "requests in flight: 23 running" in ev and "gpu utilisation: 0% (peers 81%)" in ev, ev
+    assert "frozen: vllm:generation_tokens_total" in ev
+    assert "Errors SLO" in dom

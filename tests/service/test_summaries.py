@@ -68,3 +68,32 @@ def test_a_served_model_lists_its_replicas_and_slos(tmp_path: Path):
     for name in ("ttft", "itl"):
         slo = model["slo"][name]
         assert slo["state"] == "ok" and slo["burn_short"] is not None and slo["burn_short"] < 1, slo
+
+
+def test_a_wedged_replica_is_shown_stalled_and_front_door_errors_spend_the_error_budget(tmp_path: Path):
+    """The page's view of issue 38's faults: the wedged replica has had work in flight without
+    progress since the wedge (named on its node); a replica answering every request 5xx burns the
+    model's error budget as the generated error SLO counts it."""
+    base = {"family": "inference", "nodes": 4, "seed": 41, "duration_s": 1200}
+    wedged = _analyzed(
+        ScenarioSpec(
+            name="inference_w", faults=[FaultSpec(kind="engine_wedged", at_s=700, node=1, gpu=0)], **base
+        ),
+        tmp_path,
+    )
+    (model,) = wedged.models
+    stalled = [r for r in model["replicas"] if r["stalled_s"]]
+    assert [(r["replica"], r["node"]) for r in stalled] == [("vllm-llama-3-1-70b-instruct-1", node_name(1))]
+    assert 480 <= stalled[0]["stalled_s"] <= 520  # since the wedge, 500 s before the end
+    assert model["slo"]["errors"]["state"] == "ok"
+    errors = _analyzed(
+        ScenarioSpec(
+            name="inference_e", faults=[FaultSpec(kind="http_errors", at_s=700, node=1, gpu=0)], **base
+        ),
+        tmp_path,
+    )
+    (model,) = errors.models
+    slo = model["slo"]["errors"]
+    assert slo["state"] == "fast burn" and slo["burn_short"] > 100, slo  # a quarter of requests fail
+    assert slo["objective"] == 0.999 and slo["threshold_s"] is None
+    assert all(r["stalled_s"] is None for r in model["replicas"])

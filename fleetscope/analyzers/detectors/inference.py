@@ -18,6 +18,23 @@ are not, is slow with cause ``kv_cache_pressure`` (a smaller cache than its peer
 A replica whose GPU fails (a drain-class XID, a lost GPU: the failing-node detector's finding on
 one of its GPUs) is ``failing_replica``: its engine dies and its traffic moves to the others.
 
+Progress, not liveness. A replica with work in flight (requests running, or requests its HTTP layer
+answers while the engine makes nothing) whose generated-token and finished-request counters stand
+still for longer than its own recent p99 inter-token latency allows (``wedge_itl_factor`` times it,
+never less than ``wedge_min_scrapes`` scrapes) is ``failing_replica`` with cause ``engine_wedged``:
+an engine iteration takes tens of milliseconds, so this is a stopped engine or a hung collective,
+not a slow one, whatever ``/health`` and ``up`` say. Its GPUs tell the two apart: idle (0 %) when
+the engine stopped launching work, busy (~100 %) with no tensor-core activity when a kernel spins
+on a peer that never comes (a tensor-parallel all-reduce hung, as a hung training job's ranks
+spin). A replica with nothing in flight (the router starves it), one that still makes tokens however
+slowly (saturated), and a restart (the old pod's series absent, the new pod's from 0) are not.
+
+A replica whose HTTP 5xx share on the OpenAI routes is at least ``http_error_share`` and more than
+``http_error_peer_factor`` times its peers' (the other replicas of its model) for
+``http_error_persistence_s`` is ``failing_replica`` with cause ``http_errors``: errors its peers
+behind the same balancer do not make are its own (errors every replica makes are the model's, which
+the error SLO counts). Every serving finding names the node by its name (``ServingSignals.nodes``).
+
 When most replicas of a model are saturated at once (requests waiting and the KV cache near full or
 preempting), no replica is the problem: the model needs more replicas. That is one ``capacity``
 finding for the model (no node, no job), whose action is to scale out, never to drain.
@@ -30,6 +47,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fleetscope import contract as c
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time, robust_z
@@ -38,6 +56,7 @@ from fleetscope.analyzers.signals.hardware import slowdown_cause
 from fleetscope.analyzers.signals.runs import runs_with_persistence
 from fleetscope.analyzers.signals.serving import ServingSignals
 from fleetscope.analyzers.signals.window_signals import Signals
+from fleetscope.window.frames import iter_runs, rolling_sum
 
 # Thresholds (replica_ratio_with_hw, replica_ratio, replica_prompt_ratio, kv_full, preempt_per_s,
 # saturated_share, min_replica_peers) are DetectorConfig fields, with the reason for each number.
@@ -55,6 +74,20 @@ _SLOW_ACTIONS = {
     "unknown": "compare this replica's engine version, flags and GPUs with a peer's; restart it on another "
     "node if it stays slow",
 }
+_WEDGED_ACTIONS = {
+    "engine stopped": "take the replica out of the load balancer (its /health still answers) and restart "
+    "it; read the engine core's last log lines (a deadlocked scheduler, a stopped or crashed engine core) "
+    "before they rotate",
+    "collective hang": "take the replica out of the load balancer and restart it; a tensor-parallel "
+    "all-reduce hangs on a peer GPU or its NVLink: check this node's GPUs (XIDs, NVLink errors, dcgmi "
+    "diag -r 3) before the replica returns to it",
+    "no progress": "take the replica out of the load balancer and restart it; read the engine's log for "
+    "why it stopped",
+}
+_HTTP_ACTION = (
+    "take the replica out of the load balancer and restart it; read its API server's log for the "
+    "exception behind the 5xx (its engine client, its engine) and move it if it fails again on this node"
+)
 _FAILING_ACTION = (
     "the replica's engine lost its GPU: keep it out of the load balancer, reschedule the pod "
     "on another node and drain this one (power-cycle, dcgmi diag -r 3, RMA if it repeats)"
@@ -101,6 +134,8 @@ class InferenceDetector(Detector):
             if cols.sum() >= feat.config.min_replica_peers:
                 self._slow(feat, s, cols, sat, crowded, out, signals.gpu_throttle)
         out += self._failing(feat, s, prior)
+        out += self._wedged(feat, s)
+        out += self._http_errors(feat, s)
         return Detection(out)
 
     # ---------------------------------------------------------------- capacity
@@ -243,7 +278,7 @@ class InferenceDetector(Detector):
         return Finding(
             kind="slow_replica",
             severity="warning",
-            node=rep.host,
+            node=s.nodes[k],
             gpu=gpu,
             start=float(times[a]),
             end=None if b >= len(times) - 3 else float(times[b]),
@@ -285,3 +320,152 @@ class InferenceDetector(Detector):
                     )
                 )
         return out
+
+    # ---------------------------------------------------------------- wedged replicas
+    @staticmethod
+    def wedge_bound(feat: Features, s: ServingSignals) -> np.ndarray:
+        """Per grid time and replica: grid steps without progress that make it wedged."""
+        cfg = feat.config
+        with np.errstate(invalid="ignore"):
+            own = np.ceil(cfg.wedge_itl_factor * s.itl_p99_last / feat.step)
+        return np.maximum(np.nan_to_num(own, nan=0.0), cfg.wedge_min_scrapes)
+
+    def _wedged(self, feat: Features, s: ServingSignals) -> list[Finding]:
+        """Replicas stalled for their bound: module docstring."""
+        out = []
+        times = feat.times
+        bound = self.wedge_bound(feat, s)
+        for k in range(len(s.replicas)):
+            for a, b in iter_runs(s.stalled[:, k] >= bound[:, k]):
+                last_progress = max(a - int(s.stalled[a, k]), 0)
+                ev = self._wedge_evidence(feat, s, k, last_progress, a, b, int(bound[a, k]))
+                diagnosis = ev["diagnosis"].split(":")[0]
+                out.append(
+                    Finding(
+                        kind="failing_replica",
+                        severity="critical",
+                        node=s.nodes[k],
+                        start=float(times[min(last_progress + 1, a)]),
+                        end=None if b >= len(times) - 3 else float(times[b]),
+                        cause="engine_wedged",
+                        evidence=ev,
+                        action=_WEDGED_ACTIONS.get(diagnosis, _WEDGED_ACTIONS["no progress"]),
+                    )
+                )
+        return out
+
+    def _wedge_evidence(
+        self, feat: Features, s: ServingSignals, k: int, last: int, a: int, b: int, bound: int
+    ) -> dict[str, str]:
+        rep = s.replicas[k]
+        times = feat.times
+        seg = slice(last + 1, b + 1)
+        gi = feat.gpus.index
+        gcols = [gi[g] for g in s.gpus[k] if g in gi]
+        peers = [
+            i for i in range(len(s.replicas)) if i != k and s.replicas[i].model == rep.model and s.nodes[i]
+        ]
+        pcols = [gi[g] for i in peers for g in s.gpus[i] if g in gi and g not in s.gpus[k]]
+        util = _med1(feat.gpus.util[seg][:, gcols]) if gcols else float("nan")
+        tensor = _med1(feat.gpus.tensor[seg][:, gcols]) if gcols else float("nan")
+        cfg = feat.config
+        if not np.isfinite(util):
+            diagnosis = "no progress: no GPU utilisation data for its GPUs"
+        elif util < cfg.wedge_idle_util:
+            diagnosis = "engine stopped: its GPUs idle while requests wait in it"
+        elif util >= cfg.hang_util and not (np.isfinite(tensor) and tensor >= cfg.wedge_spin_tensor):
+            diagnosis = "collective hang: its GPUs busy with no compute (a kernel spinning on a peer)"
+            if len(gcols) > 1:
+                diagnosis += f", across its {len(gcols)} tensor-parallel GPUs as a hung job's ranks spin"
+        else:
+            diagnosis = "no progress: its GPUs neither idle nor spinning"
+        running = s.running[seg, k]
+        itl = s.itl_p99_last[a, k]
+        ev = {
+            "model": rep.model,
+            "replica": rep.name,
+            "diagnosis": diagnosis,
+            "requests_in_flight": f"{np.nanmax(running):.0f} running"
+            if np.isfinite(running).any()
+            else "none running; its HTTP layer answers requests",
+            "frozen": f"{c.VLLM_GENERATION_TOKENS} and {c.VLLM_REQUEST_SUCCESS} unchanged since "
+            f"{fmt_time(times[last])}",
+            "stalled_for": f"{(b - last) * feat.step:.0f} s",
+            "bound": f"{bound * feat.step:.0f} s ({bound} scrapes; {cfg.wedge_itl_factor:g} x its p99 "
+            f"inter-token latency {_fmt_ms(itl)})",
+            "gpu_utilisation": f"{util:.0f}% (peers {_med1(feat.gpus.util[seg][:, pcols]):.0f}%)"
+            if gcols and pcols
+            else (f"{util:.0f}%" if gcols else "n/a"),
+            "tensor_active": f"{tensor:.2f}" if np.isfinite(tensor) else "n/a",
+            "gpus": ",".join(g for _, g in s.gpus[k]),
+            "confirmed_at": fmt_time(times[a]),
+        }
+        return ev
+
+    # ---------------------------------------------------------------- 5xx at the front door
+    def _http_errors(self, feat: Features, s: ServingSignals) -> list[Finding]:
+        """Replicas whose 5xx share stands out against their peers': module docstring."""
+        cfg = feat.config
+        w = feat.rate_window_steps
+        total = rolling_sum(s.http_all, w)
+        errors = rolling_sum(s.http_5xx, w)
+        if not np.isfinite(total).any():
+            return []
+        persist = max(1, round(cfg.http_error_persistence_s / feat.step))
+        out = []
+        for _model, cols in s.models().items():
+            idx = np.nonzero(cols)[0]
+            if len(idx) < 2:
+                continue
+            t_all, e_all = np.nansum(total[:, idx], axis=1), np.nansum(errors[:, idx], axis=1)
+            for k in idx.tolist():
+                mine_t, mine_e = np.nan_to_num(total[:, k]), np.nan_to_num(errors[:, k])
+                with np.errstate(all="ignore"):
+                    share = np.where(mine_t > 0, mine_e / mine_t, np.nan)
+                    peer_t = t_all - mine_t
+                    peers = np.where(peer_t > 0, (e_all - mine_e) / peer_t, np.nan)
+                flag = (
+                    (mine_t >= cfg.http_error_min_requests)
+                    & (np.nan_to_num(share) >= cfg.http_error_share)
+                    & (np.nan_to_num(share) > cfg.http_error_peer_factor * np.nan_to_num(peers))
+                    & (peer_t > 0)
+                )
+                for a, b in runs_with_persistence(flag, persist):
+                    out.append(self._http_finding(feat, s, k, a, b, persist, share, peers))
+        return out
+
+    def _http_finding(
+        self,
+        feat: Features,
+        s: ServingSignals,
+        k: int,
+        a: int,
+        b: int,
+        persist: int,
+        share: np.ndarray,
+        peers: np.ndarray,
+    ) -> Finding:
+        rep = s.replicas[k]
+        times = feat.times
+        seg = slice(a, b + 1)
+        confirmed = min(a + persist - 1, len(times) - 1)
+        rate = np.nansum(s.http_5xx[seg, k]) / max((b - a + 1) * feat.step, feat.step)
+        engine = np.nansum(s.finished[seg, k])
+        ev = {
+            "model": rep.model,
+            "replica": rep.name,
+            "http_5xx_share": f"{_med1(share[seg]):.0%} (peers {_med1(peers[seg]):.1%})",
+            "http_5xx_rate": f"{rate:.1f}/s",
+            "engine_finished": f"{engine:.0f} requests (vllm:request_success_total)",
+            "confirmed_at": fmt_time(times[confirmed]),
+        }
+        return Finding(
+            kind="failing_replica",
+            severity="critical",
+            node=s.nodes[k],
+            start=float(times[a]),
+            end=None if b >= len(times) - 3 else float(times[b]),
+            cause="http_errors",
+            evidence=ev,
+            action=_HTTP_ACTION,
+        )

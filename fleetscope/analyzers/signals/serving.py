@@ -9,6 +9,13 @@ Latencies come from the histograms as PromQL's ``histogram_quantile`` reads them
 increase over the rate window, a linear interpolation inside the bucket that holds the quantile.
 The mean inter-token latency (``_sum`` / ``_count`` increase) is the decode-speed signal: it moves
 continuously, where a p95 read from vLLM's coarse buckets jumps from one bound to the next.
+
+Progress, not liveness: per grid step, whether the replica had work in flight (requests running at
+both ends of the step, or requests its HTTP layer answered while the engine made nothing) and its
+generated-token and finished-request counters stood still (:func:`stalled_steps`). The HTTP layer
+(``http_requests_total``, vLLM's API server; no ``model_name``) is joined to the replica on its pod,
+else on its target. A replica's node is the ``Hostname`` of the GPUs attributed to its pod
+(dcgm-exporter's Kubernetes mapping): a pod's own ``instance`` is its IP, never a node's name.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope.analyzers.features import ITL_NAMES, KV_NAMES
 from fleetscope.window.frames import Frames, increase_steps, rolling_sum
+
+#: The API server routes whose answers count as the replica's requests (vLLM's OpenAI server).
+HTTP_ROUTES = "/v1/"
 
 REPLICA_KEY = ("model_name", "namespace", "pod", c.NODE_LABEL, c.INSTANCE_LABEL)
 
@@ -63,6 +73,20 @@ class ServingSignals:
     itl_p95: np.ndarray
     ttft_p95: np.ndarray
     gpus: list[list[tuple[str, str]]] = field(default_factory=list)  # (Hostname, gpu) per replica
+    #: The node each replica runs on, by name: its pod's GPUs' ``Hostname``, else :attr:`Replica.host`.
+    nodes: list[str] = field(default_factory=list)
+    #: Per grid step: generated tokens and finished requests (increments; NaN without a sample).
+    tokens: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    finished: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    #: Per grid step: requests the HTTP layer answered on the OpenAI routes, all and 5xx
+    #: (increments; NaN where the server exposes no ``http_requests_total``).
+    http_all: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    http_5xx: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    #: Per grid time: grid steps in a row, up to this one, with work in flight and no progress.
+    stalled: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=int))
+    #: The replica's p99 inter-token latency, its last value where the window had gaps (a stalled
+    #: engine observes nothing, so its own recent latency is the one before the stall).
+    itl_p99_last: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     def models(self) -> dict[str, np.ndarray]:
         """Model -> boolean mask of its replica columns."""
@@ -198,6 +222,80 @@ def _replica_gpus(frames: Frames, replicas: list[Replica]) -> list[list[tuple[st
     return out
 
 
+def _replica_nodes(frames: Frames, replicas: list[Replica]) -> list[str]:
+    """Each replica's node by name: the ``Hostname`` of the GPUs attributed to its pod, else
+    :attr:`Replica.host` (its own ``Hostname``, else the host part of its ``instance``)."""
+    by_pod: dict[tuple[str, str], str] = {}
+    for name in (c.GPU_UP, c.DCGM_FI_DEV_SM_CLOCK, c.DCGM_FI_DEV_GPU_UTIL):
+        if not frames.has(name):
+            continue
+        m = frames.get(name)
+        for node, ns, pod in zip(m.column(c.NODE_LABEL), m.column("namespace"), m.column("pod"), strict=True):
+            if pod and node:
+                by_pod.setdefault((str(ns), str(pod)), str(node))
+    return [by_pod.get((r.namespace, r.pod), r.host) if r.pod else r.host for r in replicas]
+
+
+def _http_per_replica(frames: Frames, replicas: list[Replica]) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid step and replica: requests answered on the OpenAI routes, all and 5xx (increments;
+    NaN where the replica's server exposes no ``http_requests_total``)."""
+    T, R = len(frames.times), len(replicas)
+    total, errors = np.full((T, R), np.nan), np.full((T, R), np.nan)
+    if not R or not frames.has(c.VLLM_HTTP_REQUESTS):
+        return total, errors
+    m = frames.get(c.VLLM_HTTP_REQUESTS)
+    by_pod = {(r.namespace, r.pod): k for k, r in enumerate(replicas) if r.pod}
+    by_target = {r.instance: k for k, r in enumerate(replicas) if not r.pod and r.instance}
+    inc = increase_steps(m.values)
+    cols = zip(
+        m.column("namespace"), m.column("pod"), m.column(c.INSTANCE_LABEL), m.column("handler"),
+        m.column("status"), strict=True,
+    )  # fmt: skip
+    for j, (ns, pod, instance, handler, status) in enumerate(cols):
+        if not str(handler).startswith(HTTP_ROUTES):
+            continue
+        k = by_pod.get((str(ns), str(pod))) if pod else by_target.get(str(instance))
+        if k is None:
+            continue
+        for out in (total, errors) if status == "5xx" else (total,):
+            out[:, k] = np.where(np.isnan(inc[:, j]), out[:, k], np.nan_to_num(out[:, k]) + inc[:, j])
+    # A replica whose 5xx series does not exist yet has had no 5xx (the instrumentator creates it
+    # at the first one): 0 wherever its HTTP layer answered.
+    errors = np.where(np.isnan(errors) & ~np.isnan(total), 0.0, errors)
+    return total, errors
+
+
+def stalled_steps(
+    running: np.ndarray, tokens: np.ndarray, finished: np.ndarray, answered: np.ndarray
+) -> np.ndarray:
+    """Per grid time and replica: grid steps in a row, up to this one, in which the replica had work
+    in flight and made no progress. In flight: requests running at both ends of the step, or
+    requests its HTTP layer answered (closed streams) in it. No progress: its generated-token and
+    finished-request counters did not advance. A missing sample is no evidence (it ends the run):
+    a pod that is gone or new is not a stopped one."""
+    T, R = running.shape
+    out = np.zeros((T, R), dtype=int)
+    if T < 2:
+        return out
+    busy = (np.nan_to_num(running[1:]) > 0) & (np.nan_to_num(running[:-1]) > 0)
+    busy |= np.nan_to_num(answered[1:]) > 0
+    still = (tokens[1:] == 0) & (finished[1:] == 0)  # NaN compares False
+    stuck = busy & still
+    run = np.zeros(R, dtype=int)
+    for t in range(1, T):
+        run = np.where(stuck[t - 1], run + 1, 0)
+        out[t] = run
+    return out
+
+
+def _ffill(x: np.ndarray) -> np.ndarray:
+    """Each column's last finite value carried forward (NaN before the first)."""
+    out = x.copy()
+    for t in range(1, len(out)):
+        out[t] = np.where(np.isnan(out[t]), out[t - 1], out[t])
+    return out
+
+
 def serving_signals(frames: Frames, w: int) -> ServingSignals:
     """Every replica's signals over the window (no replicas: empty arrays)."""
     replicas = _replicas(frames)
@@ -223,6 +321,10 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
         prompt = per_s(c.VLLM_PROMPT_TOKENS)
         prompt_per_request = np.where(requests > 0, prompt / requests, np.nan)
     ttft = c.VLLM_TIME_TO_FIRST_TOKEN if frames.has(c.VLLM_TIME_TO_FIRST_TOKEN.bucket) else None
+    tokens = increase_steps(gauge(c.VLLM_GENERATION_TOKENS))
+    finished = increase_steps(gauge(c.VLLM_REQUEST_SUCCESS))
+    http_all, http_5xx = _http_per_replica(frames, replicas)
+    answered_ok = np.nan_to_num(http_all) - np.nan_to_num(http_5xx)
     return ServingSignals(
         replicas=replicas,
         present=~np.isnan(running),
@@ -237,4 +339,11 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
         itl_p95=_quantile_of(frames, itl_hist, index, w, 0.95),
         ttft_p95=_quantile_of(frames, ttft, index, w, 0.95),
         gpus=_replica_gpus(frames, replicas),
+        nodes=_replica_nodes(frames, replicas),
+        tokens=tokens,
+        finished=finished,
+        http_all=http_all,
+        http_5xx=http_5xx,
+        stalled=stalled_steps(running, tokens, finished, answered_ok),
+        itl_p99_last=_ffill(_quantile_of(frames, itl_hist, index, w, 0.99)),
     )

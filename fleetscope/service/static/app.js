@@ -245,9 +245,34 @@
     const td = el("td", "slo slo-" + slo.state.replace(" ", "-"));
     td.dataset.state = slo.state;
     td.textContent = slo.state + (slo.burn_short !== null ? " · burn " + fmt(slo.burn_short, 1, "x") + " (5 min)" : "");
-    td.title = (slo.objective * 100).toFixed(1) + "% under " + duration(slo.threshold_s) +
+    td.title = (slo.objective * 100).toFixed(1) + "% " + (slo.threshold_s === null ? "not failing" : "under " + duration(slo.threshold_s)) +
       "; burn " + fmt(slo.burn_short, 2, "x") + " over 5 min, " + fmt(slo.burn_window, 2, "x") + " over the window";
     return td;
+  }
+
+  // A replica alive but not serving: what its failing_replica finding says (wedged or failing at
+  // the front door), else whether its engine reports.
+  function replicaState(r, f) {
+    if (f && f.cause === "engine_wedged") return "wedged (" + ((f.evidence || {}).diagnosis || "no progress").split(":")[0] + ")";
+    if (f && f.cause === "http_errors") return "failing requests (HTTP 5xx)";
+    if (r.stalled_s) return "no progress for " + duration(r.stalled_s);
+    return r.serving ? "serving" : "not serving";
+  }
+
+  // The evidence of a wedged replica, under its row: what is in flight, what stands still, its GPUs.
+  function wedgeRow(f) {
+    const ev = f.evidence || {};
+    const tr = el("tr", "replica-evidence");
+    tr.dataset.replica = ev.replica || "";
+    const parts = [];
+    for (const k of ["diagnosis", "requests_in_flight", "frozen", "stalled_for", "gpu_utilisation", "tensor_active",
+                     "http_5xx_share", "http_5xx_rate", "engine_finished"]) {
+      if (ev[k]) parts.push(k.replace(/_/g, " ") + ": " + ev[k]);
+    }
+    const td = el("td", "", parts.join(" · "));
+    td.colSpan = 9;
+    tr.appendChild(td);
+    return tr;
   }
 
   function renderModels(models) {
@@ -259,19 +284,22 @@
       card.appendChild(el("h3", "", m.model + " · " + m.serving + " of " + m.replicas.length + " replicas serving"));
       const head = el("table", "model-slo");
       const hr = el("tr", "");
-      for (const h of ["TTFT SLO", "ITL SLO", "TTFT p95 (slowest)", "ITL mean"]) hr.appendChild(el("th", "", h));
+      for (const h of ["TTFT SLO", "ITL SLO", "Errors SLO", "TTFT p95 (slowest)", "ITL mean"]) hr.appendChild(el("th", "", h));
       head.appendChild(hr);
       const row = el("tr", "");
       row.appendChild(sloCell(m.slo.ttft));
       row.appendChild(sloCell(m.slo.itl));
+      if (m.slo.errors) row.appendChild(sloCell(m.slo.errors));
       row.appendChild(el("td", "num", duration(m.ttft_p95_s)));
       row.appendChild(el("td", "num", duration(m.itl_mean_s)));
       head.appendChild(row);
       card.appendChild(head);
       const named = {};
+      const failing = {};
       for (const f of m.findings) {
         const r = (f.evidence || {}).replica;
         if (r) named[r] = (named[r] ? named[r] + ", " : "") + f.kind;
+        if (r && f.kind === "failing_replica") failing[r] = f;
       }
       const t = el("table", "replicas");
       const th = el("tr", "");
@@ -280,14 +308,17 @@
       }
       t.appendChild(th);
       for (const r of m.replicas) {
-        const tr = el("tr", "replica" + (named[r.replica] ? " named" : "") + (r.serving ? "" : " down"));
+        const f = failing[r.replica];
+        const wedged = f && (f.cause === "engine_wedged" || f.cause === "http_errors");
+        const tr = el("tr", "replica" + (named[r.replica] ? " named" : "") + (r.serving && !wedged ? "" : " down"));
         tr.dataset.replica = r.replica;
-        for (const v of [r.replica, r.node, r.serving ? "serving" : "not serving", duration(r.ttft_p95_s),
+        for (const v of [r.replica, r.node, replicaState(r, f), duration(r.ttft_p95_s),
                          duration(r.itl_mean_s), duration(r.itl_p95_s), fmt(r.requests_per_s, 2),
                          r.kv_cache === null ? "n/a" : pct(r.kv_cache), named[r.replica] || ""]) {
           tr.appendChild(el("td", "", v));
         }
         t.appendChild(tr);
+        if (wedged) t.appendChild(wedgeRow(f));
       }
       card.appendChild(t);
       box.appendChild(card);
