@@ -163,7 +163,6 @@ class NcclRasCollector(Collector):
         self.max_comms = ctx.option_int("nccl_ras_max_communicators", DEFAULT_MAX_COMMUNICATORS)
         self.min_interval = ctx.option_float("nccl_ras_min_interval", DEFAULT_MIN_INTERVAL)
         self.training_dir = Path(ctx.option_str("training_directory", contract.TRAINING_DIR_DEFAULT) or "")
-        self.max_series = max(Collector.max_series, MAX_JOBS * (series_bound(self.max_comms) + 1))
         self._last: dict[Target, _Last] = {}
         self._running: dict[Target, threading.Thread] = {}
 
