@@ -11,7 +11,7 @@ bounded by ``--collector.nccl_ras.timeout`` and ``--collector.nccl_ras.max-reply
 (:mod:`fleetscope.exporters.ras_client`), so a slow, dead or hostile RAS never holds the scrape; a
 job's RAS is asked at most once per ``--collector.nccl_ras.min-interval`` (two Prometheus replicas
 do not double the load on the job). The report becomes bounded series
-(:mod:`fleetscope.exporters.ras_series`, docs/metrics.md#nccl-ras); ``nccl_ras_up{job_id}`` says
+(:mod:`fleetscope.exporters.ras_series`, docs/metrics.md#nccl_ras); ``nccl_ras_up{job_id}`` says
 whether the last query answered. Failures count in ``fleetscope_collector_errors_total{collector=
 "nccl_ras", reason}``: ``unreachable``, ``timeout``, ``oversize``, ``protocol``, ``malformed``
 (the report does not parse), ``still_running`` (the last query of that job has not returned),

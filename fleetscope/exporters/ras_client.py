@@ -27,7 +27,7 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 
 class RasQueryError(Exception):
-    """The query failed; ``reason`` is the collector-error label (docs/exporter.md#nccl_ras)."""
+    """The query failed; ``reason`` is the collector-error label (docs/exporter.md#the-nccl_ras-collector)."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)

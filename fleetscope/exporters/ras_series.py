@@ -1,4 +1,4 @@
-"""One NCCL RAS report as bounded series (docs/metrics.md#nccl-ras): the collector and the simulator
+"""One NCCL RAS report as bounded series (docs/metrics.md#nccl_ras): the collector and the simulator
 both build their series here, so a simulated hang reads exactly as a real one.
 
 Per communicator: its size, its missing, dead and flagged ranks, and per op (``collective_counts``
