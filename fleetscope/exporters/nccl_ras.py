@@ -37,7 +37,7 @@ from fleetscope.argtypes import positive_float, positive_int
 from fleetscope.exporters import safe_read
 from fleetscope.exporters.base import Collector, NodeContext
 from fleetscope.exporters.ras_client import DEFAULT_MAX_BYTES, RasQueryError, parse_address, query
-from fleetscope.exporters.ras_series import DEFAULT_MAX_COMMUNICATORS, RasSeries, report_series, series_bound
+from fleetscope.exporters.ras_series import DEFAULT_MAX_COMMUNICATORS, RasSeries, report_series
 from fleetscope.hang.ras_parse import RasParseError, parse_reports
 from fleetscope.labels import cap
 
