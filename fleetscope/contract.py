@@ -628,7 +628,8 @@ TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
 
 #: The communicator: its RAS ``hash`` (16 hex digits), ``hash/secondary_hash`` where two share one.
 NCCL_RAS_COMM_LABEL = "comm"
-#: NCCL's op name in ``collective_counts`` (``AllReduce``, ``AllGather``, ...).
+#: NCCL's op name in ``collective_counts`` (``AllReduce``, ``AllGather``, ...); ``any`` in a text
+#: report from before NCCL 2.26, which counts all collectives together.
 NCCL_RAS_OP_LABEL = "op"
 #: A named rank's host as RAS reports it (its bootstrap address or name) and its GPU (``nvml_dev``,
 #: the NVML index, the ``gpu`` label of that node's GPU series).

@@ -24,6 +24,8 @@ from fleetscope import contract as c
 from fleetscope.hang.ras_parse import OP_NAMES, CountGroup, RasComm, RasMissing, RasRank, RasReport
 from fleetscope.labels import cap
 
+#: The ``op`` label of a text report from before NCCL 2.26, whose counts are not broken down by op.
+ANY_OP = "any"
 #: Communicators served per job by default (``--collector.nccl_ras.max-communicators``).
 DEFAULT_MAX_COMMUNICATORS = 16
 
@@ -86,7 +88,7 @@ def _text_ops(comm: RasComm) -> dict[str, _Op]:
     group is a small outlier, so the ranks named are those it listed."""
     groups: dict[str, list[CountGroup]] = {}
     for g in comm.count_groups:
-        op = g.op if g.op in OP_NAMES else "AllReduce" if g.op is None else None
+        op = g.op if g.op in OP_NAMES else ANY_OP if g.op is None else None
         if op is not None:
             groups.setdefault(op, []).append(g)
     ops: dict[str, _Op] = {}
