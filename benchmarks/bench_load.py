@@ -101,7 +101,7 @@ def one(mode: str, path: str) -> None:
     """Run one in-process measurement (in the child process)."""
     from fleetscope.analyzers.core import LOADED
     from fleetscope.window.openmetrics import read_openmetrics
-    from fleetscope.window.sources import load_file
+    from tests.support.analysis import load_file
 
     t0 = time.monotonic()
     if mode == "pandas":

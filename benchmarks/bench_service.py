@@ -2,7 +2,8 @@
 
 (a) ``cycle``: one analysis cycle over a 64-node job's last 30 minutes. The simulator records 30
     minutes of a 64-node x 8-GPU job with one failing GPU; promtool backfills it into a real
-    Prometheus; ``analyze_prometheus`` (what every service cycle calls) is timed over that window.
+    Prometheus; ``analyze_source`` of a Prometheus source (what every service cycle calls) is timed
+    over that window.
 (b) ``api``: API latency under 50 concurrent clients on loopback. ``fleetscope``'s app runs under
     uvicorn in its own process, holding the verdicts of a 64-node cluster (512 GPUs, 512 ranks);
     50 client threads, each on its own keep-alive connection, send a bounded number of GETs over
@@ -88,9 +89,10 @@ def cluster_analysis(n_nodes: int = 64, gpus: int = 8):
 
 def fixed_window(url: str, start0: float, end0: float, start: float, end: float):
     """The real analysis of the recorded window, whatever the clock says (module-level: picklable)."""
-    from fleetscope.analyzers.core import analyze_prometheus
+    from fleetscope.service.live import LiveResult
+    from tests.support.analysis import analyze_prometheus
 
-    return analyze_prometheus(url, start0, end0, step=15.0)
+    return LiveResult(analyze_prometheus(url, start0, end0, step=15.0))
 
 
 def serve_fixture(port: int, mode: str = "idle", url: str = "", start: float = 0.0, end: float = 0.0) -> None:
@@ -106,10 +108,11 @@ def serve_fixture(port: int, mode: str = "idle", url: str = "", start: float = 0
 
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.isolate import ProcessAnalyze
+    from fleetscope.service.live import LiveResult
 
     if mode == "idle":
-        analysis = cluster_analysis()
-        app = create_app(ServiceSettings(interval=30, window=1800), lambda start, end: analysis)
+        result = LiveResult(cluster_analysis())
+        app = create_app(ServiceSettings(interval=30, window=1800), lambda start, end: result)
     else:
         analyze = functools.partial(fixed_window, url, start, end)
         settings = ServiceSettings(interval=0.01, window=1800, stale_after=3600)
@@ -281,11 +284,14 @@ def recorded_prometheus(nodes: int, minutes: float):
 def bench_cycle(prom, spec, info: dict, repeats: int, sliding: float = 0.0, window: float = 0.0) -> dict:
     """``repeats`` cycles over the recording's window; with ``sliding`` (seconds), the service's
     path: a first cycle over ``window`` seconds, then each cycle ``sliding`` seconds later."""
-    from fleetscope.analyzers.analyze_source import SourceAnalysis
-    from fleetscope.analyzers.core import LOADED, analyze_prometheus
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.service.live import LiveAnalysis
+    from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
+    from tests.support.analysis import analyze_prometheus
 
-    service = SourceAnalysis(PrometheusSource(prom.url, LOADED, sliding=True), None, spec.step_s)
+    source = PrometheusSource(PrometheusAccess(prom.url), LOADED, sliding=True)
+    service = LiveAnalysis(source, None, spec.step_s)
     start, end = spec.start, spec.start + spec.duration_s
     times = []
     first = None
@@ -294,7 +300,7 @@ def bench_cycle(prom, spec, info: dict, repeats: int, sliding: float = 0.0, wind
         try:
             if sliding:
                 e = start + window + i * sliding
-                analysis = service(e - window, e)
+                analysis = service(e - window, e).report
             else:
                 analysis = analyze_prometheus(prom.url, start, end, step=spec.step_s)
         except Exception:

@@ -14,7 +14,6 @@ detectors, the page summaries).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import resource
@@ -62,10 +61,13 @@ def largest_shard(prom_url: str, spec, count: int, window: float) -> tuple[int, 
     """The shard of ``count`` owning the most nodes at the first window's end."""
     from fleetscope.analyzers.core import LOADED
     from fleetscope.service.shard import Discovery, Shard, share_of
+    from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
     end = spec.start + window
-    rows = Discovery().rows(PrometheusSource(prom_url, LOADED), end - window, end, spec.step_s)
+    rows = Discovery().rows(
+        PrometheusSource(PrometheusAccess(prom_url), LOADED), end - window, end, spec.step_s
+    )
     shares = [share_of(rows, Shard(k, count)) for k in range(count)]
     k = max(range(count), key=lambda i: len(shares[i].nodes))
     return k, shares[k].summary()
@@ -74,27 +76,26 @@ def largest_shard(prom_url: str, spec, count: int, window: float) -> tuple[int, 
 def bench_shard(
     prom_url: str, spec, index: int, count: int, window: float, sliding: float, repeats: int
 ) -> dict:
-    from fleetscope.analyzers.analyze_source import SourceAnalysis
     from fleetscope.analyzers.core import LOADED
-    from fleetscope.service.shard import Shard, ShardAnalysis
-    from fleetscope.service.summaries import analyze_for_page
+    from fleetscope.service.live import LiveAnalysis
+    from fleetscope.service.shard import Shard
+    from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
-    source = PrometheusSource(prom_url, LOADED, sliding=True)
-    fn = functools.partial(analyze_for_page, SourceAnalysis(source, None, spec.step_s))
-    cycle = ShardAnalysis(fn, source, Shard(index, count), spec.step_s)
+    source = PrometheusSource(PrometheusAccess(prom_url), LOADED, sliding=True)
+    cycle = LiveAnalysis(source, None, spec.step_s, Shard(index, count))
     times = []
     for i in range(repeats + 1):
         e = spec.start + window + i * sliding
         t0 = time.perf_counter()
-        report = cycle(e - window, e)
+        result = cycle(e - window, e)
         times.append(time.perf_counter() - t0)
     return {
         "first_cycle_s": round(times[0], 2),
         "sliding_cycles_s": [round(t, 2) for t in times[1:]],
         "sliding_median_s": round(statistics.median(times[1:]), 2),
-        "findings": len(report.findings),
-        "share": report.live["shard"],
+        "findings": len(result.report.findings),
+        "share": result.shard,
     }
 
 

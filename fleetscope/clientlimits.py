@@ -7,6 +7,14 @@ emptied the one bucket before authentication. Each address here gets its own sha
 :class:`ClientSlots` counts its open connections, :class:`ClientBuckets` gives it its own token
 bucket. Both are bounded in the addresses they remember.
 
+A share per address is not enough on its own: four addresses hold four quarters. So the servers
+also admit in two pools (:class:`Admission`): a connection starts in the open pool (bounded in
+total, and in time by the server's request-head deadline), and when the open pool is full the
+oldest connection still waiting for its request head is cut to make room, so idle and trickling
+clients are pushed out by newcomers, never the other way round. A request that presents valid
+credentials moves its connection to a separate pool that unauthenticated connections cannot fill,
+whatever the number of source addresses.
+
 Standard library only: the node agent imports this.
 """
 
@@ -14,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 #: Client addresses a :class:`ClientBuckets` remembers; the least recently seen is forgotten first.
@@ -77,3 +85,96 @@ class ClientBuckets:
             else:
                 self._buckets.move_to_end(client)
         return bucket.allow()
+
+
+_WAITING, _BUSY, _AUTHENTICATED, _CUT = "waiting", "busy", "authenticated", "cut"
+
+
+class Admission:
+    """The two connection pools of a server. Thread-safe.
+
+    * The open pool (``open_limit``): every connection starts here, *waiting* for its request head.
+      When the pool is full, a newcomer takes the place of the connection that has waited longest
+      (it is cut: ``cut()`` is called, and the connection's own :meth:`release` then changes
+      nothing); only when no connection is waiting (every one has a request being answered) is
+      the newcomer refused.
+    * The authenticated pool (``authenticated_limit``): a connection whose request head carries
+      valid credentials moves here (:meth:`head_received`) and stays until it closes; nothing in
+      the open pool can take its place or cut it.
+
+    Keys are whatever identifies a connection for its whole life (a file descriptor, a protocol
+    object); ``release`` must be called before the key can be reused.
+    """
+
+    def __init__(self, open_limit: int, authenticated_limit: int) -> None:
+        self.open_limit = max(1, open_limit)
+        self.authenticated_limit = max(1, authenticated_limit)
+        self.open = 0
+        self.authenticated = 0
+        #: Connections cut to make room, and newcomers refused because no one was waiting.
+        self.cut = 0
+        self.refused = 0
+        self._state: dict[Hashable, str] = {}
+        self._waiting: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def admit(self, key: Hashable, cut: Callable[[], None]) -> bool:
+        """Admit a new connection to the open pool (cutting the longest-waiting one if it is full);
+        False when it is full of connections being answered."""
+        with self._lock:
+            if self.open >= self.open_limit:
+                if not self._waiting:
+                    self.refused += 1
+                    return False
+                victim, victim_cut = self._waiting.popitem(last=False)
+                self._state[victim] = _CUT
+                self.cut += 1
+                try:
+                    victim_cut()
+                except OSError:
+                    pass
+            else:
+                self.open += 1
+            self._state[key] = _WAITING
+            self._waiting[key] = cut
+            return True
+
+    def head_received(self, key: Hashable, authenticated: bool) -> bool:
+        """A whole request head came in. With valid credentials the connection moves to the
+        authenticated pool. False when the connection was cut meanwhile, or its credentials are
+        valid but the authenticated pool is full (answer 503)."""
+        with self._lock:
+            state = self._state.get(key)
+            if state is None or state == _CUT:
+                return False
+            self._waiting.pop(key, None)
+            if state == _AUTHENTICATED:
+                return True
+            if authenticated:
+                if self.authenticated >= self.authenticated_limit:
+                    self._state[key] = _BUSY
+                    return False
+                self.open -= 1
+                self.authenticated += 1
+                self._state[key] = _AUTHENTICATED
+                return True
+            self._state[key] = _BUSY
+            return True
+
+    def answered(self, key: Hashable, cut: Callable[[], None]) -> None:
+        """A kept-alive connection of the open pool waits for its next request head: it may be cut
+        again (as the newest waiter)."""
+        with self._lock:
+            if self._state.get(key) == _BUSY:
+                self._state[key] = _WAITING
+                self._waiting[key] = cut
+
+    def release(self, key: Hashable) -> None:
+        """The connection is closing (call it before its key can be reused)."""
+        with self._lock:
+            state = self._state.pop(key, None)
+            self._waiting.pop(key, None)
+            if state in (_WAITING, _BUSY):
+                self.open -= 1
+            elif state == _AUTHENTICATED:
+                self.authenticated -= 1

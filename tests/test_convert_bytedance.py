@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from fleetscope import contract as c
-from fleetscope.analyzers.core import analyze_file
+from tests.support.analysis import analyze_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "convert_bytedance_traces.py"
 

@@ -2,9 +2,9 @@
 
 Layers, lowest first (a module may import its own package and any lower layer; a higher one never):
 
-0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ``cli_options``, ...),
-   and ``hang/`` (parsers and reasoning over dump and RAS files, standard library only: the node
-   agent reuses its RAS parser; its join to series lives in ``analyzers/hang_join``);
+0. base: the top-level modules (``contract``, ``errors``, ``times``, ``argtypes``, ...), and
+   ``hang/`` (parsers and reasoning over dump and RAS files, standard library only: the node agent
+   reuses its RAS parser; its join to series lives in ``analyzers/hang_join``);
 1. the window layer (``window/``) and, beside it and apart from each other, the node agent
    (``exporters/``, ``telemetry/``) and the rules (``alerts/``);
 2. the simulator (``simulate/``), which drives the real training library and the exporter's
@@ -17,8 +17,14 @@ Layers, lowest first (a module may import its own package and any lower layer; a
    ``*_cli`` module, which may import each other.
 
 Inside the analyzers, signals compute and detectors decide: a detector module imports no other
-detector (only the registry, ``detectors/__init__.py``, imports them), and the signal layer
-(``analyzers/signals/``) imports no detector.
+detector (only the registry, ``detectors/__init__.py``, imports them), the signal layer
+(``analyzers/signals/``) imports no detector, and ``features`` (what the signals are computed from)
+imports nothing from the signal layer. The per-job signals (``signals/jobs.py``, ``signals/mfu.py``)
+are read through their cached members of ``Signals`` alone: only the signal layer imports them.
+
+A name that starts with one underscore is its module's own: no other module imports it (``from m
+import _name``) or reads it off an imported module (``m._name``). What two modules share is public
+API, named so.
 
 What counts as an edge. Every ``import``, also one inside a function: a lazy import still ties two
 modules, and a loop through one is a loop as soon as both run. Two kinds do not count, because they
@@ -193,6 +199,78 @@ def test_detectors_import_signals_and_signals_import_no_detector() -> None:
         assert not any(d == DETECTORS or d.startswith(f"{DETECTORS}.") for d in graph[mod]), (mod, graph[mod])
     assert f"{SIGNALS}.window_signals" in graph[f"{DETECTORS}.base"]
     assert all(graph[m] & signals for m in _detector_modules(graph)), "a detector that reads no signal"
+
+
+def test_features_import_nothing_from_the_signal_layer_and_per_job_signals_have_one_door() -> None:
+    graph = _graph()
+    features = "fleetscope.analyzers.features"
+    assert not {d for d in graph[features] if d == SIGNALS or d.startswith(f"{SIGNALS}.")}, graph[features]
+    doors = {f"{SIGNALS}.jobs", f"{SIGNALS}.mfu"}
+    assert doors <= set(graph)
+    importers = {mod for mod, deps in graph.items() if deps & doors}
+    assert importers and all(m.startswith(f"{SIGNALS}.") for m in importers), sorted(importers)
+
+
+def _private_imports(mod: str, path: Path, mods: set[str]) -> list[str]:
+    """Names private to another module that ``mod`` imports or reads off an imported module."""
+    tree = ast.parse(path.read_text())
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    bound: dict[str, str] = {}  # local name -> package module it is bound to
+    bad = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base not in mods and not any(f"{base}.{a.name}" in mods for a in node.names):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in mods:
+                    bound[alias.asname or alias.name] = sub
+                if private(alias.name) and sub != mod:
+                    bad.append(f"{mod}: from {base} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname: a.name for a in node.names if a.asname and a.name in mods}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and private(node.attr)
+        ):
+            bad.append(f"{mod}: {bound[node.value.id]}.{node.attr}")
+    return bad
+
+
+def _private_uses() -> list[str]:
+    mods = {_module(p): p for p in ROOT.rglob("*.py")}
+    return sorted(b for mod, path in mods.items() for b in _private_imports(mod, path, set(mods)))
+
+
+def test_no_module_imports_a_name_private_to_another() -> None:
+    assert _private_uses() == []
+
+
+def test_the_private_rule_finds_what_it_looks_for(tmp_path: Path) -> None:
+    mods = {"fleetscope.a", "fleetscope.b", "fleetscope.pkg", "fleetscope.pkg.c"}
+    src = tmp_path / "b.py"
+    src.write_text(
+        "from fleetscope.a import _hidden, shown, __version__\n"
+        "from fleetscope.pkg import c as _c\n"
+        "import fleetscope.a as a\n"
+        "x = a._inner + _c._deep + a.public\n"
+    )
+    assert _private_imports("fleetscope.b", src, mods) == [
+        "fleetscope.b: from fleetscope.a import _hidden",
+        "fleetscope.b: fleetscope.a._inner",
+        "fleetscope.b: fleetscope.pkg.c._deep",
+    ]
 
 
 def test_the_edges_follow_the_documented_rules() -> None:

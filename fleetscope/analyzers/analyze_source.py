@@ -1,8 +1,8 @@
 """A window of one :class:`~fleetscope.window.sources.Source` analyzed: in one piece or streamed.
 
-``fleetscope analyze`` and the live service both come here. The window is one chunk of the streamed
-path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk`` says one piece, and
-chunks of the one-shot grid otherwise:
+``fleetscope analyze``, ``plan``, ``evaluate``, the demo and the tests come here. The window is one
+chunk of the streamed path (:func:`~fleetscope.analyzers.stream.analyze_chunked`) when ``--chunk``
+says one piece, and chunks of the one-shot grid otherwise:
 
 * ``--prometheus``: each chunk is its own range queries over the chunk and its lead-in.
 * ``--input`` of a Parquet archive (``fleetscope record``): each chunk reads only the archive's
@@ -21,6 +21,7 @@ said so once; only a window without any data is an error.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -36,16 +37,16 @@ from fleetscope.analyzers.stream import (
 )
 from fleetscope.errors import NoData
 from fleetscope.window.frames import Frames
-from fleetscope.window.sources import ArchiveSource, PrometheusSource, RecordingSource, Source
+from fleetscope.window.sources import Source
 
 #: A progress bar for a label ("converting", "analyzing").
-Bars = Callable[[str], Progress]
+Bars = Callable[[str], Progress | None]
 
 
 def analyze_source(
     source: Source,
-    config: DetectorConfig,
-    bars: Bars,
+    config: DetectorConfig | None = None,
+    bars: Bars | None = None,
     *,
     start: float | None = None,
     end: float | None = None,
@@ -54,47 +55,30 @@ def analyze_source(
     prefetch: bool | None = None,
 ) -> Report:
     """The report of ``[start, end]`` (None: the source's own bounds) of ``source`` at ``step``,
-    in chunks as ``chunk`` (``--chunk``: a duration, ``auto`` or ``off``) says (module docstring)."""
-    if isinstance(source, RecordingSource):
-        # A recording's window is known only once it is read; its first family says how long it is.
-        recorded_s = source.first_family_seconds() if chunk == "auto" else None
-        if start is not None and end is not None:
-            recorded_s = min(recorded_s, end - start) if recorded_s is not None else None
-        chunk_s = chunk_seconds(chunk, recorded_s)
-        if chunk_s is None:
-            return _one_piece(source, config, bars, start, end, step)
-        with tempfile.TemporaryDirectory(prefix="fleetscope-stream-") as tmp:
-            archive = source.to_archive(Path(tmp) / "window.parquet", bars("converting"))
-            return _streamed(archive, config, bars, start, end, step, chunk_s, prefetch)
-    # The window's length from what is cheap to know (an archive's footer), before any probe.
-    if isinstance(source, ArchiveSource):
-        first, last = source.extent(start, end)
-    else:
-        span = source.span(start, end, step)
-        assert span is not None  # only a recording's is unknown
-        first, last = span.first, span.last
-    chunk_s = chunk_seconds(chunk, last - first)
-    if chunk_s is None:
-        return _one_piece(source, config, bars, start, end, step)
-    return _streamed(source, config, bars, start, end, step, chunk_s, prefetch)
+    in chunks as ``chunk`` (``--chunk``: a duration, ``auto`` or ``off``) says (module docstring);
+    ``bars``: a progress bar per stage (None: none)."""
+    bars = bars or _no_bars
+    # The window's length from what is cheap to know (an archive's footer, a recording's first
+    # family), before any probe; only ``auto`` asks.
+    chunk_s = chunk_seconds(chunk, source.seconds(start, end, step) if chunk == "auto" else None)
+    if chunk_s is None:  # the window as the streamed path's one chunk: loaded whole, analyzed once
+        return analyze_one_chunk(source.load(start, end, step, bars(source.load_label)), config)
+    with contextlib.ExitStack() as stack:
+
+        def tmpdir() -> Path:  # made only for a source that converts (a recording)
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleetscope-stream-")))
+
+        chunked = source.for_chunks(tmpdir, bars("converting"))
+        return _streamed(chunked, config, bars, start, end, step, chunk_s, prefetch)
 
 
-def _one_piece(
-    source: Source,
-    config: DetectorConfig,
-    bars: Bars,
-    start: float | None,
-    end: float | None,
-    step: float | None,
-) -> Report:
-    """The window as the streamed path's one chunk: loaded whole, analyzed once."""
-    label = "querying" if isinstance(source, PrometheusSource) else "loading"
-    return analyze_one_chunk(source.load(start, end, step, bars(label)), config)
+def _no_bars(label: str) -> Progress | None:
+    return None
 
 
 def _streamed(
     source: Source,
-    config: DetectorConfig,
+    config: DetectorConfig | None,
     bars: Bars,
     start: float | None,
     end: float | None,
@@ -103,7 +87,7 @@ def _streamed(
     prefetch: bool | None,
 ) -> Report:
     span = source.span(start, end, step)
-    assert span is not None  # a recording is converted to an archive first
+    assert span is not None  # a source for chunks knows its span (Source.for_chunks)
 
     def load(a: float, b: float) -> Frames:
         return source.load(a, b, span.step)
@@ -122,24 +106,3 @@ def _streamed(
         )
     except NoData as exc:  # every chunk empty: said of the source
         raise NoData(f"{source.name} has {exc}") from None
-
-
-class SourceAnalysis:
-    """``SourceAnalysis(source, config, step)(start, end)``: the report of that window of ``source``.
-
-    The live service's analysis: picklable, so its child process holds it, and with it the
-    source's state between cycles (a sliding :class:`~fleetscope.window.sources.PrometheusSource`
-    keeps its window and fetches only what is new).
-    """
-
-    def __init__(
-        self, source: Source, config: DetectorConfig | None = None, step: float | None = None
-    ) -> None:
-        self.source, self.config, self.step = source, config, step
-
-    def __call__(self, start: float, end: float) -> Report:
-        report = analyze_one_chunk(self.source.load(start, end, self.step), self.config)
-        if isinstance(self.source, PrometheusSource) and (changed := self.source.history_changes()):
-            # Said in every API answer's status block (and /readyz) while it holds.
-            report.live["history_changed_cells"] = changed
-        return report

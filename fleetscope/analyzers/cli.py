@@ -8,17 +8,21 @@ default otherwise), ``html`` (one self-contained report with plots).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import (
+    ProgressBar,
+    add_prometheus_access,
+    prometheus_access,
+    show_progress,
+    sigterm_unwinds,
+)
 
 if TYPE_CHECKING:
-    from fleetscope.analyzers.config import DetectorConfig
     from fleetscope.analyzers.report import Report
     from fleetscope.hang.model import HangResult
 
@@ -100,28 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load_config(path: str | None) -> DetectorConfig:
-    """The detector thresholds: the defaults, with a YAML/JSON file's overrides."""
-    from fleetscope.analyzers.config import DEFAULT
-
-    if not path:
-        return DEFAULT
-    try:
-        import yaml
-
-        with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise FleetscopeError(f"cannot read --config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise FleetscopeError(f"--config {path} is not YAML/JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise FleetscopeError(f"--config {path} must be a mapping of setting: value")
-    return DEFAULT.with_overrides(data)
-
-
 def run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
     from fleetscope.times import parse_time
     from fleetscope.window.sources import open_source
@@ -129,37 +114,26 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     show = show_progress(args)
     t0 = time.monotonic()
-    region, headers = prometheus_access(args) if args.prometheus else (None, {})
-    source = open_source(
-        args.input,
-        args.prometheus,
-        LOADED,
-        timeout=args.timeout,
-        sigv4_region=region,
-        headers=headers,
-        max_answer_bytes=args.max_answer_bytes,
-    )
-    report = analyze_source(
-        source,
-        config,
-        lambda label: ProgressBar(label, show),
-        start=parse_time(args.start) if args.start else None,
-        end=parse_time(args.end) if args.end else None,
-        step=args.step,
-        chunk=args.chunk,
-        prefetch=args.prefetch,
-    )
-    hangs = None
-    if args.flight_recorder or args.nccl_ras:
-        from fleetscope.analyzers.hang_join import hangs_for_analyze
-
-        access = {"timeout": args.timeout, "sigv4_region": region, "headers": headers,
-                  "max_answer_bytes": args.max_answer_bytes}  # fmt: skip
-        paths = args.flight_recorder + args.nccl_ras
-        hangs = hangs_for_analyze(
-            paths, (args.input, args.prometheus), args.job, report.start, report.end, **access
+    access = prometheus_access(args, args.prometheus) if args.prometheus else None
+    source = open_source(args.input, access, LOADED)
+    with sigterm_unwinds():  # a streamed analysis's temporary folder goes with it
+        report = analyze_source(
+            source,
+            config,
+            lambda label: ProgressBar(label, show),
+            start=parse_time(args.start) if args.start else None,
+            end=parse_time(args.end) if args.end else None,
+            step=args.step,
+            chunk=args.chunk,
+            prefetch=args.prefetch,
         )
-    return _write(args, report, show, t0, hangs)
+        hangs = None
+        if args.flight_recorder or args.nccl_ras:
+            from fleetscope.analyzers.hang_join import hangs_for_analyze
+
+            paths = args.flight_recorder + args.nccl_ras
+            hangs = hangs_for_analyze(paths, args.input, access, args.job, report.start, report.end)
+        return _write(args, report, show, t0, hangs)
 
 
 def _write(
@@ -167,7 +141,9 @@ def _write(
 ) -> int:
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "json")
     if fmt == "json":
-        text = json.dumps(report.document(), indent=2) + "\n"
+        from fleetscope import strictjson
+
+        text = strictjson.dumps(report.document(), indent=2) + "\n"  # no NaN/Infinity: null + a note
     elif fmt == "html":
         from fleetscope.analyzers.report_html import render_html
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from fleetscope.errors import FleetscopeError
+
 
 @dataclass(frozen=True)
 class DetectorConfig:
@@ -150,10 +152,27 @@ class DetectorConfig:
         names = {f.name for f in fields(self)}
         bad = set(overrides) - names
         if bad:
-            from fleetscope.errors import FleetscopeError
-
             raise FleetscopeError(f"unknown detector settings: {', '.join(sorted(bad))}")
         return replace(self, **{k: type(getattr(self, k))(v) for k, v in overrides.items()})
 
 
 DEFAULT = DetectorConfig()
+
+
+def load_config(path: str | None) -> DetectorConfig:
+    """The detector thresholds: the defaults, with a YAML/JSON file's overrides (``--config``
+    of ``analyze``, ``serve``, ``plan`` and ``evaluate``)."""
+    if not path:
+        return DEFAULT
+    try:
+        import yaml
+
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise FleetscopeError(f"cannot read --config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise FleetscopeError(f"--config {path} is not YAML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise FleetscopeError(f"--config {path} must be a mapping of setting: value")
+    return DEFAULT.with_overrides(data)

@@ -1,8 +1,9 @@
 """The analyzer core: one window of frames in, one :class:`~fleetscope.analyzers.report.Report` out.
 
 Everything that analyzes goes through :func:`analyze`: ``fleetscope analyze`` (text, JSON and HTML),
-the live service's cycles, ``fleetscope plan`` and ``fleetscope evaluate``. :func:`analyze_file` and
-:func:`analyze_prometheus` are the two loaders followed by :func:`analyze`.
+the live service's cycles, ``fleetscope plan`` and ``fleetscope evaluate``, each through
+:func:`~fleetscope.analyzers.analyze_source.analyze_source` of the source
+:func:`~fleetscope.window.sources.open_source` picks (so each streams a long window).
 
 Flow: the loaders put every series of :data:`~fleetscope.analyzers.features.METRICS_USED` on one time
 grid (:class:`~fleetscope.window.frames.Frames`); :func:`~fleetscope.analyzers.features.build_features`
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -52,8 +52,7 @@ def analyze(
     goodput account covers only the own region). ``report.carry`` is what this chunk hands on.
     """
     cfg = config or DEFAULT
-    feat = build_features(frames, cfg)
-    feat.carry = carry
+    feat = build_features(frames, cfg, carry)
     signals = Signals(feat)
     findings: list[Finding] = []
     learnt = Carry()
@@ -63,21 +62,19 @@ def analyze(
         learnt = learnt.merge(found.learnt)
     findings = one_finding_per_incident(findings, cfg.hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
-    report = Report(
+    goodput = goodput_accounts(signals, findings, own_start)
+    learnt.step_base = {job: a.baseline_step_s for job, a in goodput.items() if a.baseline_step_s is not None}
+    return Report(
         start=frames.start,
         end=frames.end,
         findings=findings,
         nodes=node_verdicts(feat, findings),
         straggler_scores=_scores(signals),
         jobs=job_summaries(signals, findings),
+        goodput=goodput,
+        window_signals=signals,
+        next_carry=learnt,
     )
-    report.goodput = goodput_accounts(feat, findings, own_start)
-    report.signals = signals
-    learnt.step_base = {
-        job: a.baseline_step_s for job, a in report.goodput.items() if a.baseline_step_s is not None
-    }
-    report.carry = learnt
-    return report
 
 
 def one_finding_per_incident(findings: list[Finding], lookback_s: float) -> list[Finding]:
@@ -107,60 +104,6 @@ def one_finding_per_incident(findings: list[Finding], lookback_s: float) -> list
             continue
         cause.evidence.setdefault("slow_before", f"straggler ({f.cause}) since {rfc3339(f.start)}")
     return out
-
-
-def analyze_file(
-    path: str | Path,
-    config: DetectorConfig | None = None,
-    *,
-    step: float | None = None,
-    start: float | None = None,
-    end: float | None = None,
-    progress: Progress | None = None,
-) -> Report:
-    """Load a recorded OpenMetrics file (gzip allowed) or a Parquet archive (``fleetscope record``,
-    routed by ``load_file`` on its magic bytes) and :func:`analyze` it."""
-    from fleetscope.window.sources import load_file
-
-    return analyze(load_file(path, LOADED, step=step, start=start, end=end, progress=progress), config)
-
-
-def analyze_prometheus(
-    url: str,
-    start: float | str,
-    end: float | str,
-    step: float = 15.0,
-    config: DetectorConfig | None = None,
-    timeout: float = 30.0,
-    *,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
-    progress: Progress | None = None,
-    max_answer_bytes: int | None = None,
-) -> Report:
-    """Load the window from a Prometheus-compatible API and :func:`analyze` it.
-
-    Raises :class:`fleetscope.errors.FleetscopeError` when Prometheus is down, answers 5xx, or the
-    window holds no data. ``sigv4_region`` signs requests for Amazon Managed Prometheus. The live
-    service's cycles keep their window between calls instead
-    (:class:`~fleetscope.analyzers.analyze_source.SourceAnalysis` of a sliding
-    :class:`~fleetscope.window.sources.PrometheusSource`).
-    """
-    from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES, load_prometheus
-
-    frames = load_prometheus(
-        url,
-        start,
-        end,
-        step,
-        LOADED,
-        timeout=timeout,
-        sigv4_region=sigv4_region,
-        headers=headers,
-        progress=progress,
-        max_answer_bytes=max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES,
-    )
-    return analyze(frames, config)
 
 
 def node_verdicts(feat: Features, findings: Sequence[Finding]) -> dict[str, NodeVerdict]:

@@ -378,14 +378,16 @@ def evaluate(
 
 def _evaluate_one(work: tuple[int, Path, Any, Path, DetectorConfig | None]) -> tuple[int, ScenarioResult]:
     """One scenario: simulate it into ``tmp``, analyze the recording from disk, score it."""
-    from fleetscope.analyzers.core import analyze_file
+    from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.core import LOADED
     from fleetscope.simulate.record import write_scenario
+    from fleetscope.window.sources import open_source
 
     i, path, spec, tmp, config = work
     t0 = time.monotonic()
     out, truth_path = write_scenario(spec, tmp / f"{path.stem}.om")
     try:
-        analysis = analyze_file(out, config)
+        analysis = analyze_source(open_source(out, None, LOADED), config)
     finally:
         out.unlink(missing_ok=True)
     truth = json.loads(truth_path.read_text())

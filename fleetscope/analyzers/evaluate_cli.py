@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
+from fleetscope import strictjson
 from fleetscope.argtypes import positive_int
 
 
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetscope.analyzers.cli import load_config
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.evaluate import evaluate
 
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -52,12 +52,12 @@ def run(args: argparse.Namespace) -> int:
         args.folder, config=load_config(args.config), progress=progress, families=args.family, jobs=args.jobs
     )
     if args.json == "-":
-        print(json.dumps(report.to_dict(), indent=2))
+        print(strictjson.dumps(report.to_dict(), indent=2))
     else:
         sys.stdout.write(report.render())
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump(report.to_dict(), fh, indent=2)
+                fh.write(strictjson.dumps(report.to_dict(), indent=2))
     rc = 0
     for kind, k in report.per_kind().items():
         if args.min_precision is not None and k["precision"] < args.min_precision:

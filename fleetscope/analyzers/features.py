@@ -1,8 +1,8 @@
 """The window's series aligned per GPU and per rank: what every signal and detector reads.
 
 Computed once per analysis from :class:`~fleetscope.window.frames.Frames`. The signals derived
-from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`;
-the detectors only compare and decide.
+from these (slowness, MFU, hardware evidence, ...) live in :mod:`fleetscope.analyzers.signals`,
+which reads this module (never the other way); the detectors only compare and decide.
 """
 
 from __future__ import annotations
@@ -19,8 +19,25 @@ from fleetscope import labels as label_rules
 from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.config import DetectorConfig
 from fleetscope.analyzers.nanstats import nanmedian
-from fleetscope.analyzers.signals.serving import SERVING_METRICS  # imports no analyzer module
 from fleetscope.window.frames import Frames, increase_steps, rolling_sum, row_codes
+
+#: Inter-token latency under either name (V1 from v0.11; V0 and early V1): ``new or old``.
+ITL_NAMES = (c.VLLM_INTER_TOKEN_LATENCY, c.VLLM_TIME_PER_OUTPUT_TOKEN)
+KV_NAMES = (c.VLLM_KV_CACHE_USAGE, c.VLLM_GPU_CACHE_USAGE)
+SERVING_HISTOGRAMS = (c.VLLM_TIME_TO_FIRST_TOKEN, *ITL_NAMES)
+
+#: Every serving series the analyzers read (appended to :data:`METRICS_USED`; the serving signals,
+#: :mod:`fleetscope.analyzers.signals.serving`, read them).
+SERVING_METRICS: tuple[str, ...] = (
+    c.VLLM_NUM_REQUESTS_RUNNING,
+    c.VLLM_NUM_REQUESTS_WAITING,
+    *KV_NAMES,
+    c.VLLM_NUM_PREEMPTIONS,
+    c.VLLM_PROMPT_TOKENS,
+    c.VLLM_GENERATION_TOKENS,
+    c.VLLM_REQUEST_SUCCESS,
+    *(s for h in SERVING_HISTOGRAMS for s in (h.bucket, h.sum, h.observations)),
+)
 
 #: Every metric the analyzers read (the loaders fetch only these).
 METRICS_USED: tuple[str, ...] = (
@@ -85,6 +102,43 @@ class GpuSignals:
         return self.index.get((node, gpu))
 
 
+#: The longest wall time one training step can take: a step's time is counted when it ends, so one
+#: interval may add a whole step begun long before it (a first step compiling for an hour).
+MAX_STEP_S = 86_400.0
+#: What one rank can add per second of wall time, at most. Step and phase seconds: one second (a
+#: rank's steps run one after another). Model FLOPs: 1e17 FLOP/s, over seven times the largest
+#: dense peak in fleetscope's table (B300 fp4, 13.5e15; docs/design.md). Steps: 1e4 a second (a
+#: step of 100 us computes nothing a cluster is needed for). Tokens: 1e8 a second.
+PHYSICAL_PER_S: dict[str, float] = {
+    c.TRAINING_STEPS: 1e4,
+    c.TRAINING_STEP_SECONDS: 1.0,
+    c.TRAINING_PHASE_SECONDS: 1.0,
+    c.TRAINING_MODEL_FLOPS: 1e17,
+    c.TRAINING_TOKENS: 1e8,
+}
+
+
+def physical_increase(
+    raw: np.ndarray, times: np.ndarray, per_s: float, rejected: dict[str, int], name: str
+) -> np.ndarray:
+    """:func:`increase_steps` of the counters ``raw`` (T x S), with the increases no rank can make
+    left out (NaN) and counted in ``rejected[name]``: negative ones, and those beyond ``per_s``
+    times the wall time since the series' first sample in the window plus :data:`MAX_STEP_S`
+    (a step-seconds counter of 1.7e308 made every goodput sum infinite, and the jobs API 500)."""
+    d = increase_steps(raw)
+    if not d.size:
+        return d
+    present = ~np.isnan(raw)
+    first = np.where(present.any(axis=0), present.argmax(axis=0), 0)
+    elapsed = np.asarray(times, dtype=float)[:, None] - np.asarray(times, dtype=float)[first][None, :]
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = (d < 0) | (d > per_s * (elapsed + MAX_STEP_S))
+    if bad.any():
+        rejected[name] = rejected.get(name, 0) + int(bad.sum())
+        d = np.where(bad, np.nan, d)
+    return d
+
+
 @dataclass
 class RankSignals:
     """One column per rank series (job_id, rank, Hostname, gpu)."""
@@ -97,6 +151,8 @@ class RankSignals:
     flops: np.ndarray
     tokens: np.ndarray
     present: np.ndarray  # bool, series has a sample
+    #: Per counter, the increases left out as impossible (:func:`physical_increase`).
+    rejected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -239,30 +295,46 @@ def rank_signals(frames: Frames) -> RankSignals:
         )
         return place_columns(out, row_positions(keys, lab, RANK_KEY), vals)
 
+    rejected: dict[str, int] = {}
+
+    def increase(name: str, raw: np.ndarray) -> np.ndarray:
+        return physical_increase(raw, frames.times, PHYSICAL_PER_S[name], rejected, name)
+
     phases = {}
     for ph in c.TRAINING_PHASES:
-        phases[ph] = increase_steps(aligned(c.TRAINING_PHASE_SECONDS, phase=ph))
+        phases[ph] = increase(c.TRAINING_PHASE_SECONDS, aligned(c.TRAINING_PHASE_SECONDS, phase=ph))
     compute = phases["forward"] + phases["backward"]
-    return RankSignals(
+    out = RankSignals(
         keys=keys,
-        steps=increase_steps(steps_raw),
+        steps=increase(c.TRAINING_STEPS, steps_raw),
         compute=compute,
         phases=phases,
-        step_seconds=increase_steps(aligned(c.TRAINING_STEP_SECONDS)),
-        flops=increase_steps(aligned(c.TRAINING_MODEL_FLOPS)),
-        tokens=increase_steps(aligned(c.TRAINING_TOKENS)),
+        step_seconds=increase(c.TRAINING_STEP_SECONDS, aligned(c.TRAINING_STEP_SECONDS)),
+        flops=increase(c.TRAINING_MODEL_FLOPS, aligned(c.TRAINING_MODEL_FLOPS)),
+        tokens=increase(c.TRAINING_TOKENS, aligned(c.TRAINING_TOKENS)),
         present=~np.isnan(steps_raw),
+        rejected=rejected,
     )
+    if rejected:
+        log.warning(
+            "left out %s increase(s) of training counters that no rank can make (negative, or beyond "
+            "its wall time, or beyond any accelerator's peak): %s",
+            f"{sum(rejected.values()):,}",
+            ", ".join(f"{name} {n:,}" for name, n in sorted(rejected.items())),
+        )
+    return out
 
 
-def build_features(frames: Frames, config: DetectorConfig) -> Features:
+def build_features(frames: Frames, config: DetectorConfig, carry: Carry | None = None) -> Features:
+    """The window's aligned signals, complete: ``carry`` is what the chunks before learnt (None: a
+    window on its own)."""
     # At least four samples behind each rate: with 60 s scrapes, two samples whose scrape times
     # drift across the grid's make a rate swing by a whole step's worth.
     w = max(4, round(config.rate_window_s / frames.step))
     p = max(1, round(config.persistence_s / frames.step))
     ranks = rank_signals(frames)
     jobs = sorted({str(j) for j in ranks.keys["job_id"]}) if len(ranks.keys) else []
-    return Features(frames, config, w, p, gpu_signals(frames, w), ranks, jobs)
+    return Features(frames, config, w, p, gpu_signals(frames, w), ranks, jobs, carry)
 
 
 def robust_z(x: np.ndarray, axis: int = 1, mad_floor: float = 0.005) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ without pandas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,16 +57,19 @@ class Finding:
         return identity(self)
 
     def to_dict(self) -> dict[str, Any]:
+        """The one JSON shape of a finding: ``analyze --format json``, the service's API and page
+        (a score that is not finite is null: JSON has no NaN)."""
+        score = None if self.score is None or not math.isfinite(float(self.score)) else self.score
         return {
             "kind": self.kind,
             "severity": self.severity,
             "node": self.node,
-            "gpu": self.gpu,
-            "rank": self.rank,
+            "gpu": None if self.gpu is None else str(self.gpu),
+            "rank": None if self.rank is None else int(self.rank),
             "job_id": self.job_id,
             "start": rfc3339(self.start),
             "end": rfc3339(self.end),
-            "score": None if self.score is None else round(float(self.score), 3),
+            "score": None if score is None else round(float(score), 3),
             "cause": self.cause,
             "evidence": {k: str(v) for k, v in self.evidence.items()},
             "action": self.action,

@@ -45,7 +45,7 @@ from fleetscope.analyzers.features import (
 )
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
-from fleetscope.analyzers.signals.jobs import job_columns
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps, iter_runs
 
 #: The series the account reads besides the detectors' (the loaders fetch them too).
@@ -133,7 +133,7 @@ def finding_label(f: Finding) -> str:
 
 
 def goodput_accounts(
-    feat: Features, findings: Sequence[Finding], own_start: float | None = None
+    signals: Signals, findings: Sequence[Finding], own_start: float | None = None
 ) -> dict[str, GoodputAccount]:
     """The goodput account of every job of the window (jobs without a rank on the grid: none),
     each with its checkpoint advice.
@@ -141,12 +141,13 @@ def goodput_accounts(
     ``own_start``: one chunk of a streamed window counts only its intervals that end at or after
     it; the grid times before it (the chunk's lead-in) still say which ranks held their GPUs.
     """
+    feat = signals.features
     out = {}
     nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
     node_hours = len(nodes) * float(feat.times[-1] - feat.times[0]) / 3600.0
     jobs = []
     for job in feat.jobs:
-        j = _Job(feat, job, own_start)
+        j = _Job(feat, signals.job_columns(job), own_start)
         acct = job_account(feat, findings, job, j)
         if acct is not None:
             jobs.append((job, j, acct))
@@ -205,10 +206,11 @@ def _mine(f: Finding, job: str, nodes: set[str]) -> bool:
 class _Job:
     """The per-interval counters of one job; interval ``i`` is grid time ``t[i-1]`` to ``t[i]``."""
 
-    def __init__(self, feat: Features, job: str, own_start: float | None = None) -> None:
+    def __init__(self, feat: Features, cols: np.ndarray, own_start: float | None = None) -> None:
+        """``cols``: the job's rank columns (``Signals.job_columns``)."""
         r = feat.ranks
         self.feat = feat
-        self.cols = cols = job_columns(feat, job)
+        self.cols = cols
         self.t = feat.times
         self.step = feat.step
         present = r.present[:, cols]
@@ -576,11 +578,8 @@ def _cause(gap: _Gap, j: _Job, findings: Sequence[Finding], job: str, lookback: 
     return None
 
 
-def job_account(
-    feat: Features, findings: Sequence[Finding], job: str, j: _Job | None = None
-) -> GoodputAccount | None:
-    """The goodput account of ``job`` (None when none of its ranks is on the grid)."""
-    j = j or _Job(feat, job)
+def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job) -> GoodputAccount | None:
+    """The goodput account of ``job`` (``j``: its counters; None when none of its ranks is on the grid)."""
     if j.last <= j.first:
         return None
     rework = np.zeros(len(j.t))

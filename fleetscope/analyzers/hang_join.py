@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from fleetscope.errors import FleetscopeError
 from fleetscope.hang.model import HangResult
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import Frames
+
+if TYPE_CHECKING:
+    from fleetscope.window.prometheus import PrometheusAccess
 
 #: The series the join reads.
 XID_COUNTER = c.GPU_XID_ERRORS_TOTAL.name
@@ -137,18 +141,17 @@ def join(result: HangResult, frames: Frames, job: str | None) -> None:
 
 def load_and_join(
     result: HangResult,
-    source_arg: tuple[str | None, str | None],
+    input: str | None,
+    access: PrometheusAccess | None,
     job: str | None,
     start: float | None,
     end: float | None,
-    **access: object,
 ) -> None:
     """Open ``--input``/``--prometheus`` like analyze does, load the window, and :func:`join`."""
     from fleetscope.errors import NoData
     from fleetscope.window.sources import open_source
 
-    inp, prom = source_arg
-    source = open_source(inp, prom, HANG_METRICS, **access)  # type: ignore[arg-type]
+    source = open_source(input, access, HANG_METRICS)
     try:
         frames = source.load(start, end, None)
     except NoData:
@@ -162,17 +165,17 @@ def load_and_join(
 
 def hangs_for_analyze(
     paths: list[str],
-    source_arg: tuple[str | None, str | None],
+    input: str | None,
+    access: PrometheusAccess | None,
     job: str | None,
     start: float,
     end: float,
     confirm_s: float = 60.0,
-    **access: object,
 ) -> HangResult:
     """``analyze --flight-recorder DIR --nccl-ras FILE``: the hangs of those files, joined over
     the analysis window of the same source."""
     from fleetscope.hang.analysis import analyze_paths
 
     result = analyze_paths(paths, confirm_s)
-    load_and_join(result, source_arg, job, start, end, **access)
+    load_and_join(result, input, access, job, start, end)
     return result

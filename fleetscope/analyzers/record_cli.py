@@ -12,8 +12,14 @@ import time
 from pathlib import Path
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import ProgressBar, add_prometheus_access, prometheus_access, show_progress
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import (
+    ProgressBar,
+    add_prometheus_access,
+    prometheus_access,
+    show_progress,
+    sigterm_unwinds,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,6 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with sigterm_unwinds():  # the temporary archive goes with it
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from fleetscope.analyzers.core import LOADED
     from fleetscope.times import parse_duration, parse_time
     from fleetscope.window.archive.format import pyarrow_modules
@@ -81,13 +92,12 @@ def run(args: argparse.Namespace) -> int:
             progress=ProgressBar("recording", show),
         )
     elif args.prometheus:
-        region, headers = prometheus_access(args)
         start, end = parse_time(args.start or "-1h"), parse_time(args.end or "now")
         piece = None if args.chunk == "off" else parse_duration(args.chunk)
         if piece is not None and piece <= 0:
             raise FleetscopeError(f"--chunk {args.chunk}: give a duration such as 1h, or off")
         stats = export_prometheus(
-            args.prometheus,
+            prometheus_access(args, args.prometheus),
             out,
             start,
             end,
@@ -95,10 +105,6 @@ def run(args: argparse.Namespace) -> int:
             LOADED,
             piece_s=piece,
             progress=ProgressBar("exporting", show),
-            timeout=args.timeout,
-            sigv4_region=region,
-            headers=headers,
-            max_answer_bytes=args.max_answer_bytes,
         )
     else:
         raise FleetscopeError("give --input FILE or --prometheus URL")

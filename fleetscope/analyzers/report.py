@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetscope.analyzers.findings import Finding, findings_document
@@ -72,6 +72,10 @@ class CheckpointAdvice:
 
     Times in seconds; intervals are wall time between the starts of two checkpoints. ``waste_*``
     are the expected fractions of the job's GPU time lost to checkpoints and recomputation.
+    ``prior``: no failure in the window, the advice rests on the prior (analyzer config
+    ``failure_prior_node_days``, default one per 250 node-days; ``failures_per_node_hour`` is it).
+
+    One shape for the report's JSON, the service's schema (``/api/v1/goodput``) and the page.
     """
 
     save_s: float
@@ -169,17 +173,19 @@ class Report:
     jobs: dict[str, JobSummary] = field(default_factory=dict)
     #: Job id -> its goodput account (docs/analyzers.md#goodput).
     goodput: dict[str, GoodputAccount] = field(default_factory=dict)
-    #: What the live page shows beside the findings (jobs' states, served models), as plain data;
-    #: filled in the service's analysis process by fleetscope.service.summaries.
-    live: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    #: Given at construction, kept as :attr:`signals` and :attr:`carry` (init-only: not compared,
+    #: not in ``asdict``, not carried by ``dataclasses.replace`` unless given again).
+    window_signals: InitVar[Signals | None] = None
+    next_carry: InitVar[Carry | None] = None
+
+    def __post_init__(self, window_signals: Signals | None, next_carry: Carry | None) -> None:
         #: The signals the detectors read, for reports that plot them (HTML) and the job summaries.
         #: Not a dataclass field (``asdict`` and comparisons ignore it) and not pickled: the live
         #: service gets plain data from its analysis child.
-        self.signals: Signals | None = None
+        self.signals: Signals | None = window_signals
         #: What this window hands the next chunk of a streamed window (fleetscope.analyzers.stream).
-        self.carry: Carry | None = None
+        self.carry: Carry | None = next_carry
 
     @property
     def features(self) -> Features | None:

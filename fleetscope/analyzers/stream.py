@@ -43,7 +43,7 @@ from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import GoodputAccount, Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
-from fleetscope.analyzers.signals.jobs import job_nodes
+from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_duration, rfc3339
 from fleetscope.window.frames import Frames, say_skipped
@@ -215,15 +215,17 @@ def _whole(
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     signals = last.signals
-    out = dataclasses.replace(last, start=start, findings=merged)
-    if signals is not None:
-        out.nodes = node_verdicts(signals.features, merged)
-        out.jobs = job_summaries(signals, merged)
-    out.goodput = goodput
-    out.carry = carry
-    if last.start == start:  # one chunk (no lead-in): its signals cover the window, for the plots
-        out.signals = signals
-    return out
+    return dataclasses.replace(
+        last,
+        start=start,
+        findings=merged,
+        nodes=last.nodes if signals is None else node_verdicts(signals.features, merged),
+        jobs=last.jobs if signals is None else job_summaries(signals, merged),
+        goodput=goodput,
+        next_carry=carry,
+        # one chunk (no lead-in): its signals cover the window, for the plots
+        window_signals=signals if last.start == start else None,
+    )
 
 
 class _SkipEmpty:
@@ -281,7 +283,7 @@ def merge_findings(
     for f in report.findings:
         m = next((x for x in live if id(x) not in continued and _same_subject(x, f)), None)
         if m is None:
-            if not _explained_before(f, failing, feat):
+            if not _explained_before(f, failing, report.signals):
                 added.append(f)
             continue
         continued.add(id(m))
@@ -335,11 +337,11 @@ def _specificity(f: Finding) -> int:
     return len(CAUSE_PRIORITY) + 1
 
 
-def _explained_before(f: Finding, failing: set[str | None], feat: Features | None) -> bool:
+def _explained_before(f: Finding, failing: set[str | None], signals: Signals | None) -> bool:
     if f.kind in ("membership_change", "monitoring_gap"):
         return f.node in failing
-    if f.kind == "job_hang" and f.job_id is not None and feat is not None:
-        return bool(failing & set(job_nodes(feat, f.job_id)))
+    if f.kind == "job_hang" and f.job_id is not None and signals is not None:
+        return bool(failing & signals.job_nodes(f.job_id))
     return False
 
 

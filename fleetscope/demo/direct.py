@@ -96,10 +96,12 @@ class DirectAnalysis:
 
     def analyze(self) -> None:
         """Analyze the recording so far and print each finding not printed before."""
-        from fleetscope.analyzers.core import analyze_file
+        from fleetscope.analyzers.analyze_source import analyze_source
+        from fleetscope.analyzers.core import LOADED
+        from fleetscope.window.sources import open_source
 
         self.write()
-        analysis = analyze_file(self.recording)
+        analysis = analyze_source(open_source(self.recording, None, LOADED))
         for f in analysis.findings:
             d = f.to_dict()
             if identity(d) not in self.seen:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from fleetscope import strictjson
 from fleetscope.demo.configs import alertmanager_config, prometheus_config, rule_files, write_yaml
 from fleetscope.demo.net import http_ok, local_address, pick_port, pick_port_range
 from fleetscope.demo.processes import Processes, fleetscope_argv
@@ -58,7 +58,7 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     inference = getattr(args, "workload", "training") == "inference"
     if inference:
         scenario = procs.workdir / "scenario.json"
-        scenario.write_text(json.dumps(inference_scenario(args), indent=1) + "\n")
+        scenario.write_text(strictjson.dumps(inference_scenario(args), indent=1) + "\n")
         what = ["--scenario", str(scenario)]
     else:
         what = [

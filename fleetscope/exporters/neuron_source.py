@@ -9,8 +9,11 @@ loop itself ever fail.
 parent-death signal, and restarts it, with exponential back-off (1 s doubling to 60 s, back to 1 s
 after a good report), when it exits, when it prints nothing for ``hang_after`` seconds or closes
 its output but keeps running (it is killed first), or when it prints ``garbage_limit`` bad lines in
-a row. Each restart is logged once, in one line that ends with the last lines neuron-monitor wrote
-to its stderr, and counted by reason. Waiting for the child always has a deadline.
+a row. "Nothing" means no complete good report: an endless line, a flood of blank lines or a report
+trickled a byte at a time is no progress. On every restart the child's process group is killed, and
+so is any process still holding its output pipes (a monitor that daemonized into its own session).
+Each restart is logged once, in one line that ends with the last lines neuron-monitor wrote to its
+stderr, and counted by reason. Waiting for the child always has a deadline.
 
 :class:`FileFollower` reads a regular file or a FIFO the way ``tail -F`` does: lines appended are
 read as they come, a truncated or replaced file is reopened from its start. Anything else (a
@@ -38,6 +41,9 @@ from pathlib import Path
 MAX_LINE_BYTES = 16 << 20
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
+#: Seconds a freshly started monitor has for its first report, at least (an interpreter's start
+#: on a loaded node); later reports are due within ``hang_after``.
+STARTUP_GRACE_S = 5.0
 #: How long a child that closed its stdout may take to exit before it is killed as hung.
 EXIT_WAIT_S = 5.0
 #: Where aws-neuron-tools installs neuron-monitor; searched after ``$PATH``.
@@ -204,11 +210,14 @@ class Supervisor:
         with selectors.DefaultSelector() as sel:
             sel.register(out, selectors.EVENT_READ)
             sel.register(err, selectors.EVENT_READ)
-            last = time.monotonic()
+            # Progress is a complete good report, not bytes: an endless line, a flood of blank
+            # lines or a report trickled a byte at a time keep the pipe busy and report nothing.
+            # A fresh process has at least STARTUP_GRACE_S for its first report (its own start).
+            last, allowed = time.monotonic(), max(self.hang_after, STARTUP_GRACE_S)
             while not self._stop.is_set():
                 ready = sel.select(timeout=min(0.5, self.hang_after))
-                if time.monotonic() - last > self.hang_after:
-                    self.last_problem = f"printed no report for {self.hang_after:g} s (hung)"
+                if time.monotonic() - last > allowed:
+                    self.last_problem = f"printed no report for {allowed:g} s (hung)"
                     return "hung", good
                 for key, _ in ready:
                     chunk = os.read(key.fd, 1 << 16)
@@ -221,12 +230,12 @@ class Supervisor:
                     if not chunk:  # a last line without its newline still counts
                         good = any([_feed(self.on_line, line) for line in lines.feed(b"\n")[0]]) or good
                         return self._ended(proc), good
-                    last = time.monotonic()
                     complete, too_long = lines.feed(chunk)
                     bad += int(too_long)
                     for line in complete:
                         if _feed(self.on_line, line):
                             bad, good = 0, True
+                            last, allowed = time.monotonic(), self.hang_after
                         else:
                             bad += 1
                     if bad >= self.garbage_limit:
@@ -254,12 +263,20 @@ class Supervisor:
         return "exited"
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGKILL to the child's process group (what it forked too), then reap it, with a deadline."""
+        """SIGKILL to the child's process group (what it forked too) and to any process that still
+        holds its output pipes (one that daemonized into a session of its own), then reap the
+        child, with a deadline."""
+        pipes = _pipe_inodes(proc)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             if proc.poll() is None:
                 proc.kill()
+        for pid in _holders(pipes):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -278,6 +295,45 @@ class Supervisor:
         if proc is not None:
             self._kill(proc)  # the reader thread sees the end of its pipes and closes them
         self._thread.join(timeout=5)
+
+
+def _pipe_inodes(proc: subprocess.Popen[bytes]) -> set[str]:
+    """``pipe:[inode]`` of the child's stdout and stderr, as ``/proc/PID/fd`` links name them."""
+    out = set()
+    for pipe in (proc.stdout, proc.stderr):
+        try:
+            if pipe is not None and not pipe.closed:
+                out.add(f"pipe:[{os.fstat(pipe.fileno()).st_ino}]")
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _holders(pipes: set[str]) -> list[int]:
+    """Processes other than this one with one of ``pipes`` open (Linux ``/proc``; else none)."""
+    if not pipes:
+        return []
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:  # gone, or not ours to look at (then not ours to kill either)
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in pipes:
+                    found.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return found
 
 
 class FileFollower:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -144,6 +145,19 @@ class NodeCollector:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._workers: dict[int, tuple[Collector, DeadlineWorker]] = {}
+        #: Per failing collector, its failure as last logged, digits masked (see :meth:`_failed`).
+        self._failing: dict[str, str] = {}
+
+    def _failed(self, c: Collector, exc: Exception) -> None:
+        """Log a collector's failure once while it stays the same: a report "41 s old", then "56 s
+        old" is one failure, not a line per scrape; a different one, or the same after a success,
+        is logged again."""
+        kind = re.sub(r"[0-9.]+", "#", f"{type(exc).__name__}: {exc}")
+        if self._failing.get(c.name) == kind:
+            log.debug("collector %s still failing: %s", c.name, exc)
+            return
+        self._failing[c.name] = kind
+        log.warning("collector %s failed: %s", c.name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
 
     def _worker(self, c: Collector) -> DeadlineWorker:
         entry = self._workers.get(id(c))
@@ -177,14 +191,13 @@ class NodeCollector:
                 try:
                     families, seconds = worker.wait(job, wait)
                     families, ok = vet(c, families), 1.0
+                    self._failing.pop(c.name, None)
                 except DeadlineExceeded:
                     seconds = time.monotonic() - began
                     c.skip("deadline", f"collector {c.name}: no answer within {c.deadline(self.timeout):g}s")
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - logged by _failed; never fails the scrape
                     seconds = time.monotonic() - began
-                    log.warning(
-                        "collector %s failed: %s", c.name, exc, exc_info=log.isEnabledFor(logging.DEBUG)
-                    )
+                    self._failed(c, exc)
                     if isinstance(exc, CollectorFailed):
                         families = vet(c, exc.families)
             out.append((c, families, ok, seconds))

@@ -10,6 +10,7 @@ serves by default): an EFA + Lustre scrape of a p5.48xlarge has about 1,300 samp
 from __future__ import annotations
 
 import errno
+import functools
 import gzip
 import io
 import logging
@@ -27,7 +28,7 @@ from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
 
 from fleetscope import __version__
-from fleetscope.clientlimits import ClientSlots, per_client_share
+from fleetscope.clientlimits import Admission, ClientSlots, per_client_share
 from fleetscope.errors import FleetscopeError
 from fleetscope.exporters.webconfig import WebConfig
 from fleetscope.textformat import escape_label_value
@@ -40,8 +41,12 @@ REQUEST_TIMEOUT = 10.0
 #: Seconds a client has to finish the TLS handshake, and then to send its whole request head: a
 #: client that trickles its head (a header line every few seconds) is cut off, its slot reclaimed.
 HEAD_DEADLINE_S = 5.0
-#: Connections served at once (one thread each); more are answered 503 and closed at once. One
-#: client address holds at most a quarter of them (:func:`~fleetscope.clientlimits.per_client_share`).
+#: Connections without valid credentials served at once (one thread each). One client address
+#: holds at most a quarter of them (:func:`~fleetscope.clientlimits.per_client_share`); when all are
+#: taken, a newcomer takes the place of the connection that has waited longest for its request head
+#: (:class:`~fleetscope.clientlimits.Admission`), and only when every one is being answered is it
+#: refused (503). With ``basic_auth_users`` configured, a request with valid credentials moves its
+#: connection to a second pool of the same size that unauthenticated connections cannot fill.
 #: A node is scraped by one or two Prometheus servers, plus a person with curl now and then.
 DEFAULT_MAX_CONNECTIONS = 64
 #: The listen backlog: connections the kernel queues before the accept loop takes them. A fleet's
@@ -184,6 +189,15 @@ class _DeadlineReader(io.RawIOBase):
         return self.sock.recv_into(buffer)
 
 
+def _cut(fd: int) -> None:
+    """End a connection another thread is reading (its blocked ``recv`` returns end-of-file)."""
+    dup = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        dup.shutdown(socket.SHUT_RDWR)
+    finally:
+        dup.close()
+
+
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -191,7 +205,9 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     ssl_context: ssl.SSLContext | None = None
     max_connections = DEFAULT_MAX_CONNECTIONS
     head_deadline = HEAD_DEADLINE_S
-    _slots: threading.BoundedSemaphore | None = None
+    #: Checks a request's ``Authorization`` header; None when no credentials are configured.
+    authorize: Callable[[str | None], bool] | None = None
+    _admission: Admission | None = None
     _clients: ClientSlots | None = None
     #: Connections refused because every slot, or the client's share of them, was taken.
     refused = 0
@@ -209,8 +225,8 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # Called by the accept loop: a connection over a cap is refused here, before a thread.
-        if self._slots is None or self._clients is None:
-            self._slots = threading.BoundedSemaphore(self.max_connections)
+        if self._admission is None or self._clients is None:
+            self._admission = Admission(self.max_connections, self.max_connections)
             self._clients = ClientSlots(per_client_share(self.max_connections))
         client = str(client_address[0])
         if not self._clients.acquire(client):
@@ -218,14 +234,15 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
                 request, client_address, f"{self._clients.per_client} connections of it already open"
             )
             return
-        if not self._slots.acquire(blocking=False):
+        fd = request.fileno()
+        if not self._admission.admit(fd, functools.partial(_cut, fd)):
             self._clients.release(client)
-            self._refuse(request, client_address, f"{self.max_connections} connections already open")
+            self._refuse(request, client_address, f"{self.max_connections} requests being answered")
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._admission.release(fd)
             self._clients.release(client)
             raise
 
@@ -233,8 +250,7 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            assert self._slots is not None and self._clients is not None
-            self._slots.release()
+            assert self._clients is not None
             self._clients.release(str(client_address[0]))
 
     def server_bind(self) -> None:
@@ -245,6 +261,16 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
         self.setup_environ()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
+        fd = request.fileno()
+        try:
+            self._finish_request(request, client_address)
+        finally:
+            # Before the socket is closed (shutdown_request), so its descriptor is never reused
+            # while the admission still knows it.
+            if self._admission is not None:
+                self._admission.release(fd)
+
+    def _finish_request(self, request: Any, client_address: Any) -> None:
         # TLS handshakes run here, in the request's own thread, so a client that never completes
         # one cannot block the accept loop.
         if self.ssl_context is None:
@@ -283,7 +309,20 @@ class _QuietHandler(WSGIRequestHandler):
     def parse_request(self) -> bool:
         ok = super().parse_request()
         self.connection.settimeout(REQUEST_TIMEOUT)  # the head is in: the answer has its own timeout
-        return ok
+        if not ok:
+            return False
+        admission: Admission | None = getattr(self.server, "_admission", None)
+        if admission is None:
+            return True
+        authorize = getattr(self.server, "authorize", None)
+        authenticated = authorize is not None and authorize(self.headers.get("Authorization"))
+        if admission.head_received(self.connection.fileno(), authenticated):
+            return True
+        try:  # cut to make room for a newer connection, or the authenticated pool is full
+            self.wfile.write(_BUSY_RESPONSE)
+        except OSError:
+            pass
+        return False
 
     def handle(self) -> None:
         try:
@@ -374,6 +413,7 @@ class ExporterServer:
             raise FleetscopeError(f"cannot listen on {address}: {why}") from None
         self.httpd.ssl_context = ctx
         self.httpd.max_connections = max_connections
+        self.httpd.authorize = web_config.authorized if web_config.users else None
         self.httpd.set_app(make_app(collector, web_config))
         self.scheme = "https" if ctx else "http"
         self._thread: threading.Thread | None = None

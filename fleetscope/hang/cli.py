@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from fleetscope.argtypes import positive_float
-from fleetscope.cli_options import add_prometheus_access, prometheus_access
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import add_prometheus_access, prometheus_access
 
 
 def _confirm(text: str) -> float:
@@ -78,20 +78,10 @@ def run(args: argparse.Namespace) -> int:
         from fleetscope.analyzers.hang_join import load_and_join
         from fleetscope.times import parse_time
 
-        region, headers = prometheus_access(args) if args.prometheus else (None, {})
+        access = prometheus_access(args, args.prometheus) if args.prometheus else None
         start = parse_time(args.start) if args.start else (parse_time("-1h") if args.prometheus else None)
         end = parse_time(args.end) if args.end else (parse_time("now") if args.prometheus else None)
-        load_and_join(
-            result,
-            (args.input, args.prometheus),
-            args.job,
-            start,
-            end,
-            timeout=args.timeout,
-            sigv4_region=region,
-            headers=headers,
-            max_answer_bytes=args.max_answer_bytes,
-        )
+        load_and_join(result, args.input, access, args.job, start, end)
     for note in result.notes:
         if "not used" in note or "read the other ranks" in note or "no such file" in note:
             print(f"fleetscope hang: {note}", file=sys.stderr)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import html
 import json
 
+from fleetscope import strictjson
 from fleetscope.hang.model import HangResult
 
 
 def render_json(result: HangResult) -> str:
-    return json.dumps(result.to_dict(), indent=2) + "\n"
+    return strictjson.dumps(result.to_dict(), indent=2) + "\n"
 
 
 def render_text(result: HangResult) -> str:
@@ -77,7 +78,7 @@ def with_hangs(text: str, fmt: str, result: HangResult) -> str:
     if fmt == "json":
         doc = json.loads(text)
         doc["hangs"] = result.to_dict()
-        return json.dumps(doc, indent=2) + "\n"
+        return strictjson.dumps(doc, indent=2) + "\n"
     if fmt == "html":
         at = text.rfind("</body>")
         section = render_section_html(result)

@@ -11,15 +11,14 @@ Flags (kept stable; ``fleetscope demo`` builds on them):
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import socket
 from urllib.parse import urlsplit
 
 from fleetscope.argtypes import fraction, non_negative_float, positive_float
-from fleetscope.cli_options import add_prometheus_access
 from fleetscope.defaults import SERVICE_PORT
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import add_prometheus_access
 
 log = logging.getLogger(__name__)
 
@@ -107,20 +106,6 @@ def add_prometheus_options(parser: argparse.ArgumentParser) -> None:
     add_prometheus_access(parser)
 
 
-def analyzer_options(args: argparse.Namespace) -> dict:
-    """``config``, ``sigv4_region``, ``headers`` and ``max_answer_bytes`` for ``analyze_prometheus``."""
-    from fleetscope.analyzers.cli import load_config
-    from fleetscope.cli_options import prometheus_access
-
-    region, headers = prometheus_access(args)
-    return {
-        "config": load_config(args.config),
-        "sigv4_region": region,
-        "headers": headers or None,
-        "max_answer_bytes": args.max_answer_bytes,
-    }
-
-
 def parse_listen(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
@@ -148,15 +133,16 @@ def run(args: argparse.Namespace) -> int:
     # Heavy imports only once the arguments are known to be good.
     import uvicorn
 
-    from fleetscope.analyzers.analyze_source import SourceAnalysis
+    from fleetscope.analyzers.config import load_config
     from fleetscope.analyzers.core import LOADED
+    from fleetscope.options_cli import prometheus_access
     from fleetscope.service.app import ServiceSettings, create_app
     from fleetscope.service.auth import load_token
     from fleetscope.service.isolate import ProcessAnalyze
+    from fleetscope.service.live import LiveAnalysis
     from fleetscope.service.plan import DEFAULT_MAX_FRACTION
     from fleetscope.service.runner import AnalyzeFn
     from fleetscope.service.server import server_options
-    from fleetscope.service.summaries import analyze_for_page
     from fleetscope.window.sources import PrometheusSource
 
     token = load_token(args.token_file)
@@ -175,20 +161,14 @@ def run(args: argparse.Namespace) -> int:
 
     # Picklable, so it can run in the child process, which holds it (and its source's window)
     # between cycles: a sliding source fetches only what is new.
-    options = analyzer_options(args)
-    config = options.pop("config")
-    source = PrometheusSource(
-        url, LOADED, timeout=args.timeout, sliding=True, refetch_s=args.refetch, **options
-    )
-    # analyze_for_page adds the jobs' states and the served models, from the features in the child.
-    analyze: AnalyzeFn = functools.partial(analyze_for_page, SourceAnalysis(source, config, args.step))
-    if shard is not None:
-        from fleetscope.service.shard import ShardAnalysis
-
-        analyze = ShardAnalysis(analyze, source, shard, args.step)
+    source = PrometheusSource(prometheus_access(args, url), LOADED, sliding=True, refetch_s=args.refetch)
+    config = load_config(args.config)
+    # One cycle: the report, the jobs' states and the served models (from the window's signals, in
+    # the child), and with a shard, the analysis of a source restricted to its nodes.
+    analyze: AnalyzeFn = LiveAnalysis(source, config, args.step, shard)
     sock = bind(host, port)
     app = create_app(settings, analyze if args.in_process else ProcessAnalyze(analyze))
-    config = uvicorn.Config(app, **server_options())
+    server = uvicorn.Config(app, **server_options(token))
     log.info(
         "fleetscope serve on http://%s:%d, analyzing %s every %gs%s",
         host,
@@ -197,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         args.interval,
         f", shard {shard}" if shard else "",
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server).run(sockets=[sock])
     return 0
 
 

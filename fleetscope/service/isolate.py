@@ -21,8 +21,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveResult
 from fleetscope.service.runner import AnalyzeFn
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class ProcessAnalyze:
     """``ProcessAnalyze(fn)(start, end)`` runs ``fn(start, end)`` in one long-lived child process.
 
     ``fn`` must be picklable (a module-level function, a :func:`functools.partial` of one, or an
-    object such as :class:`~fleetscope.analyzers.analyze_source.SourceAnalysis`); it is sent to
+    object such as :class:`~fleetscope.service.live.LiveAnalysis`); it is sent to
     the child with its first call (and again only when :attr:`fn` is replaced), and the child
     keeps it, with its state, between calls.
     """
@@ -119,7 +119,7 @@ class ProcessAnalyze:
                 proc.kill()
                 proc.join(5)
 
-    def __call__(self, start: float, end: float) -> Report:
+    def __call__(self, start: float, end: float) -> LiveResult:
         with self._call_lock:
             if self._closed.is_set():
                 raise FleetscopeError("the service is stopping")

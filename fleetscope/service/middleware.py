@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 
 from fleetscope.service.auth import OPEN_PATHS, BearerTokenMiddleware
 
@@ -70,10 +72,35 @@ async def reject_unknown_query(request: Request) -> None:
         )
 
 
+#: Characters of a refused value repeated in a 422 (FastAPI echoes the whole value: a 60 KB job id
+#: came back whole).
+ECHO_CHARS = 200
+
+
+def _short(value: object) -> object:
+    if isinstance(value, str) and len(value) > ECHO_CHARS:
+        return f"{value[:ECHO_CHARS]}... ({len(value):,} characters)"
+    return value
+
+
+async def short_validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 for a refused parameter, with every value it repeats cut to :data:`ECHO_CHARS`."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = []
+    for error in errors:
+        item = {k: v for k, v in error.items() if k not in ("input", "ctx", "url")}
+        item["input"] = _short(error.get("input"))
+        if isinstance(error.get("ctx"), dict):
+            item["ctx"] = {k: _short(str(v)) for k, v in error["ctx"].items()}
+        detail.append(item)
+    return JSONResponse(jsonable_encoder({"detail": detail}), status_code=422)
+
+
 def add_middleware(app: FastAPI, token: str | None) -> None:
     """With a token, the token check (so a 401 is answered before any route runs) and the bearer
     scheme in the OpenAPI document; the security headers outermost, so every answer carries them,
     the token check's 401 included. (The middleware added last is the outermost.)"""
+    app.add_exception_handler(RequestValidationError, short_validation_error)
     if token:
         _declare_bearer(app)
         app.add_middleware(BearerTokenMiddleware, token=token)

@@ -11,7 +11,9 @@ from fleetscope.errors import FleetscopeError
 from fleetscope.times import parse_rfc3339
 
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$"
-JOB_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+#: A job id as the exporter serves it (fleetscope.labels: any label value, cut to 256 characters):
+#: ``team/llama 7b`` included, control characters not. In a path, ``/`` may be sent as is or as %2F.
+JOB_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
 KIND_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
 

@@ -12,9 +12,16 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fleetscope import strictjson
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.cli import add_prometheus_options, analyzer_options, check_url, fraction, positive
+from fleetscope.options_cli import prometheus_access
+from fleetscope.service.cli import add_prometheus_options, check_url, fraction, positive
+
+if TYPE_CHECKING:
+    from fleetscope.analyzers.report import Report
+    from fleetscope.window.prometheus import PrometheusAccess
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,13 +103,9 @@ def build(args: argparse.Namespace):
 
     max_fraction = DEFAULT_MAX_FRACTION if args.max_fraction is None else args.max_fraction
     if args.prometheus:
-        from fleetscope.analyzers.core import analyze_prometheus
-
-        url = check_url(args.prometheus)
         end = time.time()
-        analysis = analyze_prometheus(
-            url, end - args.window, end, step=args.step, timeout=args.timeout, **analyzer_options(args)
-        )
+        access = prometheus_access(args, check_url(args.prometheus))
+        analysis = _analyze(None, access, args.config, start=end - args.window, end=end, step=args.step)
         return plan_from_analysis(analysis, args.scheduler, max_fraction)
     path = Path(args.input)
     if not path.is_file():
@@ -115,10 +118,26 @@ def build(args: argparse.Namespace):
             raise FleetscopeError(f"{path}: not valid JSON ({exc})") from None
         candidates, size = _from_findings_json(doc, args.cluster_size, path)
         return build_plan(candidates, size, args.scheduler, max_fraction)
-    from fleetscope.analyzers.cli import load_config
-    from fleetscope.analyzers.core import analyze_file
+    return plan_from_analysis(_analyze(path, None, args.config), args.scheduler, max_fraction)
 
-    return plan_from_analysis(analyze_file(path, load_config(args.config)), args.scheduler, max_fraction)
+
+def _analyze(
+    path: Path | None,
+    access: PrometheusAccess | None,
+    config: str | None,
+    start: float | None = None,
+    end: float | None = None,
+    step: float | None = None,
+) -> Report:
+    """The report of the recording, archive or Prometheus window the plan is made from: the same
+    door as ``fleetscope analyze`` (so a long window streams)."""
+    from fleetscope.analyzers.analyze_source import analyze_source
+    from fleetscope.analyzers.config import load_config
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.window.sources import open_source
+
+    source = open_source(path, access, LOADED)
+    return analyze_source(source, load_config(config), start=start, end=end, step=step)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = build(args)
     if args.format == "json":
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(strictjson.dumps(plan.to_dict(), indent=2))
     else:
         sys.stdout.write(plan.script())
     if not args.execute:

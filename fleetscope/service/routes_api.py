@@ -53,7 +53,7 @@ async def status(request: Request) -> Response:
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
             "runbooks": THRESHOLDS.runbook_url_base,
-            "shard": shard_status(live.settings.shard, v.analysis.live if v else None),
+            "shard": shard_status(live.settings.shard, v.result.shard if v else None),
         }
     )
 
@@ -106,8 +106,27 @@ async def models(request: Request) -> Response:
     return _whole(request, "models", lambda v: {"models": v.models})
 
 
+# The goodput route comes first: a job id may hold a "/", so the job route's path matches
+# ".../goodput" too.
 @router.get(
-    "/jobs/{job_id}",
+    "/jobs/{job_id:path}/goodput",
+    response_model=schemas.GoodputResponse,
+    responses={**NO_DATA, 404: {"model": schemas.Problem, "description": "unknown job"}},
+)
+async def job_goodput(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
+    """Where the job's GPU-hours went in the window, who cost them, and the checkpoint advice."""
+    live = _live(request)
+    snap, v = live.read()
+    if v is None:
+        return live.unavailable(snap)
+    account = v.goodput.get(job_id)
+    if account is None:
+        return json_response({"detail": "unknown job"}, status=404)
+    return v.answer(snap, ("goodput", job_id), lambda: {"goodput": account})
+
+
+@router.get(
+    "/jobs/{job_id:path}",
     response_model=schemas.JobResponse,
     responses={**NO_DATA, 404: {"model": schemas.Problem, "description": "unknown job"}},
 )
@@ -129,23 +148,6 @@ async def job(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)
             "findings": [d for f, d in zip(v.findings, v.finding_dicts, strict=True) if f.job_id == job_id],
         },
     )
-
-
-@router.get(
-    "/jobs/{job_id}/goodput",
-    response_model=schemas.GoodputResponse,
-    responses={**NO_DATA, 404: {"model": schemas.Problem, "description": "unknown job"}},
-)
-async def job_goodput(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
-    """Where the job's GPU-hours went in the window, who cost them, and the checkpoint advice."""
-    live = _live(request)
-    snap, v = live.read()
-    if v is None:
-        return live.unavailable(snap)
-    account = v.goodput.get(job_id)
-    if account is None:
-        return json_response({"detail": "unknown job"}, status=404)
-    return v.answer(snap, ("goodput", job_id), lambda: {"goodput": account})
 
 
 @router.get("/plan", response_model=schemas.PlanResponse, responses=NO_DATA)

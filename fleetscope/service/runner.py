@@ -12,14 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from fleetscope.analyzers.report import Report
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveResult
 from fleetscope.service.state import VerdictStore
 
 log = logging.getLogger(__name__)
 
-#: ``analyze(start, end) -> Report`` over Unix seconds; the service's only view of the analyzers.
-AnalyzeFn = Callable[[float, float], Report]
+#: ``analyze(start, end) -> LiveResult`` over Unix seconds; the service's only view of the analyzers
+#: (:class:`~fleetscope.service.live.LiveAnalysis`).
+AnalyzeFn = Callable[[float, float], LiveResult]
 
 
 class AnalysisRunner:
@@ -44,7 +45,7 @@ class AnalysisRunner:
         end = self._clock()
         t0 = time.monotonic()
         try:
-            analysis = self.analyze(end - self.window, end)
+            result = self.analyze(end - self.window, end)
         except Exception as exc:  # any failure must leave the service up
             if self._stop.is_set():
                 return False  # interrupted by stop(): not an outage
@@ -60,10 +61,10 @@ class AnalysisRunner:
             return False
         duration = time.monotonic() - t0
         recovered = self.store.snapshot().error is not None
-        self.store.record_success(analysis, duration)
+        self.store.record_success(result, duration)
         if recovered:
             log.warning("analysis recovered after an outage (cycle took %.2fs)", duration)
-        log.debug("analysis cycle: %d findings, %.2fs", len(analysis.findings), duration)
+        log.debug("analysis cycle: %d findings, %.2fs", len(result.report.findings), duration)
         return True
 
     def _loop(self) -> None:

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from fleetscope.analyzers.report import CheckpointAdvice
+
 State = Literal["healthy", "degraded", "failing"]
 
 
@@ -154,27 +156,6 @@ class BadputModel(BaseModel):
     text: str
 
 
-class CheckpointAdviceModel(BaseModel):
-    save_s: float
-    saves: int
-    nodes: int
-    failures: int
-    node_hours: float
-    failures_per_node_hour: float
-    prior: bool = Field(
-        description="true: no failure in the window, the advice rests on the prior (analyzer config "
-        "failure_prior_node_days, default one per 250 node-days)"
-    )
-    mtbf_s: float
-    young_s: float
-    daly_s: float
-    recommended_s: float
-    current_s: float | None
-    waste_current: float | None
-    waste_recommended: float
-    gain_gpu_hours_per_day: float | None
-
-
 class GoodputModel(BaseModel):
     job_id: str
     start: str | None
@@ -192,7 +173,8 @@ class GoodputModel(BaseModel):
     restarts: int
     inputs: dict[str, bool]
     badput: list[BadputModel]
-    checkpoint_advice: CheckpointAdviceModel | None
+    #: The report's own dataclass: one shape for the report, this schema and the page.
+    checkpoint_advice: CheckpointAdvice | None
 
 
 class GoodputResponse(BaseModel):

@@ -30,16 +30,17 @@ import math
 import os
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fleetscope import contract as c
-from fleetscope.analyzers.report import Report
-from fleetscope.errors import FleetscopeError, NoData
+from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import lookback_seconds
-from fleetscope.window.prometheus import PrometheusClient
 from fleetscope.window.sources import PrometheusSource
 
+#: The most shards: a replica per 4 nodes of a 16,384-node fleet is already far past any use (a
+#: shard of a 2,048-node fleet's eighth takes 9.7 s a cycle, docs/large-fleets.md).
+MAX_SHARDS = 4096
 #: The environment variable the Helm chart sets to the StatefulSet's replica count.
 SHARDS_ENV = "FLEETSCOPE_SHARDS"
 JOB_LABEL = "job_id"
@@ -83,8 +84,13 @@ def parse_shard(text: str, shards: str | None = None, hostname: str | None = Non
         if not m:
             raise _usage(f"invalid --shard {text!r}: expected K/N (0 <= K < N) or auto")
         index_text, count_text = m.groups()
-    if not count_text.strip().isdigit() or int(count_text) < 1:
-        raise _usage(f"invalid shard count {count_text!r}: expected a whole number >= 1")
+    count_text = count_text.strip()
+    if not count_text.isdigit() or len(count_text) > 9 or not 1 <= int(count_text) <= MAX_SHARDS:
+        raise _usage(
+            f"invalid shard count {count_text[:40]!r}: expected a whole number from 1 to {MAX_SHARDS}"
+        )
+    if len(index_text) > 9:
+        raise _usage(f"invalid shard {index_text[:40]!r}: K must be below N ({count_text})")
     index, count = int(index_text), int(count_text)
     if index >= count:
         raise _usage(f"invalid shard {index}/{count}: K must be below N (shards 0 to {count - 1})")
@@ -229,9 +235,7 @@ class Discovery:
         else:
             frm = max(first, self.until - max(self.margin_s, 2 * d))
         a, b = math.ceil(frm / d) * d, math.ceil(last / d) * d
-        client = PrometheusClient(
-            source.url, source.timeout, source.sigv4_region, source.headers, source.max_answer_bytes
-        )
+        client = source.access.client()
         try:
             series = client.query_range(discovery_query(source.metrics, d), a, b, d)
         except BaseException:
@@ -246,37 +250,3 @@ class Discovery:
         self.seen = {k: t for k, t in self.seen.items() if t >= first}
         self.until = b
         return [dict(k) for k in self.seen]
-
-
-class ShardAnalysis:
-    """``ShardAnalysis(fn, source, shard)(start, end)``: ``fn(start, end)`` over this shard's series.
-
-    ``fn`` analyzes ``source`` (a :class:`PrometheusSource`, whose :attr:`matcher` this sets every
-    cycle); the report's ``live["shard"]`` says what the shard owned. A shard that owns nothing
-    this cycle answers an empty report; a fleet with no series at all is :class:`NoData`, as unsharded.
-    Picklable: the service's analysis child holds it.
-    """
-
-    def __init__(
-        self, fn: Callable[[float, float], Report], source: PrometheusSource, shard: Shard, step: float
-    ) -> None:
-        self.fn, self.source, self.shard, self.step = fn, source, shard, step
-        self.discovery = Discovery(source.refetch_s if source.refetch_s is not None else 120.0)
-
-    def __call__(self, start: float, end: float) -> Report:
-        rows = self.discovery.rows(self.source, start, end, self.step)
-        if not rows:
-            raise NoData(f"{self.source.name} has no fleetscope series in the window")
-        share = share_of(rows, self.shard)
-        report: Report | None = None
-        matcher = share.matcher()
-        if matcher is not None:
-            self.source.matcher = matcher
-            try:
-                report = self.fn(start, end)
-            except NoData:
-                report = None  # this share holds no sample in the window: nothing to report
-        if report is None:
-            report = Report(start=start, end=end)
-        report.live["shard"] = share.summary()
-        return report

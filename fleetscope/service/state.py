@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import Report
+from fleetscope.service.live import LiveResult
 
 
 @dataclass(frozen=True)
 class VerdictSnapshot:
-    """What the store held at one instant. ``analysis`` is None before the first success."""
+    """What the store held at one instant. ``result`` is None before the first success."""
 
-    analysis: Report | None
+    result: LiveResult | None
     #: Unix time of the last successful analysis (None before the first one).
     analyzed_at: float | None
     #: Unix time of the last attempt, successful or not.
@@ -38,6 +39,11 @@ class VerdictSnapshot:
     #: Counter bumped on every successful update; lets readers cache what they derive from it.
     version: int
     now: float
+
+    @property
+    def analysis(self) -> Report | None:
+        """The last cycle's report (None before the first success)."""
+        return None if self.result is None else self.result.report
 
     @property
     def ready(self) -> bool:
@@ -64,19 +70,19 @@ class VerdictSnapshot:
             "last_error": self.error,
             "failing_since": self.failing_since,
             "history_changed_behind_refetch": bool(
-                self.analysis is not None and self.analysis.live.get("history_changed_cells")
+                self.result is not None and self.result.history_changed_cells
             ),
         }
 
 
 class VerdictStore:
-    """Thread-safe holder of the latest :class:`Report` and its freshness."""
+    """Thread-safe holder of the latest :class:`~fleetscope.service.live.LiveResult` and its freshness."""
 
     def __init__(self, stale_after: float, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._stale_after = float(stale_after)
-        self._analysis: Report | None = None
+        self._result: LiveResult | None = None
         self._analyzed_at: float | None = None
         self._attempted_at: float | None = None
         self._duration: float | None = None
@@ -84,11 +90,11 @@ class VerdictStore:
         self._failing_since: float | None = None
         self._version = 0
 
-    def record_success(self, analysis: Report, duration: float = 0.0) -> None:
+    def record_success(self, result: LiveResult, duration: float = 0.0) -> None:
         now = self._clock()
         with self._lock:
-            previous = self._analysis
-            self._analysis = _carry_first_seen(previous, analysis)
+            previous = self._result
+            self._result = _carry_first_seen(previous, result)
             self._analyzed_at = now
             self._attempted_at = now
             self._duration = duration
@@ -111,7 +117,7 @@ class VerdictStore:
     def snapshot(self) -> VerdictSnapshot:
         with self._lock:
             return VerdictSnapshot(
-                analysis=self._analysis,
+                result=self._result,
                 analyzed_at=self._analyzed_at,
                 attempted_at=self._attempted_at,
                 duration=self._duration,
@@ -123,7 +129,7 @@ class VerdictStore:
             )
 
 
-def _carry_first_seen(previous: Report | None, current: Report) -> Report:
+def _carry_first_seen(previous: LiveResult | None, current: LiveResult) -> LiveResult:
     """Keep a finding's earliest start across cycles.
 
     The window slides, so a problem that began before the window's start would otherwise appear to
@@ -133,11 +139,11 @@ def _carry_first_seen(previous: Report | None, current: Report) -> Report:
     if previous is None:
         return current
     earlier: dict[tuple, float] = {}
-    for f in previous.findings:
+    for f in previous.report.findings:
         k = f.key()
         earlier[k] = min(f.start, earlier.get(k, f.start))
     findings: list[Finding] = []
-    for f in current.findings:
+    for f in current.report.findings:
         start = earlier.get(f.key())
         findings.append(dataclasses.replace(f, start=start) if start is not None and start < f.start else f)
-    return dataclasses.replace(current, findings=findings)
+    return dataclasses.replace(current, report=dataclasses.replace(current.report, findings=findings))

@@ -1,8 +1,9 @@
 """What the live page shows beside the findings: each training job's state and each served model's
 replicas and SLOs, computed in the analysis process, where the window's features still exist.
 
-:func:`analyze_for_page` wraps the service's analysis function: it runs it, then fills
-``Report.live`` with plain dicts (the features are not sent back to the server process):
+:class:`~fleetscope.service.live.LiveAnalysis` reads them off each cycle's signals into its
+:class:`~fleetscope.service.live.LiveResult`, as plain dicts (the features are not sent back to the
+server process):
 
 * ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
   stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
@@ -15,17 +16,15 @@ replicas and SLOs, computed in the analysis process, where the window's features
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
-from fleetscope.analyzers.features import Features
+from fleetscope.analyzers.features import ITL_NAMES
 from fleetscope.analyzers.report import Report
-from fleetscope.analyzers.signals.jobs import job_columns, stepping
-from fleetscope.analyzers.signals.serving import ITL_NAMES, ServingSignals, _le_key, _per_replica
+from fleetscope.analyzers.signals.serving import ServingSignals
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import increase_steps
@@ -34,15 +33,6 @@ from fleetscope.window.frames import increase_steps
 FAST_BURN = THRESHOLDS.slo_page_fast_burn
 SLOW_BURN = THRESHOLDS.slo_page_slow_burn
 SHORT_WINDOW_S = 300.0
-
-
-def analyze_for_page(fn: Callable[[float, float], Report], start: float, end: float) -> Report:
-    """``fn(start, end)`` with ``Report.live`` filled from its features (module level: picklable)."""
-    report = fn(start, end)
-    signals = report.signals
-    if signals is not None:
-        report.live |= {"jobs": job_states(signals, report), "models": served_models(signals)}
-    return report
 
 
 def _num(x: float | np.floating | None, digits: int = 4) -> float | None:
@@ -61,9 +51,9 @@ def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
     end = float(times[-1]) if len(times) else report.end
     out: dict[str, dict[str, Any]] = {}
     for job in feat.jobs:
-        cols = job_columns(feat, job)
+        cols = signals.job_columns(job)
         reporting = np.nonzero(r.present[:, cols].any(axis=1))[0] if cols.any() else np.zeros(0, int)
-        steps = np.nonzero(stepping(feat, job))[0]
+        steps = np.nonzero(signals.stepping(job))[0]
         last_step = float(times[steps[-1]]) if steps.size else None
         summary = report.jobs.get(job)
         step_s = summary.step_seconds if summary and summary.step_seconds else 0.0
@@ -124,14 +114,13 @@ def served_models(signals: Signals) -> list[dict[str, Any]]:
         return []
     n = len(feat.times)
     short = max(1, min(n, round(SHORT_WINDOW_S / feat.step)))
-    index = {rep: i for i, rep in enumerate(s.replicas)}
     itl = next((h for h in ITL_NAMES if feat.frames.has(h.bucket)), None)
     ttft = c.VLLM_TIME_TO_FIRST_TOKEN if feat.frames.has(c.VLLM_TIME_TO_FIRST_TOKEN.bucket) else None
     slos = [
         ("ttft", ttft, THRESHOLDS.inference_ttft_seconds, THRESHOLDS.inference_ttft_objective),
         ("itl", itl, THRESHOLDS.inference_itl_seconds, THRESHOLDS.inference_itl_objective),
     ]
-    buckets = {name: _good_and_total(feat, h, index, bound) for name, h, bound, _ in slos}
+    buckets = {name: _good_and_total(signals, h, bound) for name, h, bound, _ in slos}
     out = []
     for model, mask in s.models().items():
         cols = np.nonzero(mask)[0]
@@ -179,13 +168,12 @@ def _replica(s: ServingSignals, k: int, n: int) -> dict[str, Any]:
 
 
 def _good_and_total(
-    feat: Features, hist: c.Histogram | None, index: dict, bound: float
+    signals: Signals, hist: c.Histogram | None, bound: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per grid step and replica: observations under ``bound`` and all of them (increments)."""
     if hist is None:
         return None
-    cum, les = _per_replica(feat.frames, hist.bucket, index, "sum", ("le",))
-    bounds = [_le_key(v[0]) for v in les]
+    cum, bounds = signals.replica_buckets(hist)
     if bound not in bounds or math.inf not in bounds:
         return None
     good = increase_steps(cum[:, :, bounds.index(bound)])

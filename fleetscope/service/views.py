@@ -8,16 +8,17 @@ when the store's version changes) and the ``/metrics`` body (rendered once per s
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi.responses import Response
 
+from fleetscope import strictjson
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import JobSummary, Report, goodput_to_dict
+from fleetscope.service.live import LiveResult
 from fleetscope.service.metrics import render_snapshot
 from fleetscope.service.settings import ServiceSettings
 from fleetscope.service.state import VerdictSnapshot, VerdictStore
@@ -33,16 +34,9 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
-def _finding(f: Finding) -> dict[str, Any]:
-    d = f.to_dict()
-    d["score"] = _finite(d["score"])
-    d["rank"] = None if f.rank is None else int(f.rank)
-    d["gpu"] = None if f.gpu is None else str(f.gpu)
-    return d
-
-
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    """Compact strict JSON: a non-finite number is null, with a note (fleetscope.strictjson)."""
+    return strictjson.dumps(obj, separators=(",", ":"))
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -52,22 +46,22 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 class View:
     """Everything the handlers serve, derived once per analysis (keyed on the store's version)."""
 
-    def __init__(self, analysis: Report) -> None:
-        self.analysis = analysis
+    def __init__(self, result: LiveResult) -> None:
+        self.result = result
+        self.analysis = analysis = result.report
         self.window = {"start": rfc3339(analysis.start), "end": rfc3339(analysis.end)}
         self.findings = sorted(analysis.findings, key=lambda f: (f.start, f.kind, f.node or ""))
-        self.finding_dicts = [_finding(f) for f in self.findings]
+        self.finding_dicts = [f.to_dict() for f in self.findings]
         self.nodes = _nodes(analysis, self.findings)
         self.counts = {s: 0 for s in ("healthy", "degraded", "failing")}
         for n in self.nodes:
             self.counts[n["state"]] = self.counts.get(n["state"], 0) + 1
-        self.goodput = {job: goodput_to_dict(a) for job, a in getattr(analysis, "goodput", {}).items()}
-        live = getattr(analysis, "live", None) or {}
+        self.goodput = {job: goodput_to_dict(a) for job, a in analysis.goodput.items()}
         self.jobs = {
-            j.job_id: _job(j, live.get("jobs", {}).get(j.job_id), self.goodput.get(j.job_id))
+            j.job_id: _job(j, result.jobs.get(j.job_id), self.goodput.get(j.job_id))
             for j in analysis.jobs.values()
         }
-        self.models = _models(live.get("models", []), self.findings, self.finding_dicts)
+        self.models = _models(result.models, self.findings, self.finding_dicts)
         self.scores = _scores(analysis)
         self.open_findings = sum(1 for f in self.findings if f.end is None)
         self._window_json = dumps(self.window)
@@ -85,7 +79,7 @@ class View:
         return Response(body + b"," + part + b"}", media_type="application/json")
 
 
-def _job(j: JobSummary, live: dict[str, Any] | None, goodput: dict[str, Any] | None) -> dict[str, Any]:
+def _job(j: JobSummary, live: Mapping[str, Any] | None, goodput: dict[str, Any] | None) -> dict[str, Any]:
     """A job's summary with its state (fleetscope.service.summaries; "unknown" without one)."""
     live = live or {}
     return {
@@ -107,7 +101,7 @@ def _job(j: JobSummary, live: dict[str, Any] | None, goodput: dict[str, Any] | N
 
 
 def _models(
-    models: list[dict[str, Any]], findings: list[Finding], dicts: list[dict[str, Any]]
+    models: Sequence[Mapping[str, Any]], findings: list[Finding], dicts: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Served models with the open findings that name them (in their evidence) or their replicas."""
     out = []
@@ -171,10 +165,10 @@ class Live:
     def read(self) -> tuple[VerdictSnapshot, View | None]:
         """The store's snapshot now, and its view (None before the first analysis)."""
         snap = self.store.snapshot()
-        if snap.analysis is None:
+        if snap.result is None:
             return snap, None
         if self._version != snap.version:
-            self._view = View(snap.analysis)
+            self._view = View(snap.result)
             self._version = snap.version
         return snap, self._view
 
@@ -196,12 +190,13 @@ class Live:
         return self._metrics_body
 
 
-def shard_status(shard: tuple[int, int] | None, live: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``/api/v1/status``'s ``shard`` block: this replica's share (its counts from the last analysis)."""
+def shard_status(shard: tuple[int, int] | None, owned: Mapping[str, int] | None) -> dict[str, Any] | None:
+    """``/api/v1/status``'s ``shard`` block: this replica's share (its counts from the last analysis,
+    ``owned``: :attr:`LiveResult.shard <fleetscope.service.live.LiveResult.shard>`)."""
     if shard is None:
         return None
     index, count = shard
-    owned = (live or {}).get("shard") or {}
+    owned = owned or {}
     keys = ("jobs", "models", "nodes", "fleet_jobs", "fleet_models", "fleet_nodes")
     out: dict[str, Any] = {"index": index, "count": count, **{k: owned.get(k) for k in keys}}
     text = f"shard {index} of {count}"

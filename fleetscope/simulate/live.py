@@ -10,7 +10,6 @@ scenario's clock (fault onsets, stalls, checkpoints) faster, while counters grow
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -19,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleetscope import contract as c
+from fleetscope import strictjson
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.exposition import text_family
 from fleetscope.simulate.families import cluster_model
@@ -137,7 +137,7 @@ class LiveCluster:
         ]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(groups, indent=2) + "\n")
+        tmp.write_text(strictjson.dumps(groups, indent=2) + "\n")
         tmp.replace(path)
 
     def stop(self) -> None:

@@ -6,12 +6,12 @@ from the one exposition writer (:mod:`fleetscope.simulate.exposition`), the trut
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
+from fleetscope import strictjson
 from fleetscope.simulate.exposition import (
     RecordedSeries,
     Samples,
@@ -121,5 +121,5 @@ def write_scenario(
     truth = Path(truth) if truth else out.with_name(out.name.split(".")[0] + ".truth.json")
     rec = simulate(spec, progress)
     write_openmetrics(rec, out)
-    truth.write_text(json.dumps(ground_truth(spec, rec.goodput), indent=2) + "\n")
+    truth.write_text(strictjson.dumps(ground_truth(spec, rec.goodput), indent=2) + "\n")
     return out, truth

@@ -517,7 +517,7 @@ class TrainingMonitor:
     def _reject_all(self, whats: list[str]) -> None:
         """Count inputs that would have made a running total infinite (the total is kept)."""
         for what in whats:
-            self._reject(what, "a value that overflows its running total")
+            self._reject(what, None, "a value that would make its running total infinite")
 
     def checkpoint_loaded(self, step: int | None = None, seconds: float | None = None) -> None:
         """Count one checkpoint load (a resume) of global ``step`` that took ``seconds``.
@@ -554,16 +554,20 @@ class TrainingMonitor:
             return None
         return int(number)
 
-    def _reject(self, what: str, value: Any) -> None:
-        """Refuse one input at the call: counted in :attr:`rejected_inputs`, logged once per kind."""
+    def _reject(self, what: str, value: Any, why: str = "not a finite non-negative number") -> None:
+        """Refuse one input at the call: counted in :attr:`rejected_inputs`, logged once per kind.
+        The value is shown cut to 40 characters (it may be anything the caller passed); ``why`` is
+        our own text, shown whole."""
         with self._lock:
             self.rejected_inputs[what] = self.rejected_inputs.get(what, 0) + 1
+        shown = "" if value is None else f"={value!r:.40}"
         self._warn_once(
             f"reject:{what}",
-            "fleetscope telemetry: ignoring %s=%.40r (not a finite non-negative number);"
-            " later ones are counted in monitor.rejected_inputs, not logged",
+            "fleetscope telemetry: ignoring %s%s (%s); later ones are counted in monitor.rejected_inputs,"
+            " not logged",
             what,
-            value,
+            shown,
+            why,
         )
 
     def add_phase_time(self, name: str, seconds: float) -> None:

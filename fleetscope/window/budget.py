@@ -22,8 +22,10 @@ change; nothing more is read.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import MAX_GRID_CELLS
@@ -95,3 +97,19 @@ class LoadBudget:
                 f"({samples:,} samples; {sum(self._series.values()):,} series x {self.grid_points:,} grid "
                 "times so far); narrow the window with --start/--end or coarsen it with --step"
             )
+
+
+@contextlib.contextmanager
+def memory_is_one_line(url: str) -> Iterator[None]:
+    """A ``MemoryError`` while a window's answers are fetched or decoded becomes one clear line
+    (the answers are let go as it unwinds): the budgets above bound a window's answers, not the
+    memory a host has left (answers just under the budget ended in a ``MemoryError`` traceback at
+    4.0 GB under a 4.5 GiB limit)."""
+    try:
+        yield
+    except MemoryError:
+        raise FleetscopeError(
+            f"the window's answers from Prometheus at {url} did not fit in the memory left to this "
+            "process; narrow the window (--start/--end, --window), coarsen --step, or lower "
+            "--max-answer-bytes"
+        ) from None

@@ -362,10 +362,21 @@ class _Reader:
         nls: list[int] = nl.tolist()
         n_lines = len(nls)
         self.begin = begin
+        nonempty: np.ndarray | None = None  # indices of the lines that are not empty (made when needed)
         i = 0
         while i < n_lines:
             s = nls[i - 1] + 1 if i else begin
             c = buf[s]
+            if c == 10:  # a run of empty lines: nothing to parse, only lines to count (300 MB of
+                # them took minutes one at a time); line k is empty when its newline follows the last
+                if nonempty is None:
+                    nonempty = np.flatnonzero(np.diff(nl, prepend=begin - 1) != 1)
+                k = int(np.searchsorted(nonempty, i + 1))
+                j = int(nonempty[k]) if k < len(nonempty) else n_lines
+                self.flush(buf, nl)
+                self.lineno += j - i
+                i = j
+                continue
             if self.saw_eof or c == 35 or c in b" \t\r\n":  # '#', a blank line, anything after EOF
                 self.flush(buf, nl)  # before: a fallback must see the state the lines before it left
                 self._lines(buf, s, nls[i] + 1)
@@ -687,7 +698,7 @@ def load_recording(
     progress: Callable[[float], None] | None = None,
 ) -> Frames:
     """Load a recording onto a grid from its first to its last sample (or ``start``/``end``);
-    :func:`fleetscope.window.sources.load_file` routes a Parquet archive to its own loader."""
+    :func:`fleetscope.window.sources.open_source` routes a Parquet archive to its own loader."""
     raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress, (start, end, step))
     return frames_from_raw(
         raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)

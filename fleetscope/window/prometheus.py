@@ -35,8 +35,9 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -47,7 +48,7 @@ from fleetscope import contract as c
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.times import parse_time, rfc3339
-from fleetscope.window.budget import FIRST_BACKOFF_S, LoadBudget
+from fleetscope.window.budget import DEFAULT_RETRIES, FIRST_BACKOFF_S, LoadBudget, memory_is_one_line
 from fleetscope.window.frames import (
     Frames,
     MetricFrame,
@@ -83,6 +84,28 @@ PUSHDOWN: dict[str, tuple[str, tuple[str, ...] | None]] = {
 #: One decoded series: labels (without ``__name__``), sample times, sample values.
 #: One answered series: its labels, sample times and values.
 AnsweredSeries = tuple[dict[str, str], np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PrometheusAccess:
+    """How to reach a Prometheus-compatible API: its base URL, the time a whole load may take
+    (``--timeout``), the SigV4 region that signs its requests (Amazon Managed Prometheus; None:
+    unsigned), extra headers (``--header``) and the largest answer read (``--max-answer-bytes``).
+
+    One value, built once from the command line, and the one place a :class:`PrometheusClient` is
+    built from (:meth:`client`)."""
+
+    url: str
+    timeout: float = 30.0
+    sigv4_region: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+
+    def client(self) -> PrometheusClient:
+        """A new client of this API (close it when done)."""
+        return PrometheusClient(
+            self.url, self.timeout, self.sigv4_region, dict(self.headers), self.max_answer_bytes
+        )
 
 
 def _duration_ms(seconds: float) -> str:
@@ -581,39 +604,50 @@ def frame_of_table(keys: list[SeriesKey], table: np.ndarray) -> MetricFrame | No
 
 
 def load_prometheus(
-    url: str,
+    access: PrometheusAccess,
     start: float | str,
     end: float | str,
     step: float,
     metrics: Collection[str],
-    timeout: float = 30.0,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
+    *,
     progress: Callable[[float], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     matcher: str = "",
 ) -> Frames:
     """Query every metric over [start, end] on a ``step`` grid and build the frames (every query
     with the label matchers ``matcher`` added, when given).
 
     ``concurrency``: range queries in flight at once (1: one after another, in this thread). The
-    first failing query's error is raised; the queries not yet sent are not sent. ``timeout``
-    bounds each whole request and ``max_answer_bytes`` each answer (module docstring).
+    first failing query's error is raised; the queries not yet sent are not sent. The access's
+    ``timeout`` bounds each whole request and its ``max_answer_bytes`` each answer (module docstring).
     """
     start_s, end_s = parse_time(start), parse_time(end)
     check_window(start_s, end_s, step)
     if concurrency < 1:
         raise FleetscopeError("the query concurrency must be at least 1")
     check_grid(start_s, end_s, step)
-    client = PrometheusClient(url, timeout, sigv4_region, headers, max_answer_bytes)
+    with memory_is_one_line(access.url):
+        return _load_prometheus(access, start_s, end_s, step, metrics, progress, concurrency, matcher)
+
+
+def _load_prometheus(
+    access: PrometheusAccess,
+    start_s: float,
+    end_s: float,
+    step: float,
+    metrics: Collection[str],
+    progress: Callable[[float], None] | None,
+    concurrency: int,
+    matcher: str,
+) -> Frames:
+    client = access.client()
     grid = make_grid(start_s, end_s, step)
     names = list(dict.fromkeys(metrics))
     try:
         by_name = fetch_grid_series(client, names, grid, step, concurrency, progress, matcher)
     finally:
         client.close()
-    frames = Frames(times=grid, step=step, source=url)
+    frames = Frames(times=grid, step=step, source=access.url)
     # The cell limit, now that the series are known and before their table is allocated.
     check_grid(
         start_s, end_s, step, sum(len({tuple(sorted(s[0].items())) for s in v}) for v in by_name.values())
@@ -627,9 +661,9 @@ def load_prometheus(
         if frame is not None:
             frames.metrics[name] = frame
     if skipped.total:
-        log.warning("%s", skipped.message(url))
+        log.warning("%s", skipped.message(access.url))
     if not found:
-        raise no_series_error(url, start_s, end_s)
+        raise no_series_error(access.url, start_s, end_s)
     return frames
 
 
@@ -645,7 +679,7 @@ def fetch_grid_series(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Callable[[float], None] | None = None,
     matcher: str = "",
-    retries: int = 0,
+    retries: int = DEFAULT_RETRIES,
 ) -> dict[str, list[AnsweredSeries]]:
     """Every series of every metric on ``grid`` (its grid values, :func:`metric_query`, each query
     with ``matcher`` added), the queries split below Prometheus' points limit and run
@@ -654,7 +688,9 @@ def fetch_grid_series(
     All the queries share one :class:`~fleetscope.window.budget.LoadBudget`: they end within the
     client's ``timeout`` together, and their answers together stay within the window's byte and
     cell budgets. ``retries``: how often a query that failed for a reason that may pass
-    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room."""
+    (:class:`TransientError`) is sent again, after a back-off, while the deadline leaves room
+    (``serve``, ``analyze --prometheus`` and ``record --prometheus`` alike: a 503 of a busy server
+    is not the end of a one-off analysis either)."""
     client.budget = LoadBudget(client.url, client.timeout, client.max_answer_bytes, len(grid))
     lb = lookback_seconds(step)
     chunks = [grid[i : i + MAX_POINTS] for i in range(0, len(grid), MAX_POINTS)]
@@ -702,16 +738,12 @@ def query_with_retries(
 
 
 def raw_from_prometheus(
-    url: str,
+    access: PrometheusAccess,
     start: float,
     end: float,
     step: float,
     metrics: Collection[str],
     *,
-    timeout: float = 30.0,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
-    max_answer_bytes: int | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, list[RawSeries]]:
     """The answers :func:`load_prometheus` fetches for ``metrics`` (:func:`fetch_grid_series`: the
@@ -720,25 +752,24 @@ def raw_from_prometheus(
     writes them into an archive (:func:`~fleetscope.window.archive.write.export_prometheus`)."""
     check_window(start, end, step)
     check_grid(start, end, step)
-    client = PrometheusClient(
-        url, timeout, sigv4_region, headers, max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
-    )
-    try:
-        by_name = fetch_grid_series(
-            client,
-            list(dict.fromkeys(metrics)),
-            make_grid(start, end, step),
-            step,
-            DEFAULT_CONCURRENCY,
-            progress,
-        )
-    finally:
-        client.close()
-    return {
-        name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
-        for name, series in by_name.items()
-        if series
-    }
+    client = access.client()
+    with memory_is_one_line(access.url):
+        try:
+            by_name = fetch_grid_series(
+                client,
+                list(dict.fromkeys(metrics)),
+                make_grid(start, end, step),
+                step,
+                DEFAULT_CONCURRENCY,
+                progress,
+            )
+        finally:
+            client.close()
+        return {
+            name: [RawSeries(labels, np.asarray(t, float), np.asarray(v, float)) for labels, t, v in series]
+            for name, series in by_name.items()
+            if series
+        }
 
 
 def run_concurrently(

@@ -1,4 +1,4 @@
-"""Raw samples to frames, shared by the recording loader (:mod:`.load_file`) and the archive loader
+"""Raw samples to frames, shared by the recording loader (:mod:`.openmetrics`) and the archive loader
 (:mod:`.load_parquet`): the same samples go through the same steps, so they give the same grid and the
 same findings whichever file held them.
 """

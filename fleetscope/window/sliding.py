@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetscope.window.budget import DEFAULT_RETRIES
+from fleetscope.window.budget import DEFAULT_RETRIES, memory_is_one_line
 from fleetscope.window.frames import Frames, Skipped, check_grid, check_window, make_grid
 from fleetscope.window.prometheus import (
     DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_ANSWER_BYTES,
-    PrometheusClient,
+    PrometheusAccess,
     SeriesKey,
     fetch_grid_series,
     frame_of_table,
@@ -68,18 +67,11 @@ class SlidingWindow:
     last load asked Prometheus for (the first grid time fetched), for tests and logs.
     """
 
-    url: str
+    access: PrometheusAccess
     step: float
     metrics: Collection[str]
-    timeout: float = 30.0
-    sigv4_region: str | None = None
-    headers: dict[str, str] | None = None
     concurrency: int = DEFAULT_CONCURRENCY
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     refetch_s: float = DEFAULT_REFETCH_S
-    #: Extra label matchers of every query (a service shard's nodes); held tables are dropped when
-    #: it changes, so a window never mixes two selections.
-    matcher: str = ""
     retries: int = DEFAULT_RETRIES
     grid: np.ndarray | None = None
     held: dict[str, _Held] = field(default_factory=dict)
@@ -88,20 +80,66 @@ class SlidingWindow:
     #: changed at the edge of the re-fetch margin, so it may have changed behind it too.
     edge_changes: int = 0
     held_matcher: str = ""
+    #: History changed at the margin's edge and the whole window has not been fetched again since:
+    #: every cycle fetches it whole (and says so in :attr:`edge_changes`) until one succeeds.
+    history_suspect: bool = False
 
-    def load(self, start: float, end: float, progress: Callable[[float], None] | None = None) -> Frames:
+    def load(
+        self,
+        start: float,
+        end: float,
+        progress: Callable[[float], None] | None = None,
+        matcher: str = "",
+    ) -> Frames:
+        """The frames of the aligned window; ``matcher``: extra label matchers of every query (a
+        service shard's nodes). The held tables are dropped when it changes, so a window never
+        mixes two selections.
+
+        When the oldest re-fetched grid time differs from what was held, history may have changed
+        behind the re-fetch margin too: the whole window is fetched again in the same cycle, so no
+        onset found in it stays on the old history; should that fail, the next cycles try again,
+        and :attr:`edge_changes` stays set until one succeeds (it was said for one cycle only, and
+        the old history kept)."""
+        if not self.history_suspect:
+            frames, changes, back_s = self._load(start, end, progress, matcher)
+            if not changes:
+                self.edge_changes = 0
+                return frames
+            if not self.edge_changes:
+                log.warning(
+                    "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: "
+                    "history behind it may have changed too (a backfill, or a remote-write lag): the "
+                    "window is fetched whole again; raise --refetch",
+                    self.access.url,
+                    changes,
+                    back_s,
+                )
+            self.edge_changes, self.history_suspect = changes, True
+        self.forget()
+        frames, _, _ = self._load(start, end, progress, matcher)
+        self.history_suspect = False
+        return frames
+
+    def _load(
+        self, start: float, end: float, progress: Callable[[float], None] | None, matcher: str
+    ) -> tuple[Frames, int, float]:
+        """One load: (frames, cells changed at the re-fetch margin's edge, how far back that is)."""
+        with memory_is_one_line(self.access.url):
+            return self._load_in_memory(start, end, progress, matcher)
+
+    def _load_in_memory(
+        self, start: float, end: float, progress: Callable[[float], None] | None, matcher: str
+    ) -> tuple[Frames, int, float]:
         check_window(start, end, self.step)
         grid = aligned_grid(start, end, self.step)
         check_grid(float(grid[0]), float(grid[-1]), self.step)
-        if self.matcher != self.held_matcher:
+        if matcher != self.held_matcher:
             self.forget()
-            self.held_matcher = self.matcher
+            self.held_matcher = matcher
         reuse = self._reusable_rows(grid)
         names = list(dict.fromkeys(self.metrics))
         fetch = grid[reuse:]
-        client = PrometheusClient(
-            self.url, self.timeout, self.sigv4_region, self.headers, self.max_answer_bytes
-        )
+        client = self.access.client()
         try:  # a failed cycle keeps what is held (module docstring)
             by_name = fetch_grid_series(
                 client,
@@ -110,7 +148,7 @@ class SlidingWindow:
                 self.step,
                 self.concurrency,
                 progress,
-                matcher=self.matcher,
+                matcher=matcher,
                 retries=self.retries,
             )
         finally:
@@ -130,26 +168,17 @@ class SlidingWindow:
             if alive.any():
                 held[name] = _Held([k for k, a in zip(keys, alive, strict=True) if a], table[:, alive])
         if skipped.total:
-            log.warning("%s", skipped.message(self.url))
-        if changes and not self.edge_changes:
-            log.warning(
-                "Prometheus at %s changed %d samples %gs back, at the edge of the re-fetch margin: history "
-                "behind it may have changed too (a backfill, or a remote-write lag): raise --refetch",
-                self.url,
-                changes,
-                float(grid[-1] - fetch[0]),
-            )
-        self.edge_changes = changes
+            log.warning("%s", skipped.message(self.access.url))
         self.grid, self.held = grid, held
         if not held:
-            raise no_series_error(self.url, float(grid[0]), float(grid[-1]))
+            raise no_series_error(self.access.url, float(grid[0]), float(grid[-1]))
         check_grid(float(grid[0]), float(grid[-1]), self.step, sum(len(h.keys) for h in held.values()))
-        frames = Frames(times=grid, step=self.step, source=self.url)
+        frames = Frames(times=grid, step=self.step, source=self.access.url)
         for name, h in held.items():
             frame = frame_of_table(h.keys, h.table)
             if frame is not None:
                 frames.metrics[name] = frame
-        return frames
+        return frames, changes, float(grid[-1] - fetch[0])
 
     def forget(self) -> None:
         self.grid, self.held = None, {}

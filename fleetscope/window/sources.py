@@ -1,20 +1,26 @@
 """Where a window comes from: one :class:`Source` protocol, chosen once from the argument.
 
-A source answers two questions: :meth:`Source.span`, the grid a window asked for gets (its first
-and last grid time and its step, known before any sample is read where the source allows it), and
-:meth:`Source.load`, the frames of a window on that grid. Three sources implement it:
+A source answers what a window analysis asks of it: :meth:`Source.seconds`, how long the window is
+from what is cheap to know; :meth:`Source.span`, the grid a window asked for gets (its first and last
+grid time and its step, checked once by :meth:`Span.of`, known before any sample is read where the
+source allows it); :meth:`Source.load`, the frames of a window on that grid;
+:meth:`Source.for_chunks`, the source in a form read a time span at a time (streamed analysis); and
+:meth:`Source.history_changes`, what a sliding window noticed. Three sources implement it:
 
 * :class:`RecordingSource`: a recorded OpenMetrics file (:mod:`.openmetrics`). Its span is known
   only once it is read (one text whose families each span the whole window), so a streamed
-  analysis converts it to an archive first (:meth:`RecordingSource.to_archive`).
+  analysis converts it to an archive first (:meth:`RecordingSource.for_chunks`).
 * :class:`ArchiveSource`: a Parquet archive of ``fleetscope record`` (:mod:`.archive`); a window's
   read costs what the window holds.
 * :class:`PrometheusSource`: any Prometheus-compatible HTTP API (:mod:`.prometheus`). With
   ``sliding=True`` (the live service) it keeps its window's grid tables between loads as instance
-  state (:class:`~fleetscope.window.sliding.SlidingWindow`) and asks only for what is new.
+  state (:class:`~fleetscope.window.sliding.SlidingWindow`) and asks only for what is new; its
+  access options are one :class:`~fleetscope.window.prometheus.PrometheusAccess`, and
+  :meth:`PrometheusSource.restrict` makes a new source narrowed to a service shard's nodes.
 
-:func:`open_source` picks one from ``--input``/``--prometheus``. A new kind of source is one class
-here with these two methods, and one branch in :func:`open_source`.
+:func:`open_source` is the one door: it picks a source from ``--input``/``--prometheus``, for every
+caller (``analyze``, ``plan``, ``evaluate``, the demo, the tests). A new kind of source is one class
+here with these methods, and one branch in :func:`open_source`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from fleetscope.window.archive.format import is_parquet
 from fleetscope.window.frames import Frames, check_window
 
 if TYPE_CHECKING:
+    from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sliding import SlidingWindow
 
 Progress = Callable[[float], None]
@@ -47,12 +54,30 @@ class Span(NamedTuple):
     last: float
     step: float
 
+    @classmethod
+    def of(cls, first: float, last: float, step: float) -> Span:
+        """The span, checked: it ends at or after its start, its step is positive (one clear
+        error otherwise)."""
+        check_window(first, last, step)
+        return cls(first, last, step)
+
 
 class Source(Protocol):
-    """A window's data: its grid (:meth:`span`) and its frames (:meth:`load`)."""
+    """A window's data: how long it is (:meth:`seconds`), its grid (:meth:`span`), its frames
+    (:meth:`load`), a form that reads it a time span at a time (:meth:`for_chunks`), and what it
+    noticed while loading (:meth:`history_changes`)."""
 
     #: How the source is named in messages (a path or a URL).
     name: str
+    #: What loading it is called on a progress bar ("loading", "querying").
+    load_label: str
+
+    def seconds(
+        self, start: float | None = None, end: float | None = None, step: float | None = None
+    ) -> float | None:
+        """How long the window ``[start, end]`` is (None: the source's own bounds), from what is cheap
+        to know (an archive's footer, a recording's first family); None when that says nothing."""
+        ...
 
     def span(
         self, start: float | None = None, end: float | None = None, step: float | None = None
@@ -72,17 +97,48 @@ class Source(Protocol):
         :class:`~fleetscope.errors.NoData` when the window holds no data at all."""
         ...
 
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> Source:
+        """This source in a form that reads a time span at a time and knows its :meth:`span` before
+        reading: itself, or a copy written under ``tmpdir()`` (a directory made on demand, only by a
+        source that converts: a recording becomes an archive)."""
+        ...
+
+    def history_changes(self) -> int:
+        """Samples that changed behind the source's back since its last load (a sliding window's
+        re-fetch found history rewritten); 0 when nothing changed or the source does not slide."""
+        ...
+
 
 class RecordingSource:
     """A recorded OpenMetrics file (gzip allowed)."""
 
+    load_label = "loading"
+
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
         self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+
+    def seconds(
+        self, start: float | None = None, end: float | None = None, step: float | None = None
+    ) -> float | None:
+        """The window's length from the recording's head: its first family's
+        (:meth:`first_family_seconds`), or ``end - start`` when that is shorter."""
+        recorded_s = self.first_family_seconds()
+        if start is not None and end is not None and recorded_s is not None:
+            return min(recorded_s, end - start)
+        return recorded_s
 
     def span(
         self, start: float | None = None, end: float | None = None, step: float | None = None
     ) -> Span | None:
         return None
+
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> ArchiveSource:
+        """The recording converted to an archive under ``tmpdir()``: a recording is one text whose
+        families each span the whole window, so it cannot be read a time span at a time."""
+        return self.to_archive(tmpdir() / "window.parquet", progress)
+
+    def history_changes(self) -> int:
+        return 0
 
     def load(
         self,
@@ -132,8 +188,23 @@ class RecordingSource:
 class ArchiveSource:
     """A Parquet archive written by ``fleetscope record``."""
 
+    load_label = "loading"
+
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
         self.path, self.metrics, self.name = Path(path), metrics, os.fspath(path)
+
+    def seconds(
+        self, start: float | None = None, end: float | None = None, step: float | None = None
+    ) -> float:
+        """The window's length from the archive's footer alone (no sample read)."""
+        first, last = self.extent(start, end)
+        return last - first
+
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> ArchiveSource:
+        return self  # a window's read costs what the window holds
+
+    def history_changes(self) -> int:
+        return 0
 
     def extent(self, start: float | None = None, end: float | None = None) -> tuple[float, float]:
         """The window's first and last time from the archive's footer alone (no sample read)."""
@@ -153,13 +224,10 @@ class ArchiveSource:
         try:
             probe = load_parquet(self.path, self.metrics, step=step, start=start, end=probe_end)
         except NoData:  # the window starts before the data (an export of a young Prometheus): its own grid
-            grid_start = first if start is None else start
-            check_window(grid_start, end)
-            return Span(grid_start, end, step or own_step)
+            return Span.of(first if start is None else start, end, step or own_step)
         grid_start, grid_step = float(probe.times[0]), probe.step
         del probe
-        check_window(grid_start, end)
-        return Span(grid_start, end, grid_step)
+        return Span.of(grid_start, end, grid_step)
 
     def load(
         self,
@@ -173,40 +241,65 @@ class ArchiveSource:
         return load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
 
 
+class _Held:
+    """The sliding window a :class:`PrometheusSource` keeps between loads, shared by the sources
+    :meth:`PrometheusSource.restrict` makes of it (window-layer state: nothing outside sets it)."""
+
+    def __init__(self) -> None:
+        self.window: SlidingWindow | None = None
+
+
 class PrometheusSource:
-    """A Prometheus-compatible HTTP API; ``sliding``: keep the window between loads (the service)."""
+    """A Prometheus-compatible HTTP API; ``sliding``: keep the window between loads (the service).
+
+    ``matcher``: extra label matchers of every query (a service shard's nodes; empty: every
+    series); :meth:`restrict` makes a source with another one.
+    """
+
+    load_label = "querying"
 
     def __init__(
         self,
-        url: str,
+        access: PrometheusAccess,
         metrics: Collection[str],
         *,
-        timeout: float = 30.0,
-        sigv4_region: str | None = None,
-        headers: dict[str, str] | None = None,
-        max_answer_bytes: int | None = None,
         sliding: bool = False,
         refetch_s: float | None = None,
+        matcher: str = "",
+        _held: _Held | None = None,
     ) -> None:
-        from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES
-
-        self.url, self.name = url, f"Prometheus at {url}"
+        self.access, self.name = access, f"Prometheus at {access.url}"
         self.metrics = tuple(metrics)
-        self.timeout, self.sigv4_region, self.headers = timeout, sigv4_region, headers
-        self.max_answer_bytes = max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES
-        self.sliding, self.refetch_s = sliding, refetch_s
-        self.window: SlidingWindow | None = None  # the sliding window's grid tables, when sliding
-        #: Extra label matchers of every query (a service shard's nodes; empty: every series).
-        self.matcher = ""
+        self.sliding, self.refetch_s, self.matcher = sliding, refetch_s, matcher
+        self._held = _Held() if _held is None else _held
+
+    def restrict(self, matcher: str) -> PrometheusSource:
+        """This source with every query narrowed by ``matcher`` (a service shard's nodes): a new
+        source sharing this one's sliding window, which starts afresh when the matcher changes."""
+        return PrometheusSource(
+            self.access,
+            self.metrics,
+            sliding=self.sliding,
+            refetch_s=self.refetch_s,
+            matcher=matcher,
+            _held=self._held,
+        )
+
+    def seconds(
+        self, start: float | None = None, end: float | None = None, step: float | None = None
+    ) -> float:
+        span = self.span(start, end, step)
+        return span.last - span.first
 
     def span(self, start: float | None = None, end: float | None = None, step: float | None = None) -> Span:
         from fleetscope.times import parse_time
 
         first = parse_time(DEFAULT_START) if start is None else start
         last = parse_time(DEFAULT_END) if end is None else end
-        step = step or DEFAULT_STEP
-        check_window(first, last, step)
-        return Span(first, last, step)
+        return Span.of(first, last, step or DEFAULT_STEP)
+
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> PrometheusSource:
+        return self  # each chunk is its own range queries
 
     def load(
         self,
@@ -217,84 +310,52 @@ class PrometheusSource:
     ) -> Frames:
         first, last, step = self.span(start, end, step)
         if self.sliding:
-            window = self._sliding(step)
-            window.matcher = self.matcher
-            return window.load(first, last, progress)
+            return self._sliding(step).load(first, last, progress, matcher=self.matcher)
         from fleetscope.window.prometheus import load_prometheus
 
         return load_prometheus(
-            self.url,
-            first,
-            last,
-            step,
-            self.metrics,
-            timeout=self.timeout,
-            sigv4_region=self.sigv4_region,
-            headers=self.headers,
-            progress=progress,
-            max_answer_bytes=self.max_answer_bytes,
-            matcher=self.matcher,
+            self.access, first, last, step, self.metrics, progress=progress, matcher=self.matcher
         )
 
     def history_changes(self) -> int:
         """Samples of the oldest re-fetched grid time that differ from what the sliding window held
         (its last load): history changed at the edge of the re-fetch margin, so it may have changed
         behind it too. 0 when nothing changed, or when the source does not slide."""
-        return self.window.edge_changes if self.window is not None else 0
+        window = self._held.window
+        return window.edge_changes if window is not None else 0
+
+    @property
+    def window(self) -> SlidingWindow | None:
+        """The sliding window's grid tables (None: not sliding, or not loaded yet)."""
+        return self._held.window
 
     def _sliding(self, step: float) -> SlidingWindow:
         """This source's sliding window at ``step`` (a new one when the step changed)."""
         from fleetscope.window.sliding import DEFAULT_REFETCH_S, SlidingWindow
 
-        if self.window is None or self.window.step != step:
-            self.window = SlidingWindow(
-                self.url,
+        held = self._held
+        if held.window is None or held.window.step != step:
+            held.window = SlidingWindow(
+                self.access,
                 float(step),
                 self.metrics,
-                timeout=self.timeout,
-                sigv4_region=self.sigv4_region,
-                headers=self.headers,
-                max_answer_bytes=self.max_answer_bytes,
                 refetch_s=DEFAULT_REFETCH_S if self.refetch_s is None else self.refetch_s,
             )
-        return self.window
+        return held.window
 
 
 def open_source(
-    input: str | None,
-    prometheus: str | None,
-    metrics: Collection[str],
-    *,
-    timeout: float = 30.0,
-    sigv4_region: str | None = None,
-    headers: dict[str, str] | None = None,
-    max_answer_bytes: int | None = None,
-) -> RecordingSource | ArchiveSource | PrometheusSource:
-    """The source ``--input FILE`` (an archive by its magic bytes, else a recording) or
-    ``--prometheus URL`` names (with its access options)."""
+    input: str | Path | None,
+    prometheus: PrometheusAccess | None = None,
+    metrics: Collection[str] | None = None,
+) -> Source:
+    """The one door to a source: ``--input FILE`` (an archive by its magic bytes, else a recording)
+    or ``--prometheus URL`` (its access options); ``metrics``: the families read (None: all of a
+    file's)."""
     if input:
         return ArchiveSource(input, metrics) if is_parquet(input) else RecordingSource(input, metrics)
-    if prometheus:
-        return PrometheusSource(
-            prometheus,
-            metrics,
-            timeout=timeout,
-            sigv4_region=sigv4_region,
-            headers=headers,
-            max_answer_bytes=max_answer_bytes,
-        )
+    if prometheus is not None:
+        if metrics is None:
+            raise FleetscopeError("a Prometheus source needs the metric names to query")
+        return PrometheusSource(prometheus, metrics)
     raise FleetscopeError("give --input FILE or --prometheus URL")
-
-
-def load_file(
-    path: str | Path,
-    metrics: Collection[str] | None = None,
-    step: float | None = None,
-    start: float | None = None,
-    end: float | None = None,
-    progress: Progress | None = None,
-) -> Frames:
-    """Load ``path`` onto a grid from its first to its last sample (or ``start``/``end``): a
-    Parquet archive (``fleetscope record``, known by its magic bytes) or a recording."""
-    source = ArchiveSource(path, metrics) if is_parquet(path) else RecordingSource(path, metrics)
-    return source.load(start, end, step, progress)

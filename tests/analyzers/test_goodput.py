@@ -10,7 +10,6 @@ import pickle
 import pytest
 
 from fleetscope.analyzers.checkpoint_advice import PRIOR_FAILURES_PER_NODE_HOUR, advise, daly, waste, young
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.evaluate import GOODPUT_BOUND, account_residual, evaluate
 from fleetscope.analyzers.findings import findings_document
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES
@@ -18,6 +17,7 @@ from fleetscope.analyzers.report_text import render_text
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.support.analysis import analyze_file
 
 
 @pytest.mark.slow

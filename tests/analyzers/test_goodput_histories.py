@@ -11,11 +11,11 @@ import math
 import pytest
 
 from fleetscope.analyzers.checkpoint_advice import daly
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES
 from fleetscope.analyzers.report_text import render_text
 from fleetscope.simulate.spec import node_name
 from tests.analyzers.goodput_histories import History
+from tests.support.analysis import analyze_file
 
 
 def _resumed_before_and_inside(h: History) -> History:

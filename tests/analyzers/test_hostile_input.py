@@ -13,15 +13,15 @@ import pytest
 
 from fleetscope.analyzers.features import METRICS_USED
 from fleetscope.cli import main
-from fleetscope.cli_options import DEFAULT_MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError
+from fleetscope.options_cli import DEFAULT_MAX_ANSWER_BYTES
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window import frames as fr
 from fleetscope.window.prometheus import DEFAULT_MAX_ANSWER_BYTES as LOADER_DEFAULT
-from fleetscope.window.prometheus import PrometheusClient, load_prometheus
-from fleetscope.window.sources import load_file
-from tests.analyzers.slow_peers import oversize_server, trickling_server
+from fleetscope.window.prometheus import PrometheusAccess, PrometheusClient, load_prometheus
+from tests.support.analysis import load_file
+from tests.support.slow_peers import oversize_server, trickling_server
 
 T0 = 1_796_000_000.0
 
@@ -100,7 +100,7 @@ def test_a_window_too_big_for_memory_is_one_clear_error(recording, capsys):
     assert rc == 1 and len(err.splitlines()) == 1, err
     assert "--start/--end" in err and "--step" in err and "grid times" in err
     with pytest.raises(FleetscopeError, match="over the limit"):
-        load_prometheus("http://127.0.0.1:1", 0, 4102444800, 15.0, METRICS_USED)
+        load_prometheus(PrometheusAccess("http://127.0.0.1:1"), 0, 4102444800, 15.0, METRICS_USED)
 
 
 def test_grid_limits_are_checked_before_allocation():

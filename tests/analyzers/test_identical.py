@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from fleetscope.analyzers.core import analyze_file, analyze_prometheus
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window import prometheus as load_prometheus
+from tests.support.analysis import analyze_file, analyze_prometheus
 from tests.support.findings import assert_same_findings
 from tests.support.prom import Prometheus, backfill_openmetrics
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetscope.analyzers.core import analyze, analyze_file
+from fleetscope.analyzers.core import analyze
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.roles import role_peers
 from fleetscope.analyzers.signals.slowness import infer_blocks, slowness
@@ -22,6 +22,7 @@ from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.times import parse_time
 from tests.analyzers.detectors.frames_builder import START, Cluster
+from tests.support.analysis import analyze_file
 
 TRACES = Path(__file__).parent.parent / "fixtures" / "bytedance"
 FIXTURES = Path(__file__).parent.parent / "fixtures"

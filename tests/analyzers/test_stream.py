@@ -27,7 +27,7 @@ from fleetscope.analyzers.stream import (
 )
 from fleetscope.errors import FleetscopeError
 from fleetscope.window.frames import slice_frames
-from fleetscope.window.sources import load_file
+from tests.support.analysis import load_file
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
 CROSSING = [

@@ -18,6 +18,7 @@ from fleetscope.exporters.registry import NodeCollector
 from fleetscope.exporters.server import ExporterServer
 from fleetscope.exporters.webconfig import WebConfig
 from tests.exporters.test_hostile import Quick, ctx
+from tests.support.slow_peers import wait_until
 
 AUTH = {"Authorization": "Basic " + base64.b64encode(b"prom:s3cret").decode()}
 
@@ -155,5 +156,94 @@ def test_name_filters_select_families() -> None:
         assert resp.status == 400
         resp.read()
         conn.close()
+    finally:
+        server.shutdown()
+
+
+class Flood:
+    """``per_address`` connections from each of ``sources``, each trickling a header line now and
+    then and opened again as soon as the server closes it (issue 36, item 1)."""
+
+    def __init__(self, port: int, sources: list[str], per_address: int, idle: bool = False) -> None:
+        self.port, self.sources, self.per_address, self.idle = port, sources, per_address, idle
+        self.stop = threading.Event()
+        self.opened = 0
+        self.threads = [threading.Thread(target=self._run, args=(s,), daemon=True) for s in sources]
+
+    def _open(self, source: str) -> socket.socket | None:
+        try:
+            s = _connect(self.port, source)
+            if not self.idle:
+                s.sendall(b"GET /metrics HTTP/1.1\r\n")
+            s.setblocking(False)
+            self.opened += 1
+            return s
+        except OSError:
+            return None
+
+    def _run(self, source: str) -> None:
+        socks: list[socket.socket | None] = [self._open(source) for _ in range(self.per_address)]
+        while not self.stop.is_set():
+            for i, s in enumerate(socks):
+                alive = s is not None
+                if s is not None:
+                    try:
+                        if not self.idle:
+                            s.sendall(b"X-Pad: a\r\n")
+                        if s.recv(1, socket.MSG_PEEK) == b"":
+                            alive = False
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        alive = False
+                if not alive:
+                    if s is not None:
+                        s.close()
+                    socks[i] = self._open(source)
+            self.stop.wait(0.05)
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    def __enter__(self) -> Flood:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+FLOOD_SOURCES = [f"127.0.0.{i}" for i in range(2, 6)]
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["trickling", "idle"])
+def test_four_addresses_cannot_take_the_authenticated_scrapes(auth_config, idle) -> None:
+    """4 addresses x 16 connections fill the 64 slots (79 of 79 authenticated scrapes were 503):
+    newcomers push out the longest-waiting, and an authenticated scrape leaves the open pool."""
+    server = _server(auth_config, max_connections=64, head_deadline=30.0)
+    try:
+        with Flood(server.port, FLOOD_SOURCES, 16, idle=idle) as flood:
+            admission = server.httpd._admission
+            assert wait_until(lambda: admission is not None and admission.open == 64, 60)
+            statuses = [_scrape(server.port, AUTH) for _ in range(79)]
+            assert statuses == [200] * 79
+            assert admission is not None and admission.cut >= 1 and admission.open <= 64
+            # Without credentials a request is answered too, from the open pool: 401.
+            assert _scrape(server.port, None) == 401
+            assert flood.opened >= 64
+    finally:
+        server.shutdown()
+
+
+def test_the_authenticated_pool_is_bounded_and_released(auth_config) -> None:
+    server = _server(auth_config, max_connections=2, head_deadline=30.0)
+    try:
+        assert [_scrape(server.port, AUTH) for _ in range(10)] == [200] * 10
+        admission = server.httpd._admission
+        assert admission is not None
+        assert wait_until(lambda: admission.authenticated == 0 and admission.open == 0, 60)
     finally:
         server.shutdown()

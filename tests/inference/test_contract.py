@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope import contract as c
-from fleetscope.analyzers.signals.serving import SERVING_METRICS
+from fleetscope.analyzers.features import SERVING_METRICS
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "inference"
 

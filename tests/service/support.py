@@ -12,6 +12,7 @@ from pathlib import Path
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveResult
 from tests.support.exporter import FleetscopeProcess
 from tests.support.prom import free_port
 
@@ -88,21 +89,25 @@ def make_analysis(
 
 
 class ScriptedAnalyze:
-    """An ``analyze(start, end)`` that returns ``result`` or raises ``error``; counts its calls."""
+    """An ``analyze(start, end)`` that returns the cycle result of ``result`` (a report, or a whole
+    :class:`LiveResult` whose report it then holds) or raises ``error``; counts its calls."""
 
-    def __init__(self, result: Report | None = None) -> None:
-        self.result = result or make_analysis()
+    def __init__(self, result: Report | LiveResult | None = None) -> None:
+        live = result if isinstance(result, LiveResult) else LiveResult(result or make_analysis())
+        self.result, self.live = live.report, live
         self.error: Exception | None = None
         self.calls: list[tuple[float, float]] = []
         self.gate: threading.Event | None = None
 
-    def __call__(self, start: float, end: float) -> Report:
+    def __call__(self, start: float, end: float) -> LiveResult:
         self.calls.append((start, end))
         if self.gate is not None:
             self.gate.wait(10)
         if self.error is not None:
             raise self.error
-        return self.result
+        if self.live.report is not self.result:  # a test replaced the report
+            self.live = LiveResult(self.result)
+        return self.live
 
 
 def prometheus_down() -> FleetscopeError:
@@ -175,19 +180,19 @@ def close(rgb: tuple[int, int, int], want: tuple[int, int, int], tol: int = 12) 
 # --- functions a child process can run (module-level, so picklable) ---------------------------
 
 
-def analyze_small(start: float, end: float) -> Report:
-    return make_analysis(start=start, end=end)
+def analyze_small(start: float, end: float) -> LiveResult:
+    return LiveResult(make_analysis(start=start, end=end))
 
 
-def analyze_dies(start: float, end: float) -> Report:
+def analyze_dies(start: float, end: float) -> LiveResult:
     os._exit(9)  # as if the kernel's OOM killer took the analysis process
 
 
-def analyze_refuses(start: float, end: float) -> Report:
+def analyze_refuses(start: float, end: float) -> LiveResult:
     raise FleetscopeError("Prometheus at http://127.0.0.1:9 answered 503: overloaded")
 
 
-def analyze_hangs(start: float, end: float) -> Report:
+def analyze_hangs(start: float, end: float) -> LiveResult:
     import time
 
     time.sleep(3600)  # a Prometheus that never answers, without a timeout

@@ -124,7 +124,10 @@ def test_non_finite_numbers_never_break_the_json(make_client, scripted):
         "/api/v1/findings?node=../../etc/passwd",
         "/api/v1/findings?node=" + "a" * 300,
         "/api/v1/findings?since=yesterday",
-        "/api/v1/findings?job_id=$(reboot)",
+        # a job id is any label value the exporter serves (`$(reboot)` included: nothing runs it),
+        # at most 256 characters, no control character
+        "/api/v1/findings?job_id=a%00b",
+        "/api/v1/findings?job_id=" + "j" * 300,
         "/api/v1/jobs/..%2F..%2Fetc",
         "/api/v1/jobs/%20rm%20-rf",
         "/api/v1/plan?scheduler=bash",

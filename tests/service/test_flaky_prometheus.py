@@ -18,13 +18,16 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
-from fleetscope.analyzers.analyze_source import SourceAnalysis
 from fleetscope.analyzers.core import LOADED
+from fleetscope.service.live import LiveAnalysis
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from fleetscope.window.prometheus import PrometheusAccess
+from fleetscope.window.sliding import aligned_grid
 from fleetscope.window.sources import PrometheusSource
 from tests.support.http import http_server
 from tests.support.prom import scenario_prometheus
@@ -118,13 +121,13 @@ def _proxy(upstream: str, every: int = 0, only: frozenset[int] = frozenset()) ->
 def _cycles(
     url: str, first_end: float, n: int, retries: int | None = None
 ) -> tuple[list[bool], PrometheusSource]:
-    source = PrometheusSource(url, LOADED, sliding=True, timeout=30)
+    source = PrometheusSource(PrometheusAccess(url, timeout=30), LOADED, sliding=True)
     if retries is not None:
         source._sliding(STEP).retries = retries
     clock = iter([first_end + INTERVAL * i for i in range(n)])
     runner = AnalysisRunner(
         VerdictStore(3 * INTERVAL),
-        SourceAnalysis(source, None, STEP),
+        LiveAnalysis(source, None, STEP),
         INTERVAL,
         WINDOW,
         clock=lambda: next(clock),
@@ -158,9 +161,8 @@ def test_history_changed_behind_the_margin_is_said_once_in_a_log_line(prom, capl
     re-fetch margin. It compares the oldest re-fetched grid time with what it held."""
     p, start, _ = prom
     handler = _proxy(p.url)
-    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
     with http_server(handler) as hostport:
-        source.url = f"http://{hostport}"
+        source = PrometheusSource(PrometheusAccess(f"http://{hostport}", timeout=30), LOADED, sliding=True)
         ends = [start + 1000 + INTERVAL * i for i in range(5)]
         seen = []
         with caplog.at_level(logging.WARNING, logger="fleetscope.window.sliding"):
@@ -179,12 +181,11 @@ def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
     for the cycle that saw the change, and no longer once history holds still again."""
     p, start, _ = prom
     handler = _proxy(p.url)
-    source = PrometheusSource("", LOADED, sliding=True, timeout=30)
     store = VerdictStore(3 * INTERVAL)
     with http_server(handler) as hostport:
-        source.url = f"http://{hostport}"
+        source = PrometheusSource(PrometheusAccess(f"http://{hostport}", timeout=30), LOADED, sliding=True)
         clock = iter([start + 1000 + INTERVAL * i for i in range(6)])
-        runner = AnalysisRunner(store, SourceAnalysis(source, None, STEP), INTERVAL, WINDOW,
+        runner = AnalysisRunner(store, LiveAnalysis(source, None, STEP), INTERVAL, WINDOW,
                                 clock=lambda: next(clock))  # fmt: skip
         said = []
         for k in range(6):
@@ -194,3 +195,33 @@ def test_history_changed_behind_the_margin_is_said_in_readyz(prom):
     # The fourth cycle sees the rewrite, the fifth its undoing (what it held was the rewritten
     # values), the sixth history holding still.
     assert said == [False, False, False, True, True, False], said
+
+
+def test_history_changed_behind_the_margin_is_fetched_again_whole(prom):
+    """Issue 36, item 7: the change was said for one cycle and the old history kept behind the
+    margin (an onset 10 minutes off a fresh analysis). Now the cycle that sees it fetches the whole
+    window again: its frames are those of a fresh load of the rewritten history."""
+    p, start, _ = prom
+    handler = _proxy(p.url)
+    with http_server(handler) as hostport:
+        url = f"http://{hostport}"
+        sliding = PrometheusSource(PrometheusAccess(url, timeout=30), LOADED, sliding=True)
+        ends = [start + 1000 + INTERVAL * i for i in range(4)]
+        for k, e in enumerate(ends):
+            handler.rewrite[0] = k == 3
+            frames = sliding.load(e - WINDOW, e, STEP)
+        window = sliding.window
+        assert window is not None and window.grid is not None and window.edge_changes > 0
+        assert window.fetched_from == window.grid[0]  # the whole window, not the margin
+        grid = aligned_grid(ends[-1] - WINDOW, ends[-1], STEP)
+        fresh = PrometheusSource(PrometheusAccess(url, timeout=30), LOADED).load(
+            float(grid[0]), float(grid[-1]), STEP
+        )
+    name = "DCGM_FI_DEV_GPU_TEMP"
+    got, want = frames.metrics[name], fresh.metrics[name]
+
+    def by_labels(f):
+        rows = [tuple(sorted(r.items())) for r in f.labels.to_dict("records")]
+        return f.values[:, sorted(range(len(rows)), key=rows.__getitem__)]
+
+    assert np.allclose(by_labels(got), by_labels(want), equal_nan=True)

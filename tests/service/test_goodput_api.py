@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.support.analysis import analyze_file
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tests.support.prom import wait_for
 def test_child_process_results_errors_and_death():
     analyze = ProcessAnalyze(support.analyze_small)
     try:
-        a = analyze(1_796_000_000.0, 1_796_001_800.0)
+        a = analyze(1_796_000_000.0, 1_796_001_800.0).report
         assert a.nodes["node-2"].state == "failing" and a.start == 1_796_000_000.0
         pid = analyze.pid
         assert pid and pid != os.getpid()  # it really ran elsewhere
@@ -34,7 +34,7 @@ def test_child_process_results_errors_and_death():
             analyze(0.0, 1.0)
 
         analyze.fn = support.analyze_small  # the next cycle starts a fresh child
-        assert analyze(5.0, 6.0).end == 6.0
+        assert analyze(5.0, 6.0).report.end == 6.0
         assert analyze.pid not in (None, pid)
     finally:
         analyze.close()

@@ -69,10 +69,10 @@ def test_browser_with_the_token_as_basic_password_sees_the_data(tmp_path: Path):
 
 
 def test_a_sharded_replica_says_which_share_it_shows(tmp_path: Path):
+    from fleetscope.service.live import LiveResult
     from tests.service.support import make_analysis
 
-    report = make_analysis()
-    report.live["shard"] = {
+    shard = {
         "index": 1,
         "count": 3,
         "jobs": 1,
@@ -82,7 +82,8 @@ def test_a_sharded_replica_says_which_share_it_shows(tmp_path: Path):
         "fleet_models": 0,
         "fleet_nodes": 11,
     }
-    app = create_app(ServiceSettings(run_analysis=False, shard=(1, 3)), ScriptedAnalyze(report))
+    result = LiveResult(make_analysis(), shard=shard)
+    app = create_app(ServiceSettings(run_analysis=False, shard=(1, 3)), ScriptedAnalyze(result))
     assert app.state.runner.run_once()
     with serving(app) as hostport:
         dom = chromium(f"http://{hostport}/", tmp_path, "--dump-dom").stdout.decode()

@@ -16,6 +16,7 @@ from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import NodeVerdict, Report
 from fleetscope.service.app import ServiceSettings, create_app
+from fleetscope.service.live import LiveResult
 from fleetscope.times import rfc3339
 from tests.service.support import COLOURS, ScriptedAnalyze, chromium, close, make_analysis
 from tests.service.test_page import serving
@@ -64,7 +65,7 @@ class _Page(HTMLParser):
             self._row["text"] += data + " "
 
 
-def _load(tmp_path: Path, analysis: Report, path: str = "/") -> tuple[_Page, str]:
+def _load(tmp_path: Path, analysis: Report | LiveResult, path: str = "/") -> tuple[_Page, str]:
     app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(analysis))
     assert app.state.runner.run_once()
     with serving(app) as hostport:
@@ -74,7 +75,7 @@ def _load(tmp_path: Path, analysis: Report, path: str = "/") -> tuple[_Page, str
     return page, dom
 
 
-def _stalled_training() -> Report:
+def _stalled_training() -> LiveResult:
     a = make_analysis()
     stalled_at = a.end - 480  # 8 minutes before the window's end
     a.findings.append(
@@ -89,7 +90,7 @@ def _stalled_training() -> Report:
             action="find the node that stopped the job, drain it, restart from the last checkpoint",
         )
     )
-    a.live = {
+    jobs = {
         "jobs": {
             "4711": {
                 "state": "stalled",
@@ -103,7 +104,7 @@ def _stalled_training() -> Report:
         }
     }
     a.jobs["4711"].mfu = 0.386
-    return a
+    return LiveResult(a, jobs=jobs["jobs"])
 
 
 @pytest.mark.browser
@@ -124,7 +125,7 @@ def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path)
     assert "the job is stalled since" in dom
     # Relative times carry the absolute one on hover.
     stamps = {t["data-time"]: t["title"] for t in page.times}
-    since = rfc3339(_stalled_training().end - 480) or ""
+    since = rfc3339(_stalled_training().report.end - 480) or ""
     assert stamps[since] == since.replace("T", " ").replace("Z", " UTC")
 
 
@@ -171,7 +172,7 @@ def test_every_finding_kind_has_a_runbook_section():
         assert f"\n### {kind}\n" in RUNBOOKS, kind
 
 
-def _serving_fleet() -> Report:
+def _serving_fleet() -> LiveResult:
     a = Report(start=1_796_000_000.0, end=1_796_001_800.0)
     for i in range(1, 5):
         gpus = {str(g): "healthy" for g in range(8)}
@@ -210,7 +211,7 @@ def _serving_fleet() -> Report:
 
     slo = {"threshold_s": 2.5, "objective": 0.99, "state": "burning", "burn_short": 7.5, "burn_window": 6.4}
     ok = {"threshold_s": 0.1, "objective": 0.99, "state": "ok", "burn_short": 0.0, "burn_window": 0.0}
-    a.live = {
+    live = {
         "jobs": {},
         "models": [
             {
@@ -223,7 +224,7 @@ def _serving_fleet() -> Report:
             }
         ],
     }
-    return a
+    return LiveResult(a, models=live["models"])
 
 
 @pytest.mark.browser

@@ -30,12 +30,26 @@ def test_parse_k_of_n_and_auto_from_the_pod_ordinal() -> None:
         ("auto", "3", "fleetscope", "does not end in -<ordinal>"),
         ("auto", "x", "fleetscope-0", "shard count"),
         ("auto", "2", "fleetscope-2", "K must be below N"),
+        # issue 36, item 8: a count no deployment has was accepted
+        ("0/99999999999999999999", None, None, "from 1 to 4096"),
+        ("0/4097", None, None, "from 1 to 4096"),
+        ("0/" + "9" * 5000, None, None, "from 1 to 4096"),  # past int()'s 4,300 digits: no ValueError
+        ("9" * 5000 + "/2", None, None, "K must be below N"),
+        ("auto", "99999999999999999999", "fleetscope-0", "from 1 to 4096"),
     ],
 )
 def test_bad_shards_are_usage_errors(text: str, shards: str | None, host: str | None, message: str) -> None:
     with pytest.raises(FleetscopeError, match=re.escape(message)) as err:
         parse_shard(text, shards, hostname=host)
-    assert err.value.exit_code == 2
+    assert err.value.exit_code == 2 and len(str(err.value)) < 200
+
+
+def test_serve_refuses_a_huge_shard_count_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetscope.cli import main
+
+    assert main(["serve", "--prometheus", "http://127.0.0.1:1", "--shard", "0/99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "from 1 to 4096" in err and "Traceback" not in err
 
 
 def test_auto_reads_the_shard_count_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,7 +131,7 @@ def test_status_says_which_share_this_replica_owns() -> None:
     assert shard_status(None, None) is None
     assert shard_status((1, 3), None)["text"] == "shard 1 of 3"
     share = share_of(_fleet(), Shard(1, 3)).summary()
-    st = shard_status((1, 3), {"shard": share})
+    st = shard_status((1, 3), share)
     assert st["text"] == f"shard 1 of 3, owning {share['jobs']} of 41 jobs / {share['nodes']} of 152 nodes"
     assert st["nodes"] == share["nodes"] and st["fleet_nodes"] == 152
 

@@ -142,9 +142,10 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
 def test_discovery_slides_and_finds_what_a_fresh_one_finds(prom) -> None:
     from fleetscope.analyzers.core import LOADED
     from fleetscope.service.shard import Discovery
+    from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
-    source = PrometheusSource(prom.url, LOADED)
+    source = PrometheusSource(PrometheusAccess(prom.url), LOADED)
     held = Discovery()
     now = time.time()
     for i in range(4):

@@ -17,9 +17,9 @@ from fleetscope import contract
 from fleetscope.service.app import ServiceSettings, create_app
 from fleetscope.service.middleware import SECURITY_HEADERS
 from fleetscope.service.server import server_options
-from tests.analyzers.slow_peers import trickling_server, wait_until
 from tests.service.support import ScriptedAnalyze, ServeProcess
 from tests.support.exposition import value
+from tests.support.slow_peers import trickling_server, wait_until
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, dict[str, str], bytes]:

@@ -10,6 +10,7 @@ import logging
 import threading
 
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveResult
 from fleetscope.service.runner import AnalysisRunner
 from fleetscope.service.state import VerdictStore
 from tests.service.support import make_analysis, prometheus_down
@@ -108,18 +109,18 @@ def test_slow_analysis_never_blocks_readers(scripted):
 def test_a_finding_keeps_its_first_start_while_the_window_slides(scripted):
     store = VerdictStore(100)
     first = make_analysis()
-    store.record_success(first)
+    store.record_success(LiveResult(first))
     later = make_analysis(start=first.start + 1200, end=first.end + 1200)
     # The window moved past the problem's beginning: the detector now sees it start at the edge.
     later.findings = [dataclasses.replace(f, start=later.start) for f in later.findings]
-    store.record_success(later)
+    store.record_success(LiveResult(later))
     starts = {f.kind: f.start for f in store.snapshot().analysis.findings}
     assert starts == {"failing_node": first.start + 600, "straggler": first.start + 300}
     # A finding that went away and comes back starts afresh.
     gone = make_analysis(start=later.start + 30, end=later.end + 30, failing=())
-    store.record_success(gone)
+    store.record_success(LiveResult(gone))
     back = make_analysis(start=gone.start + 30, end=gone.end + 30)
-    store.record_success(back)
+    store.record_success(LiveResult(back))
     assert {f.kind: f.start for f in store.snapshot().analysis.findings}["failing_node"] == back.start + 600
 
 

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetscope.analyzers.core import analyze_file
-from fleetscope.analyzers.report import Report
-from fleetscope.service.summaries import analyze_for_page
+from fleetscope.service.live import LiveResult, live_result
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec, node_name
 from fleetscope.times import parse_rfc3339
+from tests.support.analysis import analyze_file
 
 
-def _analyzed(spec: ScenarioSpec, tmp_path: Path) -> Report:
+def _analyzed(spec: ScenarioSpec, tmp_path: Path) -> LiveResult:
     out, _ = write_scenario(spec, tmp_path / f"{spec.name}.om")
-    return analyze_for_page(lambda start, end: analyze_file(out), 0.0, 0.0)
+    return live_result(analyze_file(out))
 
 
 def test_a_job_hung_at_the_window_end_is_stalled_since_the_hang(tmp_path: Path):
@@ -29,19 +28,19 @@ def test_a_job_hung_at_the_window_end_is_stalled_since_the_hang(tmp_path: Path):
         duration_s=1200,
         faults=[FaultSpec(kind="hang", cause="xid79", at_s=700, stall_s=900, node=2, gpu=6)],
     )
-    report = _analyzed(spec, tmp_path)
-    (job,) = report.live["jobs"].values()
+    result = _analyzed(spec, tmp_path)
+    (job,) = result.jobs.values()
     assert job["state"] == "stalled", job
     since = parse_rfc3339(job["since"]) or 0.0
     assert abs(since - (spec.start + 700)) <= 120, job  # within a couple of grid steps of the hang
     assert job["mfu"] is None and job["mfu_reason"] == "no step completes while the job is stalled"
     assert 0.1 < job["last_mfu"] < 0.9 and (parse_rfc3339(job["last_mfu_at"]) or 0.0) <= since + 60
-    assert report.live["models"] == []
+    assert result.models == []
 
 
 def test_a_young_job_says_its_mfu_waits_for_the_rate_window(tmp_path: Path):
-    report = _analyzed(ScenarioSpec(name="young", nodes=2, seed=3, duration_s=105), tmp_path)
-    (job,) = report.live["jobs"].values()
+    result = _analyzed(ScenarioSpec(name="young", nodes=2, seed=3, duration_s=105), tmp_path)
+    (job,) = result.jobs.values()
     assert job["state"] == "running" and job["mfu"] is None
     assert job["mfu_reason"] == "measured over 2 min of steps once the job has run that long"
 
@@ -56,13 +55,13 @@ def test_a_served_model_lists_its_replicas_and_slos(tmp_path: Path):
         duration_s=1200,
         faults=[FaultSpec(kind="gpu_lost", at_s=700, node=2, gpu=5)],
     )
-    report = _analyzed(spec, tmp_path)
-    assert report.live["jobs"] == {}
-    (model,) = report.live["models"]
+    result = _analyzed(spec, tmp_path)
+    assert result.jobs == {}
+    (model,) = result.models
     assert len(model["replicas"]) == 8 and model["serving"] == 7
     (down,) = [r for r in model["replicas"] if not r["serving"]]
     assert down["node"] == node_name(2)
-    named = {f.evidence.get("replica") for f in report.findings if f.kind == "failing_replica"}
+    named = {f.evidence.get("replica") for f in result.report.findings if f.kind == "failing_replica"}
     assert named == {down["replica"]}
     for r in model["replicas"]:
         assert 0 < r["ttft_p95_s"] < 2.5 and 0 < r["itl_mean_s"] < 0.1, r

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from fleetscope import contract as c
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.evaluate import score_goodput
 from fleetscope.simulate.jobs import CKPT_BYTES_PER_S, LOAD_SHARE, WARMUP_S
 from fleetscope.simulate.record import ground_truth, simulate, write_openmetrics, write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
+from tests.support.analysis import analyze_file
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
 

@@ -4,6 +4,7 @@ checkpoint directories walked off the training thread."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from pathlib import Path
@@ -29,6 +30,21 @@ def test_tokens_times_flops_per_token_that_overflow_are_refused_not_inf(tmp_path
     assert got[(contract.TRAINING_STEPS, ())] == 3
     assert got[(contract.TRAINING_TOKENS, ())] == 1e308 + 1e300
     assert m.rejected_inputs["flops"] >= 2 and m.rejected_inputs["tokens"] == 1
+
+
+def test_the_overflow_warning_is_whole(tmp_path: Path, caplog) -> None:
+    """It was cut at 40 characters, mid-word: "ignoring tokens='a value that overflows its running tota"
+    and said "not a finite non-negative number" of a finite one (issue 36, item 8)."""
+    m = monitor(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="fleetscope.telemetry"):
+        m.record_step(1.0, tokens=1e308)
+        m.record_step(1.0, tokens=1e308)
+    (line,) = [r.getMessage() for r in caplog.records if "ignoring tokens" in r.getMessage()]
+    assert "ignoring tokens (a value that would make its running total infinite); later ones" in line
+    with caplog.at_level(logging.WARNING, logger="fleetscope.telemetry"):
+        m.record_step(1.0, flops=-1.0)  # a value of the caller's: shown, cut to 40 characters
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("ignoring flops=-1.0 (not a finite non-negative number)" in text for text in messages)
 
 
 def test_ints_beyond_float_range_never_raise_from_any_public_call(tmp_path: Path) -> None:

@@ -17,15 +17,18 @@ their GPUs spinning in a collective waiting for it, or if it comes back later (i
 node removed when its job stopped (at the same grid time, not back) or after the survivors went
 idle is a departure, which the membership detector reports.
 
-Each signal is an event at a grid time; the signals of one GPU are merged into one finding whose
-cause is the most specific signal (``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` >
-other drain XIDs > ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings
-stay open (``end`` null): none of these signals clears without a reset.
+Each signal is one rule of :data:`RULES`: a small function of the window's signals that yields an
+:class:`Event` (a node, a GPU, a cause, a grid time, one line of evidence) for each GPU or node that
+shows it. The events of one GPU are merged into one finding whose cause is the most specific
+(``gpu_lost`` > ``ecc_uncorrectable`` > ``row_remap_failure`` > other drain XIDs (``xids.finding_cause``)
+> ``recovery_action`` > ``node_down`` > ``ranks_stopped`` > ``pcie_width_drop``). Findings stay open
+(``end`` null): none of these signals clears without a reset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,12 +39,26 @@ from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
-from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps, iter_runs
 
-#: add(node, gpu, cause, grid index, evidence key, evidence text): one signal of a broken GPU.
-AddEvent = Callable[[str, str, str, int, str, str], None]
+
+@dataclass(frozen=True)
+class Event:
+    """One signal of a broken GPU (``gpu`` empty: of the node) at grid index ``at``."""
+
+    node: str
+    gpu: str
+    #: The finding's cause: a member of ``CAUSE_PRIORITY``, or ``xid_<code>`` (family ``xid``).
+    cause: str
+    at: int
+    #: The evidence's key (the series or XID that shows it) and text.
+    key: str
+    text: str
+
+
+#: One rule: every event of its signal in the window, in the order its GPUs or nodes come.
+Rule = Callable[[Signals], Iterator[Event]]
 
 
 _ACTIONS = {
@@ -65,20 +82,13 @@ def _first_event(mask: np.ndarray) -> int | None:
     return int(idx[0]) if idx.size else None
 
 
-def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of independent signals, each a few lines
-    """Every failing-node finding of the window, one per GPU (or node) with its strongest cause."""
-    frames = feat.frames
-    times = feat.times
-    events: dict[tuple[str, str], dict[str, tuple[int, str, str]]] = {}
+# ---------------------------------------------------------------------------------------- the rules
 
-    def add(node: str, gpu: str, cause: str, i: int, key: str, text: str) -> None:
-        per = events.setdefault((node, gpu), {})
-        prev = per.get(cause)
-        if prev is None or i < prev[0]:
-            per[cause] = (i, key, text)
 
-    # XIDs from fleetscope's counter: any increase (or a first sample > 0) of a drain-class XID.
-    xt = frames.get(c.GPU_XID_ERRORS_TOTAL)
+def xid_counted(signals: Signals) -> Iterator[Event]:
+    """fleetscope's XID counter: any increase (or a first sample > 0) of a drain-class XID."""
+    times = signals.features.times
+    xt = signals.features.frames.get(c.GPU_XID_ERRORS_TOTAL)
     xt_xid, xt_node, xt_gpu = xt.column("xid"), xt.column(c.NODE_LABEL), xt.column("gpu")
     for j in range(len(xt)):
         xid = labels.label_index(xt_xid[j], labels.MAX_XID, "xid")
@@ -91,18 +101,20 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
         i = _first_event(hit)
         if i is None:
             continue
-        node, gpu = str(xt_node[j]), str(xt_gpu[j])
-        cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
-        add(
-            node,
-            gpu,
-            cause,
+        yield Event(
+            str(xt_node[j]),
+            str(xt_gpu[j]),
+            xids.finding_cause(xid),
             i,
             f"XID {xid}",
             f"{int(np.nanmax(v))} at {fmt_time(times[i])} ({xids.xid_class(xid)} class)",
         )
-    # dcgm-exporter's XID gauge (last XID code) for clusters without fleetscope's counter.
-    xg = frames.get(c.DCGM_FI_DEV_XID_ERRORS)
+
+
+def xid_last_seen(signals: Signals) -> Iterator[Event]:
+    """dcgm-exporter's XID gauge (the last XID code), for clusters without fleetscope's counter."""
+    times = signals.features.times
+    xg = signals.features.frames.get(c.DCGM_FI_DEV_XID_ERRORS)
     xg_node, xg_gpu = xg.column(c.NODE_LABEL), xg.column("gpu")
     for j in range(len(xg)):
         v = xg.values[:, j]
@@ -112,137 +124,142 @@ def detect(feat: Features) -> list[Finding]:  # noqa: C901 - one flat list of in
             i = _first_event(v == xid)
             if i is None:
                 continue
-            node, gpu = str(xg_node[j]), str(xg_gpu[j])
-            cause = {79: "gpu_lost", 48: "ecc_uncorrectable", 64: "row_remap_failure"}.get(xid, "xid")
-            add(node, gpu, cause, i, f"XID {xid}", f"last XID {xid} at {fmt_time(times[i])}")
+            yield Event(
+                str(xg_node[j]),
+                str(xg_gpu[j]),
+                xids.finding_cause(xid),
+                i,
+                f"XID {xid}",
+                f"last XID {xid} at {fmt_time(times[i])}",
+            )
 
-    def per_gpu(name: str, test, cause: str, text) -> None:
-        f = frames.get(name)
-        if not len(f):
-            return
-        lab, vals = f.group((c.NODE_LABEL, "gpu"))
-        lab_node, lab_gpu = lab[c.NODE_LABEL].to_numpy(dtype=object), lab["gpu"].to_numpy(dtype=object)
-        masks = test(vals)  # every GPU at once (T x GPUs); one loop over the GPUs that show it
-        for j in np.nonzero(masks.any(axis=0))[0]:
-            i = _first_event(masks[:, j])
-            if i is not None:
-                add(
-                    str(lab_node[j]),
-                    str(lab_gpu[j]),
-                    cause,
-                    i,
-                    name,
-                    text(vals[:, j], i),
-                )
 
-    per_gpu(c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(float(times[i]))}")
+def _per_gpu(
+    signals: Signals,
+    name: str,
+    test: Callable[[np.ndarray], np.ndarray],
+    cause: str,
+    text: Callable[[np.ndarray, int], str],
+) -> Iterator[Event]:
+    """An event on each GPU of series ``name`` where ``test`` (of every GPU's values at once, T x
+    GPUs) first holds; ``text(values, grid index)`` is its evidence."""
+    f = signals.features.frames.get(name)
+    if not len(f):
+        return
+    lab, vals = f.group((c.NODE_LABEL, "gpu"))
+    lab_node, lab_gpu = lab[c.NODE_LABEL].to_numpy(dtype=object), lab["gpu"].to_numpy(dtype=object)
+    masks = test(vals)  # every GPU at once; one loop over the GPUs that show it
+    for j in np.nonzero(masks.any(axis=0))[0]:
+        i = _first_event(masks[:, j])
+        if i is not None:
+            yield Event(str(lab_node[j]), str(lab_gpu[j]), cause, i, name, text(vals[:, j], i))
 
-    def counted(v: np.ndarray) -> np.ndarray:
-        return np.nan_to_num(increase_steps(v)) > 0
 
-    per_gpu(
+def _counted(v: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(increase_steps(v)) > 0
+
+
+def gpu_reported_lost(signals: Signals) -> Iterator[Event]:
+    """The exporter reports the GPU lost (``fleetscope_gpu_up`` 0)."""
+    times = signals.features.times
+    yield from _per_gpu(
+        signals, c.GPU_UP, lambda v: v == 0, "gpu_lost", lambda v, i: f"0 since {fmt_time(float(times[i]))}"
+    )
+
+
+def double_bit_ecc(signals: Signals) -> Iterator[Event]:
+    """The GPU counts a volatile double-bit (uncorrectable) ECC error."""
+    yield from _per_gpu(
+        signals,
         c.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-        counted,
+        _counted,
         "ecc_uncorrectable",
         lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} double-bit errors",
     )
-    per_gpu(
+
+
+def rows_remapped_uncorrectable(signals: Signals) -> Iterator[Event]:
+    """The GPU remapped a memory row for an uncorrectable error."""
+    yield from _per_gpu(
+        signals,
         c.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-        counted,
+        _counted,
         "ecc_uncorrectable",
         lambda v, i: f"+{np.nanmax(v) - np.nanmin(v):g} rows remapped for uncorrectable errors",
     )
-    per_gpu(c.DCGM_FI_DEV_ROW_REMAP_FAILURE, lambda v: v >= 1, "row_remap_failure", lambda v, i: "1")
-    per_gpu(
+
+
+def row_remap_failed(signals: Signals) -> Iterator[Event]:
+    """The GPU could not remap a failing row (``DCGM_FI_DEV_ROW_REMAP_FAILURE`` 1)."""
+    yield from _per_gpu(
+        signals, c.DCGM_FI_DEV_ROW_REMAP_FAILURE, lambda v: v >= 1, "row_remap_failure", lambda v, i: "1"
+    )
+
+
+def recovery_action(signals: Signals) -> Iterator[Event]:
+    """The driver asks for a recovery action (reset, reboot, drain)."""
+    yield from _per_gpu(
+        signals,
         c.DCGM_FI_DEV_GPU_RECOVERY_ACTION,
         lambda v: v > 0,
         "recovery_action",
         lambda v, i: f"{int(np.nanmax(v))} ({hardware.RECOVERY_ACTIONS.get(int(np.nanmax(v)), '?')})",
     )
 
-    # PCIe width below the widest link seen on this node's GPUs (all HGX GPUs train the same width).
+
+def _node_codes(feat: Features) -> np.ndarray:
+    """Each GPU column's node as a number."""
+    return pd.factorize(feat.gpus.keys[c.NODE_LABEL].to_numpy(dtype=object))[0]
+
+
+def pcie_width_drop(signals: Signals) -> Iterator[Event]:
+    """A PCIe link narrower than the widest seen on the node's GPUs (all HGX GPUs train the same width)."""
+    feat = signals.features
     gs = feat.gpus
-    gpu_nodes = gs.keys[c.NODE_LABEL].to_numpy(dtype=object)
-    node_code = pd.factorize(gpu_nodes)[0]  # each GPU's node as a number
-    if gs.pcie_width.size:
-        # the widest link seen on each node's GPUs over the window (NaN for a node without any)
-        widest = np.full(int(node_code.max(initial=-1)) + 1, -np.inf)
-        np.maximum.at(
-            widest, node_code, np.where(np.isnan(gs.pcie_width), -np.inf, gs.pcie_width).max(axis=0)
-        )
-        widest[np.isneginf(widest)] = np.nan
-        for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
-            ref = widest[node_code[j]]
-            v = gs.pcie_width[:, j]
-            i = _first_event(v < ref)
-            if i is not None:
-                add(
-                    node,
-                    gpu,
-                    "pcie_width_drop",
-                    i,
-                    c.DCGM_FI_DEV_PCIE_LINK_WIDTH,
-                    f"x{int(ref)} -> x{int(v[i])}",
-                )
-
-    # Series that stop while the node's other GPUs continue: the GPU fell off without a word.
-    clock = gs.clock
-    if clock.size:
-        last = len(times) - 1
-        have = ~np.isnan(clock)
-        for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
-            if not have[:, j].any() or have[last, j]:
-                continue
-            stop = int(np.nonzero(have[:, j])[0][-1]) + 1
-            peers = (node_code == node_code[j]) & (np.arange(len(gs.keys)) != j)
-            if peers.any() and have[last, peers].any() and have[stop:, peers].any():
-                add(
-                    node,
-                    gpu,
-                    "gpu_lost",
-                    stop,
-                    "series",
-                    f"GPU series stopped at {fmt_time(times[stop])} "
-                    "while the node's other GPUs kept reporting",
-                )
-
-    _ranks_stopped(feat, add)
-    _node_down(feat, add)
-    # The rank that ran on each GPU (the last one seen), so a finding names it too.
-    rank_of: dict[tuple[str, str], tuple[int, str]] = {}
-    rk = feat.ranks.keys
-    if len(rk):
-        cols = [rk[k].to_numpy(dtype=object) for k in (c.NODE_LABEL, "gpu", "rank", "job_id")]
-        for node, gpu, rank, job in zip(*cols, strict=True):
-            if (index := labels.parse_index(str(rank), labels.MAX_RANK)) is not None:
-                rank_of[(str(node), str(gpu))] = (index, str(job))
-    findings = []
-    for (node, gpu), per in events.items():
-        cause = next(p for p in CAUSE_PRIORITY if p in per)
-        start_i = min(i for i, _, _ in per.values())
-        evidence = {key: text for _, key, text in sorted(per.values())}
-        cause_name = f"xid_{per['xid'][1].split()[-1]}" if cause == "xid" else cause
-        severity = "warning" if cause == "pcie_width_drop" else "critical"
-        rank, job = rank_of.get((node, gpu), (None, None))
-        findings.append(
-            Finding(
-                kind="failing_node",
-                severity=severity,
-                node=node,
-                gpu=gpu or None,
-                rank=rank,
-                job_id=job,
-                start=float(times[start_i]),
-                cause=cause_name,
-                action=_ACTIONS[cause],
-                evidence=evidence,
+    node_code = _node_codes(feat)
+    if not gs.pcie_width.size:
+        return
+    # the widest link seen on each node's GPUs over the window (NaN for a node without any)
+    widest = np.full(int(node_code.max(initial=-1)) + 1, -np.inf)
+    np.maximum.at(widest, node_code, np.where(np.isnan(gs.pcie_width), -np.inf, gs.pcie_width).max(axis=0))
+    widest[np.isneginf(widest)] = np.nan
+    for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
+        ref = widest[node_code[j]]
+        v = gs.pcie_width[:, j]
+        i = _first_event(v < ref)
+        if i is not None:
+            yield Event(
+                node, gpu, "pcie_width_drop", i, c.DCGM_FI_DEV_PCIE_LINK_WIDTH, f"x{int(ref)} -> x{int(v[i])}"
             )
-        )
-        findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
-    return one_per_node(findings)
 
 
-def _ranks_stopped(feat: Features, add: AddEvent) -> None:
+def gpu_series_stopped(signals: Signals) -> Iterator[Event]:
+    """The GPU's series stop while the node's other GPUs continue: it fell off without a word."""
+    feat = signals.features
+    gs, times = feat.gpus, feat.times
+    clock = gs.clock
+    if not clock.size:
+        return
+    node_code = _node_codes(feat)
+    last = len(times) - 1
+    have = ~np.isnan(clock)
+    for j, (node, gpu) in enumerate(zip(gs.keys[c.NODE_LABEL], gs.keys["gpu"], strict=True)):
+        if not have[:, j].any() or have[last, j]:
+            continue
+        stop = int(np.nonzero(have[:, j])[0][-1]) + 1
+        peers = (node_code == node_code[j]) & (np.arange(len(gs.keys)) != j)
+        if peers.any() and have[last, peers].any() and have[stop:, peers].any():
+            yield Event(
+                node,
+                gpu,
+                "gpu_lost",
+                stop,
+                "series",
+                f"GPU series stopped at {fmt_time(times[stop])} while the node's other GPUs kept reporting",
+            )
+
+
+def ranks_stopped(signals: Signals) -> Iterator[Event]:
     """During a job's stall, ranks whose series vanished first mark the node (and GPU) that broke.
 
     First by ``stall_s`` at least: a rank gone while the job's other ranks keep their processes
@@ -253,12 +270,13 @@ def _ranks_stopped(feat: Features, add: AddEvent) -> None:
     scheduler stops leaves its GPUs idle, and the ranks that end first there are just the first to
     exit (docs/design.md#hangs).
     """
+    feat = signals.features
     r = feat.ranks
     need = max(2, round(feat.config.stall_s / feat.step))
     rank_nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
     for job in feat.jobs:
-        cols = job_columns(feat, job)
-        for a, b in job_stalls(feat, job):
+        cols = signals.job_columns(job)
+        for a, b in signals.job_stalls(job):
             if a == 0:
                 continue
             live = np.nonzero(cols & r.present[a - 1])[0]
@@ -275,12 +293,12 @@ def _ranks_stopped(feat: Features, add: AddEvent) -> None:
                 continue
             gone = {str(n) for n in rank_nodes[vanished]}
             first = int(last[vanished[live]].min()) + 1
-            util = gpu_busy(feat, job_nodes(feat, job) - gone, first, b)
+            util = signals.gpu_busy(signals.job_nodes(job) - gone, first, b)
             if util is not None and util < feat.config.hang_util:
                 continue
             for k in np.nonzero(vanished)[0]:
                 node, gpu = str(r.keys.iloc[k][c.NODE_LABEL]), str(r.keys.iloc[k]["gpu"])
-                add(
+                yield Event(
                     node,
                     gpu,
                     "ranks_stopped",
@@ -344,7 +362,7 @@ def _went_away(here: np.ndarray, d: int, lo: int, k: int) -> int | None:
     return None if g < lo or d - g < 1 or away < max(2, 2 * k) else g
 
 
-def _node_down(feat: Features, add: AddEvent) -> None:
+def node_down(signals: Signals) -> Iterator[Event]:
     """When a job goes down, the node whose exporter stopped answering first (module docstring).
 
     Grid times: ``d`` the first without any of the job's ranks; ``g`` the first without the node's
@@ -354,6 +372,7 @@ def _node_down(feat: Features, add: AddEvent) -> None:
     other nodes' GPUs busy in between (their ranks spin in a collective waiting for it: a planned
     stop leaves them idle), or the exporter comes back later in the window (the node rebooted).
     """
+    feat = signals.features
     exp = _exporter_presence(feat)
     if not exp:
         return
@@ -364,7 +383,7 @@ def _node_down(feat: Features, add: AddEvent) -> None:
     back = max(1, round(feat.config.hang_lookback_s / feat.step))
     rank_nodes = r.keys[c.NODE_LABEL].to_numpy().astype(str)
     for job in feat.jobs:
-        cols = job_columns(feat, job)
+        cols = signals.job_columns(job)
         up = _held(np.asarray(r.present[:, cols].any(axis=1), dtype=bool), k)
         for d, _e in iter_runs(~up):
             if d == 0 or d + 1 >= T:
@@ -382,7 +401,7 @@ def _node_down(feat: Features, add: AddEvent) -> None:
             for node, g in down:
                 rebooted = bool(exp[node][d + 1 :].any())
                 if g < d:
-                    util = gpu_busy(feat, nodes - {node}, g, d - 1)
+                    util = signals.gpu_busy(nodes - {node}, g, d - 1)
                     busy = util is None or util >= feat.config.hang_util
                 else:
                     busy = False
@@ -393,7 +412,7 @@ def _node_down(feat: Features, add: AddEvent) -> None:
                     if rebooted and not busy
                     else ("while the job's other ranks kept their GPUs busy until the abort")
                 )
-                add(
+                yield Event(
                     node,
                     "",
                     "node_down",
@@ -403,6 +422,70 @@ def _node_down(feat: Features, add: AddEvent) -> None:
                     f"{fmt_time(feat.times[g])}, as job {job} went down at {fmt_time(feat.times[d])}; "
                     f"the other nodes' exporters kept reporting; {why}",
                 )
+
+
+#: Every rule, in the order their events are merged (on a tie in time, the earlier rule's evidence).
+RULES: tuple[Rule, ...] = (
+    xid_counted,
+    xid_last_seen,
+    gpu_reported_lost,
+    double_bit_ecc,
+    rows_remapped_uncorrectable,
+    row_remap_failed,
+    recovery_action,
+    pcie_width_drop,
+    gpu_series_stopped,
+    ranks_stopped,
+    node_down,
+)
+
+
+def first_per_cause(events: Iterable[Event]) -> dict[tuple[str, str], dict[str, Event]]:
+    """(node, gpu) -> cause family -> its first event (on a tie, the one that came first)."""
+    out: dict[tuple[str, str], dict[str, Event]] = {}
+    for e in events:
+        per = out.setdefault((e.node, e.gpu), {})
+        family = base_cause(e.cause)
+        prev = per.get(family)
+        if prev is None or e.at < prev.at:
+            per[family] = e
+    return out
+
+
+def findings_of(events: Iterable[Event], feat: Features) -> list[Finding]:
+    """One finding per GPU (or node) with its most specific cause and every event as evidence, then
+    one per node (:func:`one_per_node`)."""
+    times = feat.times
+    # The rank that ran on each GPU (the last one seen), so a finding names it too.
+    rank_of: dict[tuple[str, str], tuple[int, str]] = {}
+    rk = feat.ranks.keys
+    if len(rk):
+        cols = [rk[k].to_numpy(dtype=object) for k in (c.NODE_LABEL, "gpu", "rank", "job_id")]
+        for node, gpu, rank, job in zip(*cols, strict=True):
+            if (index := labels.parse_index(str(rank), labels.MAX_RANK)) is not None:
+                rank_of[(str(node), str(gpu))] = (index, str(job))
+    findings = []
+    for (node, gpu), per in first_per_cause(events).items():
+        cause = next(p for p in CAUSE_PRIORITY if p in per)
+        start_i = min(e.at for e in per.values())
+        evidence = {e.key: e.text for e in sorted(per.values(), key=lambda e: (e.at, e.key, e.text))}
+        rank, job = rank_of.get((node, gpu), (None, None))
+        findings.append(
+            Finding(
+                kind="failing_node",
+                severity="warning" if cause == "pcie_width_drop" else "critical",
+                node=node,
+                gpu=gpu or None,
+                rank=rank,
+                job_id=job,
+                start=float(times[start_i]),
+                cause=per[cause].cause,
+                action=_ACTIONS[cause],
+                evidence=evidence,
+            )
+        )
+        findings[-1].evidence["confirmed_at"] = fmt_time(times[start_i])
+    return one_per_node(findings)
 
 
 def one_per_node(findings: list[Finding]) -> list[Finding]:
@@ -444,4 +527,5 @@ class FailingNodeDetector(Detector):
     kinds = ("failing_node",)
 
     def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
-        return Detection(detect(signals.features))
+        """Every failing-node finding of the window: each rule's events, merged per GPU and node."""
+        return Detection(findings_of((e for rule in RULES for e in rule(signals)), signals.features))

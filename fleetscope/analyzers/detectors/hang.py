@@ -20,7 +20,7 @@ a ``failing_node`` finding with the hang as evidence; with no hardware cause the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from fleetscope import labels, xids
 from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.signals.jobs import gpu_busy, job_columns, job_nodes, job_stalls, stepping
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps
 
@@ -51,27 +50,28 @@ _EFA_EVENTS = (
 )
 
 
-def _paused(feat: Features, job: str, a: int, b: int) -> bool:
-    r = feat.ranks
-    cols = job_columns(feat, job)
+def _paused(signals: Signals, job: str, a: int, b: int) -> bool:
+    """The job counted pause-phase time (evaluation, checkpoint) in [a, b]."""
+    r = signals.features.ranks
+    cols = signals.job_columns(job)
     return any(
         ph in r.phases and np.nansum(np.nan_to_num(r.phases[ph][a : b + 1, cols])) > 0
         for ph in c.PAUSE_PHASES
     )
 
 
-def _computing(feat: Features, job: str, nodes: set[str], a: int, b: int) -> bool:
+def _computing(signals: Signals, job: str, nodes: Set[str], a: int, b: int) -> bool:
     """The job's GPUs do real work through [a, b]: their tensor pipes (or power) stay near training's.
 
     Utilisation counts a kernel that only polls as busy, so NCCL's spinning kernels read 100% while
     the tensor pipes idle and the power falls to a fraction of training's; an evaluation with big
     batches keeps both up. Without either series nothing can be told apart (False).
     """
-    gs = feat.gpus
+    gs = signals.features.gpus
     cols = np.isin(gs.keys[c.NODE_LABEL].to_numpy().astype(str), list(nodes)) if len(gs.keys) else None
     if cols is None or not cols.any():
         return False
-    train = stepping(feat, job)
+    train = signals.stepping(job).copy()
     train[a : b + 1] = False
     for x, share in ((gs.tensor, 0.5), (gs.power, 0.8)):
         v = x[:, cols]
@@ -84,7 +84,7 @@ def _computing(feat: Features, job: str, nodes: set[str], a: int, b: int) -> boo
     return False
 
 
-def _efa_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[str, tuple[int, str]]:
+def _efa_first(feat: Features, nodes: Set[str], lo: int, hi: int) -> dict[str, tuple[int, str]]:
     """Node -> (first grid index, evidence) of EFA error events in [lo, hi]."""
     out: dict[str, tuple[int, str]] = {}
     for name in _EFA_EVENTS:
@@ -110,7 +110,7 @@ def _efa_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[str, t
     return out
 
 
-def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[str, str], tuple[int, int]]:
+def _xid_first(feat: Features, nodes: Set[str], lo: int, hi: int) -> dict[tuple[str, str], tuple[int, int]]:
     """(node, gpu) -> (first grid index, XID) of a non-application XID counted in [lo, hi]."""
     out: dict[tuple[str, str], tuple[int, int]] = {}
     f = feat.frames.get(c.GPU_XID_ERRORS_TOTAL)
@@ -132,7 +132,7 @@ def _xid_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[
     return out
 
 
-def _vanished_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[tuple[str, str], int]:
+def _vanished_first(feat: Features, nodes: Set[str], lo: int, hi: int) -> dict[tuple[str, str], int]:
     """(node, gpu) -> grid index where a GPU's series stopped in [lo, hi] while its node's others went on."""
     gs = feat.gpus
     out: dict[tuple[str, str], int] = {}
@@ -153,68 +153,8 @@ def _vanished_first(feat: Features, nodes: set[str], lo: int, hi: int) -> dict[t
     return out
 
 
-def detect(feat: Features, prior: Sequence[Finding]) -> list[Finding]:
-    """One finding per hang: the failing node that caused it, or the job when nothing did."""
-    cfg = feat.config
-    times = feat.times
-    out: list[Finding] = []
-    look = max(1, round(cfg.hang_lookback_s / feat.step))
-    for job in feat.jobs:
-        nodes = job_nodes(feat, job)
-        for a, b in job_stalls(feat, job, min_s=cfg.hang_s):
-            util = gpu_busy(feat, nodes, a, b)
-            if _paused(feat, job, a, b):
-                continue
-            if util is None and (b - a + 1) * feat.step < cfg.hang_no_gpu_data_s:
-                continue
-            if util is not None and util < cfg.hang_util:
-                continue  # GPUs idle or half busy: a pause (evaluation, checkpoint), not a spin
-            if _computing(feat, job, nodes, a, b):
-                continue  # busy with real math (an evaluation with big batches), not spinning
-            t0 = float(times[a])
-            ongoing = b >= len(times) - 2
-            stall_ev = {
-                "no_progress": f"no rank of job {job} stepped from {fmt_time(t0)} for "
-                f"{(b - a + 1) * feat.step / 60:.0f} min{' (ongoing)' if ongoing else ''}",
-            }
-            if util is not None:
-                stall_ev[c.DCGM_FI_DEV_GPU_UTIL] = f"{util:.0f}% (collectives spinning)"
-            lo, hi = max(0, a - look), min(len(times) - 1, a + feat.rate_window_steps)
-            explained = [
-                f
-                for f in prior
-                if f.kind == "failing_node" and f.node in nodes and times[lo] <= f.start <= times[hi]
-            ]
-            if explained:
-                for f in explained:
-                    f.evidence.setdefault("hang", stall_ev["no_progress"])
-                continue
-            cause = _root_cause(feat, job, nodes, lo, hi, a, stall_ev)
-            if cause is not None:
-                out.append(cause)
-                continue
-            ev = dict(stall_ev)
-            ev["confirmed_at"] = fmt_time(
-                times[min(a + max(1, round(cfg.hang_s / feat.step)) - 1, len(times) - 1)]
-            )
-            out.append(
-                Finding(
-                    kind="job_hang",
-                    severity="critical",
-                    node=None,
-                    job_id=job,
-                    start=t0,
-                    end=None if ongoing else float(times[b]),
-                    cause="hang",
-                    evidence=ev,
-                    action=HANG_ACTION,
-                )
-            )
-    return out
-
-
 def _root_cause(
-    feat: Features, job: str, nodes: set[str], lo: int, hi: int, a: int, stall_ev: dict[str, str]
+    feat: Features, job: str, nodes: Set[str], lo: int, hi: int, a: int, stall_ev: dict[str, str]
 ) -> Finding | None:
     """The failing-node finding for the node whose hardware spoke first before the hang."""
     times = feat.times
@@ -283,4 +223,61 @@ class HangDetector(Detector):
     kinds = ("failing_node", "job_hang")
 
     def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
-        return Detection(detect(signals.features, prior))
+        """One finding per hang: the failing node that caused it, or the job when nothing did."""
+        feat = signals.features
+        cfg = feat.config
+        times = feat.times
+        out: list[Finding] = []
+        look = max(1, round(cfg.hang_lookback_s / feat.step))
+        for job in feat.jobs:
+            nodes = signals.job_nodes(job)
+            for a, b in signals.job_stalls(job, min_s=cfg.hang_s):
+                util = signals.gpu_busy(nodes, a, b)
+                if _paused(signals, job, a, b):
+                    continue
+                if util is None and (b - a + 1) * feat.step < cfg.hang_no_gpu_data_s:
+                    continue
+                if util is not None and util < cfg.hang_util:
+                    continue  # GPUs idle or half busy: a pause (evaluation, checkpoint), not a spin
+                if _computing(signals, job, nodes, a, b):
+                    continue  # busy with real math (an evaluation with big batches), not spinning
+                t0 = float(times[a])
+                ongoing = b >= len(times) - 2
+                stall_ev = {
+                    "no_progress": f"no rank of job {job} stepped from {fmt_time(t0)} for "
+                    f"{(b - a + 1) * feat.step / 60:.0f} min{' (ongoing)' if ongoing else ''}",
+                }
+                if util is not None:
+                    stall_ev[c.DCGM_FI_DEV_GPU_UTIL] = f"{util:.0f}% (collectives spinning)"
+                lo, hi = max(0, a - look), min(len(times) - 1, a + feat.rate_window_steps)
+                explained = [
+                    f
+                    for f in prior
+                    if f.kind == "failing_node" and f.node in nodes and times[lo] <= f.start <= times[hi]
+                ]
+                if explained:
+                    for f in explained:
+                        f.evidence.setdefault("hang", stall_ev["no_progress"])
+                    continue
+                cause = _root_cause(feat, job, nodes, lo, hi, a, stall_ev)
+                if cause is not None:
+                    out.append(cause)
+                    continue
+                ev = dict(stall_ev)
+                ev["confirmed_at"] = fmt_time(
+                    times[min(a + max(1, round(cfg.hang_s / feat.step)) - 1, len(times) - 1)]
+                )
+                out.append(
+                    Finding(
+                        kind="job_hang",
+                        severity="critical",
+                        node=None,
+                        job_id=job,
+                        start=t0,
+                        end=None if ongoing else float(times[b]),
+                        cause="hang",
+                        evidence=ev,
+                        action=HANG_ACTION,
+                    )
+                )
+        return Detection(out)

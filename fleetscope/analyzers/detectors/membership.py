@@ -77,60 +77,6 @@ def _others_progress(
     return np.any(others, axis=0) if others else np.zeros(len(feat.times), dtype=bool)
 
 
-def detect(feat: Features, prior: Sequence[Finding]) -> Detection:
-    """One informational finding per monitoring gap, departure or arrival of a node; it learns the
-    nodes seen, so a node that reappears after a chunk's edge came back rather than joined."""
-    times = feat.times
-    T = len(times)
-    need = max(2, round(feat.config.gap_s / feat.step))
-    presence = _node_presence(feat)
-    failing = {f.node for f in prior if f.kind == "failing_node"}
-    out: list[Finding] = []
-    seen_before = feat.carry.nodes_seen if feat.carry is not None else set()
-    learnt = Carry(nodes_seen={n for n, here in presence.items() if here.any()})
-    node_steps = _node_steps(feat)
-    for node, here in sorted(presence.items()):
-        if node in failing or not here.any():
-            continue
-        progress = _others_progress(feat, node, presence, node_steps)
-        idx = np.nonzero(here)[0]
-        first, last = int(idx[0]), int(idx[-1])
-        for a, b in iter_runs(~here):
-            if b - a + 1 < need or not progress[a : b + 1].mean() >= 0.5:
-                continue
-            if a > first and b < last:
-                kind, cause, action = "monitoring_gap", "series_absent", GAP_ACTION
-                text = (
-                    f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} while the job kept "
-                    "stepping"
-                )
-            elif a > first:
-                kind, cause, action = "membership_change", "node_left", LEFT_ACTION
-                text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"
-            elif a == 0 and b < T - 1:
-                if node in seen_before:  # a streamed window's earlier chunk had it: it came back
-                    continue
-                kind, cause, action = "membership_change", "node_joined", JOINED_ACTION
-                text = f"series began at {fmt_time(times[b + 1])} while the job was already running"
-            else:
-                continue
-            end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
-            start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
-            out.append(
-                Finding(
-                    kind=kind,
-                    severity="info",
-                    node=node,
-                    start=start,
-                    end=end if cause != "node_joined" else start,
-                    cause=cause,
-                    evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
-                    action=action,
-                )
-            )
-    return Detection(out, learnt)
-
-
 class MembershipDetector(Detector):
     """Nodes that leave, join, or go unscraped while the job carries on: see the module docstring."""
 
@@ -138,4 +84,55 @@ class MembershipDetector(Detector):
     kinds = ("monitoring_gap", "membership_change")
 
     def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
-        return detect(signals.features, prior)
+        """One informational finding per monitoring gap, departure or arrival of a node; it learns the
+        nodes seen, so a node that reappears after a chunk's edge came back rather than joined."""
+        feat = signals.features
+        times = feat.times
+        T = len(times)
+        need = max(2, round(feat.config.gap_s / feat.step))
+        presence = _node_presence(feat)
+        failing = {f.node for f in prior if f.kind == "failing_node"}
+        out: list[Finding] = []
+        seen_before = feat.carry.nodes_seen if feat.carry is not None else set()
+        learnt = Carry(nodes_seen={n for n, here in presence.items() if here.any()})
+        node_steps = _node_steps(feat)
+        for node, here in sorted(presence.items()):
+            if node in failing or not here.any():
+                continue
+            progress = _others_progress(feat, node, presence, node_steps)
+            idx = np.nonzero(here)[0]
+            first, last = int(idx[0]), int(idx[-1])
+            for a, b in iter_runs(~here):
+                if b - a + 1 < need or not progress[a : b + 1].mean() >= 0.5:
+                    continue
+                if a > first and b < last:
+                    kind, cause, action = "monitoring_gap", "series_absent", GAP_ACTION
+                    text = (
+                        f"every series absent {fmt_time(times[a])} .. {fmt_time(times[b])} "
+                        "while the job kept stepping"
+                    )
+                elif a > first:
+                    kind, cause, action = "membership_change", "node_left", LEFT_ACTION
+                    text = f"series ended at {fmt_time(times[a])}; the rest of the job carried on"
+                elif a == 0 and b < T - 1:
+                    if node in seen_before:  # a streamed window's earlier chunk had it: it came back
+                        continue
+                    kind, cause, action = "membership_change", "node_joined", JOINED_ACTION
+                    text = f"series began at {fmt_time(times[b + 1])} while the job was already running"
+                else:
+                    continue
+                end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
+                start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
+                out.append(
+                    Finding(
+                        kind=kind,
+                        severity="info",
+                        node=node,
+                        start=start,
+                        end=end if cause != "node_joined" else start,
+                        cause=cause,
+                        evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
+                        action=action,
+                    )
+                )
+        return Detection(out, learnt)

@@ -5,7 +5,7 @@ GPUs (docs/design.md#mfu-and-peak-flops). Healthy H100 jobs sit at 35-45%, but e
 a job is compared with *itself*: the series is segmented offline by binary segmentation (the PELT/BinSeg
 family, fit for a post-mortem) with a BIC-like penalty, the best long segment is the baseline, and every
 segment at least ``mfu_drop`` (6%) below it for ``mfu_min_drop_s`` is a drop; the change points are reported.
-Throughput is measured only while the job trains (:func:`~fleetscope.analyzers.signals.mfu.training_mask`), so
+Throughput is measured only while the job trains (``Signals.training``), so
 checkpoints, evaluation, stalls and hangs never count as drops.
 
 A drop is attributed to what co-occurs with it: a failing-node finding or a stall (no rank steps)
@@ -34,8 +34,6 @@ from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.signals.jobs import job_nodes, job_stalls
-from fleetscope.analyzers.signals.mfu import training_mask
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import rolling_sum
 
@@ -123,86 +121,11 @@ def _levels(signals: Signals, job: str) -> _Levels | None:
     min_base = max(2, round(cfg.mfu_min_baseline_s / feat.step))
     long_segs = [i for i, (a, b) in enumerate(segs) if b - a >= min_base] or list(range(len(segs)))
     base_i = max(long_segs, key=lambda i: means[i])
-    return _Levels(unit, idx, x, segs, means, base_i, job_stalls(feat, job))
-
-
-def detect(signals: Signals, prior: Sequence[Finding]) -> Detection:
-    """Every MFU drop of every job; it learns each job's baseline level for the next chunk."""
-    feat = signals.features
-    learnt = Carry()
-    cfg = feat.config
-    out: list[Finding] = []
-    carried = feat.carry.mfu_base if feat.carry is not None else {}
-    for job in feat.jobs:
-        lv = _levels(signals, job)
-        if lv is None:
-            continue
-        unit, idx, x, segs, means, base_i, stalls = (
-            lv.unit,
-            lv.idx,
-            lv.x,
-            lv.segs,
-            lv.means,
-            lv.base_i,
-            lv.stalls,
-        )
-        base = means[base_i]
-        # A streamed window's earlier chunks saw the job at its level (their best typical level).
-        # When even this chunk's best is a drop from it, the chunk lies inside a drop that began
-        # before it: that level is the baseline (and the chunk opens in a drop, not in a warm-up).
-        # Otherwise the chunk's own best stands.
-        before = carried.get(job)
-        if before is not None and before[0] == unit and base <= before[1] * (1 - cfg.mfu_drop):
-            base = before[1]
-        if base <= 0:
-            continue
-        # What the next chunk of a streamed window measures from: the baseline (in a chunk that
-        # ends in a drop, the level the drop fell from; inside one, the level carried in).
-        learnt.mfu_base[job] = (unit, base)
-        low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
-        # Merge neighbouring low segments into one drop.
-        i = 0
-        while i < len(segs):
-            if not low[i]:
-                i += 1
-                continue
-            j = i
-            while j + 1 < len(segs) and low[j + 1]:
-                j += 1
-            # The drop begins where the level is first at least half-way down, not where the
-            # segmentation's minimum segment length happened to put the change point.
-            lo_k, hi_k = segs[i][0], segs[j][1] - 1
-            while lo_k < hi_k and x[lo_k] > base * (1 - cfg.mfu_drop / 2):
-                lo_k += 1
-            a_i, b_i = idx[lo_k], idx[hi_k]
-            # A low level the window opens with, that nothing explains, is a job still warming up
-            # (compilation, caches, data-loader workers) rising to its level, not a drop from it.
-            leading = i == 0 and before is None and not _explained(feat, job, a_i, b_i, prior)
-            if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
-                lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
-                found = _drop(
-                    feat,
-                    job,
-                    unit,
-                    a_i,
-                    b_i,
-                    base,
-                    base == means[base_i],
-                    lvl,
-                    segs,
-                    idx,
-                    base_i,
-                    stalls,
-                    prior,
-                )
-                if found is not None:
-                    out.append(found)
-            i = j + 1
-    return Detection(out, learnt)
+    return _Levels(unit, idx, x, segs, means, base_i, signals.job_stalls(job))
 
 
 def _drop(
-    feat: Features,
+    signals: Signals,
     job: str,
     unit: str,
     a: int,
@@ -218,6 +141,7 @@ def _drop(
 ) -> Finding | None:
     """The drop [a, b] from ``base`` (``own_base``: this chunk's best level, not one carried from
     earlier chunks), or None where a drop nothing explains is no drop."""
+    feat = signals.features
     cfg = feat.config
     times = feat.times
     last = len(times) - 1
@@ -230,7 +154,7 @@ def _drop(
     cp = [fmt_time(times[idx[s[0]]]) for s in segs[1:]]
     if cp:
         ev["change_points"] = ", ".join(cp)
-    nodes = job_nodes(feat, job)
+    nodes = signals.job_nodes(job)
     ours = [f for f in prior if f.job_id == job or (f.job_id is None and f.node in nodes)]
     failing = [
         f
@@ -279,7 +203,7 @@ def _drop(
     if (
         cause == "unknown"
         and own_base
-        and not _typical_step_dropped(feat, job, unit, a, b, segs, idx, base_i)
+        and not _typical_step_dropped(signals, job, unit, a, b, segs, idx, base_i)
     ):
         return None
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
@@ -303,7 +227,7 @@ def _drop(
 
 
 def _typical_step_dropped(
-    feat: Features, job: str, unit: str, a: int, b: int, segs, idx, base_i: int
+    signals: Signals, job: str, unit: str, a: int, b: int, segs, idx, base_i: int
 ) -> bool:
     """The drop is in the typical step, or in the share of time spent stepping, by half the threshold.
 
@@ -312,13 +236,14 @@ def _typical_step_dropped(
     stretch (host work between steps, outside the step timer). True where the job reports no step
     time (nothing to confirm with).
     """
+    feat = signals.features
     r = feat.ranks
     cols = r.keys["job_id"].to_numpy() == job
     work = r.flops if unit == "MFU" else r.tokens
     secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
     done = np.nansum(np.nan_to_num(work[:, cols]), axis=1)
     ranks_s = r.present[:, cols].sum(axis=1) * feat.step
-    train = training_mask(feat, job)
+    train = signals.training(job)
     with np.errstate(all="ignore"):
         speed = np.where(train & (secs > 0) & (done > 0), done / secs, np.nan)
     in_drop = np.zeros(len(secs), dtype=bool)
@@ -338,10 +263,11 @@ def _typical_step_dropped(
     return bool(duty(in_drop) <= duty(in_base) * keep)
 
 
-def _explained(feat: Features, job: str, a: int, b: int, prior: Sequence[Finding]) -> bool:
+def _explained(signals: Signals, job: str, a: int, b: int, prior: Sequence[Finding]) -> bool:
     """A straggler or failing-node finding of ``job`` overlaps grid times [a, b]."""
-    t0, t1 = float(feat.times[a]), float(feat.times[b])
-    nodes = job_nodes(feat, job)
+    times = signals.features.times
+    t0, t1 = float(times[a]), float(times[b])
+    nodes = signals.job_nodes(job)
     return any(
         f.kind in ("straggler", "failing_node")
         and f.severity != "info"
@@ -406,4 +332,75 @@ class MfuDropDetector(Detector):
     kinds = ("mfu_drop",)
 
     def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
-        return detect(signals, prior)
+        """Every MFU drop of every job; it learns each job's baseline level for the next chunk."""
+        feat = signals.features
+        learnt = Carry()
+        cfg = feat.config
+        out: list[Finding] = []
+        carried = feat.carry.mfu_base if feat.carry is not None else {}
+        for job in feat.jobs:
+            lv = _levels(signals, job)
+            if lv is None:
+                continue
+            unit, idx, x, segs, means, base_i, stalls = (
+                lv.unit,
+                lv.idx,
+                lv.x,
+                lv.segs,
+                lv.means,
+                lv.base_i,
+                lv.stalls,
+            )
+            base = means[base_i]
+            # A streamed window's earlier chunks saw the job at its level (their best typical level).
+            # When even this chunk's best is a drop from it, the chunk lies inside a drop that began
+            # before it: that level is the baseline (and the chunk opens in a drop, not in a warm-up).
+            # Otherwise the chunk's own best stands.
+            before = carried.get(job)
+            if before is not None and before[0] == unit and base <= before[1] * (1 - cfg.mfu_drop):
+                base = before[1]
+            if base <= 0:
+                continue
+            # What the next chunk of a streamed window measures from: the baseline (in a chunk that
+            # ends in a drop, the level the drop fell from; inside one, the level carried in).
+            learnt.mfu_base[job] = (unit, base)
+            low = [means[i] <= base * (1 - cfg.mfu_drop) for i in range(len(segs))]
+            # Merge neighbouring low segments into one drop.
+            i = 0
+            while i < len(segs):
+                if not low[i]:
+                    i += 1
+                    continue
+                j = i
+                while j + 1 < len(segs) and low[j + 1]:
+                    j += 1
+                # The drop begins where the level is first at least half-way down, not where the
+                # segmentation's minimum segment length happened to put the change point.
+                lo_k, hi_k = segs[i][0], segs[j][1] - 1
+                while lo_k < hi_k and x[lo_k] > base * (1 - cfg.mfu_drop / 2):
+                    lo_k += 1
+                a_i, b_i = idx[lo_k], idx[hi_k]
+                # A low level the window opens with, that nothing explains, is a job still warming up
+                # (compilation, caches, data-loader workers) rising to its level, not a drop from it.
+                leading = i == 0 and before is None and not _explained(signals, job, a_i, b_i, prior)
+                if (b_i - a_i + 1) * feat.step >= cfg.mfu_min_drop_s and not leading:
+                    lvl = float(np.mean(x[segs[i][0] : segs[j][1]]))
+                    found = _drop(
+                        signals,
+                        job,
+                        unit,
+                        a_i,
+                        b_i,
+                        base,
+                        base == means[base_i],
+                        lvl,
+                        segs,
+                        idx,
+                        base_i,
+                        stalls,
+                        prior,
+                    )
+                    if found is not None:
+                        out.append(found)
+                i = j + 1
+        return Detection(out, learnt)

@@ -320,81 +320,6 @@ def _phase_cause(sl: Slowness, k: int, a: int, b: int) -> tuple[str, dict[str, s
     return "unknown", ev
 
 
-def detect(signals: Signals) -> Detection:
-    """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module
-    docstring); it learns every rank's best slowness level for the next chunk."""
-    feat = signals.features
-    findings: list[Finding] = []
-    net = signals.network_trouble
-    sl = signals.slowness
-    hw_all = signals.gpu_throttle
-    rank_hw = rank_hardware_evidence(feat, sl, hw_all)
-    score = sl.score()
-    ids = signals.rank_ids
-    gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
-    has_gpu = np.array([g is not None for g in gcols], dtype=bool)
-    softs, hards, by_role, rank_best = _rank_flags(signals, rank_hw, has_gpu)
-    roles = signals.role_peers
-    n_peers = roles.count()
-    for k in range(score.shape[1]):
-        job_id, rank_s, node, gpu = ids[k]
-        gcol = gcols[k]
-        soft, hard = softs[:, k], hards[:, k]
-        if not (soft.any() or hard.any()):
-            continue
-        for a, b, duty in _episodes(soft, hard, feat):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                sc = float(np.nanmedian(score[a : b + 1, k]))
-            cause, ev = slowdown_cause(feat, gcol, node, a, b, net)
-            if cause == "unknown":
-                cause, pev = _phase_cause(sl, k, a, b)
-                ev.update(pev)
-            ev = {
-                "slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} "
-                "ranks)",
-                **ev,
-            }
-            since = None
-            if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
-                since, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
-            if duty < 0.9:
-                ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
-            findings.append(_finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since))
-    findings.extend(_hardware_only(feat, list(findings), net, hw_all))
-    findings = _one_per_node(feat, findings)
-    # Network: node-level; it replaces the node's own rank findings that it explains.
-    for node, (flag, nev) in net.items():
-        for a, b in runs_with_persistence(flag, feat.persistence_steps, bridge=feat.rate_window_steps):
-            t0, t1 = float(feat.times[a]), float(feat.times[b])
-            findings = [
-                f
-                for f in findings
-                if not (
-                    f.node == node
-                    and f.cause in ("network", "unknown", "cpu")
-                    and f.start <= t1
-                    and (f.end or t1) >= t0
-                )
-            ]
-            findings.append(
-                _finding(
-                    feat,
-                    node,
-                    None,
-                    None,
-                    feat.jobs[0] if len(feat.jobs) == 1 else None,
-                    a,
-                    b,
-                    None,
-                    "network",
-                    dict(nev),
-                )
-            )
-    findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
-    return Detection(findings, Carry(rank_best=rank_best))
-
-
 def _one_per_node(feat: Features, findings: list[Finding]) -> list[Finding]:
     """Half or more of a node's GPUs slow in one window: one node-level finding listing them.
 
@@ -497,4 +422,77 @@ class StragglerDetector(Detector):
     kinds = ("straggler",)
 
     def detect(self, signals: Signals, prior: Sequence[Finding]) -> Detection:
-        return detect(signals)
+        """Every straggler of the window: ranks, GPUs without telemetry, and nodes (see the module
+        docstring); it learns every rank's best slowness level for the next chunk."""
+        feat = signals.features
+        findings: list[Finding] = []
+        net = signals.network_trouble
+        sl = signals.slowness
+        hw_all = signals.gpu_throttle
+        rank_hw = rank_hardware_evidence(feat, sl, hw_all)
+        score = sl.score()
+        ids = signals.rank_ids
+        gcols = [feat.gpus.col(node, gpu) for _job, _rank, node, gpu in ids]
+        has_gpu = np.array([g is not None for g in gcols], dtype=bool)
+        softs, hards, by_role, rank_best = _rank_flags(signals, rank_hw, has_gpu)
+        roles = signals.role_peers
+        n_peers = roles.count()
+        for k in range(score.shape[1]):
+            job_id, rank_s, node, gpu = ids[k]
+            gcol = gcols[k]
+            soft, hard = softs[:, k], hards[:, k]
+            if not (soft.any() or hard.any()):
+                continue
+            for a, b, duty in _episodes(soft, hard, feat):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    sc = float(np.nanmedian(score[a : b + 1, k]))
+                cause, ev = slowdown_cause(feat, gcol, node, a, b, net)
+                if cause == "unknown":
+                    cause, pev = _phase_cause(sl, k, a, b)
+                    ev.update(pev)
+                ev = {
+                    "slowness": f"{sc:.2f} x its peers' (group of {int((sl.groups == sl.groups[k]).sum())} "
+                    "ranks)",
+                    **ev,
+                }
+                since = None
+                if by_role[a : b + 1, k].mean() >= 0.5 and cause not in _HARDWARE_CAUSES:
+                    since, ev["role_peers"] = _role_evidence(feat, sl, roles, int(n_peers[k]), k, a, b)
+                if duty < 0.9:
+                    ev["duty_cycle"] = f"{duty:.0%} of {(b - a + 1) * feat.step / 60:.0f} min"
+                findings.append(
+                    _finding(feat, node, gpu, int(float(rank_s)), job_id, a, b, sc, cause, ev, since)
+                )
+        findings.extend(_hardware_only(feat, list(findings), net, hw_all))
+        findings = _one_per_node(feat, findings)
+        # Network: node-level; it replaces the node's own rank findings that it explains.
+        for node, (flag, nev) in net.items():
+            for a, b in runs_with_persistence(flag, feat.persistence_steps, bridge=feat.rate_window_steps):
+                t0, t1 = float(feat.times[a]), float(feat.times[b])
+                findings = [
+                    f
+                    for f in findings
+                    if not (
+                        f.node == node
+                        and f.cause in ("network", "unknown", "cpu")
+                        and f.start <= t1
+                        and (f.end or t1) >= t0
+                    )
+                ]
+                findings.append(
+                    _finding(
+                        feat,
+                        node,
+                        None,
+                        None,
+                        feat.jobs[0] if len(feat.jobs) == 1 else None,
+                        a,
+                        b,
+                        None,
+                        "network",
+                        dict(nev),
+                    )
+                )
+        findings.sort(key=lambda f: (f.start, f.node or "", f.gpu or ""))
+        return Detection(findings, Carry(rank_best=rank_best))

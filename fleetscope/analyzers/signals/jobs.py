@@ -1,12 +1,16 @@
 """Per-job signals: which rank columns are a job's, when it steps, when it stalls, where it runs.
 
 Read by the failing-node, hang and MFU-drop detectors, the job MFU signal, the goodput account,
-streaming and the service's job view. Moved from ``features.py`` unchanged.
+streaming and the service's job view -- always through the cached members of
+:class:`~fleetscope.analyzers.signals.window_signals.Signals`, which call these functions once per
+job (or per question) and analysis. Each takes what it builds on (a job's columns, its stepping
+mask) as arguments, so nothing here computes another signal a second time.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Set
 
 import numpy as np
 
@@ -23,39 +27,33 @@ def job_columns(feat: Features, job: str | None) -> np.ndarray:
     return r.keys["job_id"].to_numpy().astype(str) == job
 
 
-def stepping(feat: Features, job: str | None = None) -> np.ndarray:
-    """Per grid time: did any rank of ``job`` (of any job when None) complete a step in it."""
+def stepping(feat: Features, cols: np.ndarray) -> np.ndarray:
+    """Per grid time: did any rank of the columns ``cols`` (a job's) complete a step in it."""
     r = feat.ranks
-    cols = job_columns(feat, job)
     if not r.steps.size or not cols.any():
         return np.zeros(len(feat.times), dtype=bool)
     return np.nansum(np.where(np.isnan(r.steps[:, cols]), 0, r.steps[:, cols]), axis=1) > 0
 
 
-def job_stalls(feat: Features, job: str | None = None, min_s: float | None = None) -> list[tuple[int, int]]:
-    """(first, last) grid indices of periods where ranks of ``job`` report but none completes a step.
-
-    ``job`` None: no rank of any job steps. ``min_s``: shortest period kept (default ``stall_s``).
-    """
+def job_stalls(feat: Features, cols: np.ndarray, steps: np.ndarray, min_s: float) -> list[tuple[int, int]]:
+    """(first, last) grid indices of periods, ``min_s`` long at least, where ranks of the columns
+    ``cols`` report but none completes a step (``steps``: their :func:`stepping` mask)."""
     r = feat.ranks
-    if not r.steps.size:
-        return []
-    cols = job_columns(feat, job)
-    if not cols.any():
+    if not r.steps.size or not cols.any():
         return []
     present = r.present[:, cols].any(axis=1)
-    need = max(1, round((feat.config.stall_s if min_s is None else min_s) / feat.step))
-    return [(a, b) for a, b in iter_runs(present & ~stepping(feat, job)) if b - a + 1 >= need]
+    need = max(1, round(min_s / feat.step))
+    return [(a, b) for a, b in iter_runs(present & ~steps) if b - a + 1 >= need]
 
 
-def job_nodes(feat: Features, job: str) -> set[str]:
-    """The nodes the ranks of ``job`` ran on in the window."""
+def job_nodes(feat: Features, cols: np.ndarray) -> frozenset[str]:
+    """The nodes the ranks of the columns ``cols`` (a job's) ran on in the window."""
     r = feat.ranks
-    return {str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[job_columns(feat, job)]}
+    return frozenset(str(n) for n in r.keys[c.NODE_LABEL].to_numpy()[cols])
 
 
-def gpu_busy(feat: Features, nodes: set[str], a: int, b: int) -> float | None:
-    """Median GPU utilisation (percent) of the job's nodes over [a, b]; None without GPU data."""
+def gpu_busy(feat: Features, nodes: Set[str], a: int, b: int) -> float | None:
+    """Median GPU utilisation (percent) of the nodes' GPUs over [a, b]; None without GPU data."""
     gs = feat.gpus
     if not gs.util.size:
         return None

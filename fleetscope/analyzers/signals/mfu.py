@@ -1,7 +1,9 @@
 """A job's MFU (or tokens/s where FLOPs are unknown) while it trains, and its training mask.
 
 Read by the MFU-drop detector, the job summaries of every report, the HTML report's MFU chart and
-the service's job view. Moved from ``detectors/mfu_drop.py`` unchanged.
+the service's job view, through :meth:`Signals.job_mfu
+<fleetscope.analyzers.signals.window_signals.Signals.job_mfu>`. Each function takes the job's rank
+columns and stepping mask (:mod:`~fleetscope.analyzers.signals.jobs`) as computed once there.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.signals.jobs import job_columns, stepping
 from fleetscope.window.frames import iter_runs, rolling_sum
 
 
-def training_mask(feat: Features, job: str) -> np.ndarray:
+def training_mask(feat: Features, cols: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Per grid time: the job was training (not paused, stalled or hung) through this grid step.
 
     Grid steps in which no rank of the job completed a step are pauses (evaluation, a blocking
@@ -26,8 +27,7 @@ def training_mask(feat: Features, job: str) -> np.ndarray:
     the hang and failure detectors report the rest.
     """
     r = feat.ranks
-    cols = job_columns(feat, job)
-    paused = _quiet(feat, job)
+    paused = _quiet(feat, cols, steps)
     for ph in c.PAUSE_PHASES:
         if ph in r.phases:
             paused |= np.nansum(np.nan_to_num(r.phases[ph][:, cols]), axis=1) > 0
@@ -45,14 +45,13 @@ def training_mask(feat: Features, job: str) -> np.ndarray:
     return ~edge
 
 
-def typical_step_s(feat: Features, job: str) -> float:
+def typical_step_s(feat: Features, cols: np.ndarray) -> float:
     """The job's median wall time per step: from its step-time counter, else its step rate.
 
     Without ``training_step_seconds_total`` the median rank's time in the window over its steps
     (pauses included, so an upper bound: the pause rule then errs towards "still training").
     """
     r = feat.ranks
-    cols = job_columns(feat, job)
     per_rank = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=0)
     good = per_rank > 0
     if not good.any():
@@ -64,14 +63,14 @@ def typical_step_s(feat: Features, job: str) -> float:
     return float(np.median(span[good] / per_rank[good]))
 
 
-def _quiet(feat: Features, job: str) -> np.ndarray:
+def _quiet(feat: Features, cols: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Grid steps inside a run without steps longer than the job's own step rhythm allows.
 
     A job whose step takes longer than the grid step completes none in some grid steps while it
     trains at full speed; only a run of silence longer than twice its typical step is a pause.
     """
-    quiet = ~stepping(feat, job)
-    typical = typical_step_s(feat, job)
+    quiet = ~steps
+    typical = typical_step_s(feat, cols)
     need = max(1, int(np.ceil(2 * typical / feat.step))) if np.isfinite(typical) else 1
     out = np.zeros_like(quiet)
     for a, b in iter_runs(quiet):
@@ -80,17 +79,17 @@ def _quiet(feat: Features, job: str) -> np.ndarray:
     return out
 
 
-def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
+def job_mfu(
+    feat: Features, cols: np.ndarray, steps: np.ndarray, train: np.ndarray
+) -> tuple[np.ndarray, str, np.ndarray]:
     """(MFU or tokens/s per grid time, unit, pause mask) of one job, over ``rate_window_s`` of training.
 
-    Numerator and denominator count only grid steps in which the job was training
-    (:func:`training_mask`); a rate window with less than half of its time training is no level.
+    Numerator and denominator count only grid steps in which the job was training (``train``, its
+    :func:`training_mask`); a rate window with less than half of its time training is no level.
     """
     r = feat.ranks
-    cols = job_columns(feat, job)
     w = feat.rate_window_steps
     present = r.present[:, cols]
-    train = training_mask(feat, job)
     active_s = rolling_sum(np.where(train, feat.step, 0.0)[:, None], w)[:, 0]
     enough = active_s >= 0.5 * w * feat.step
     flops = np.where(train, np.nansum(np.nan_to_num(r.flops[:, cols]), axis=1), 0.0)
@@ -115,7 +114,7 @@ def job_mfu(feat: Features, job: str) -> tuple[np.ndarray, str, np.ndarray]:
             )
             unit = "tokens/s"
     # Windows that reach back before the job's first step in the window (start-up) are not a level.
-    stepping_idx = np.nonzero(stepping(feat, job))[0]
+    stepping_idx = np.nonzero(steps)[0]
     first = int(stepping_idx[0]) if stepping_idx.size else 0
     series[: max(w - 1, first + w)] = np.nan
     series[~present.any(axis=1)] = np.nan

@@ -21,24 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetscope import contract as c
+from fleetscope.analyzers.features import ITL_NAMES, KV_NAMES
 from fleetscope.window.frames import Frames, increase_steps, rolling_sum
-
-#: Inter-token latency under either name (V1 from v0.11; V0 and early V1): ``new or old``.
-ITL_NAMES = (c.VLLM_INTER_TOKEN_LATENCY, c.VLLM_TIME_PER_OUTPUT_TOKEN)
-KV_NAMES = (c.VLLM_KV_CACHE_USAGE, c.VLLM_GPU_CACHE_USAGE)
-_HISTOGRAMS = (c.VLLM_TIME_TO_FIRST_TOKEN, *ITL_NAMES)
-
-#: Every serving series the analyzers read (appended to ``features.METRICS_USED``).
-SERVING_METRICS: tuple[str, ...] = (
-    c.VLLM_NUM_REQUESTS_RUNNING,
-    c.VLLM_NUM_REQUESTS_WAITING,
-    *KV_NAMES,
-    c.VLLM_NUM_PREEMPTIONS,
-    c.VLLM_PROMPT_TOKENS,
-    c.VLLM_GENERATION_TOKENS,
-    c.VLLM_REQUEST_SUCCESS,
-    *(s for h in _HISTOGRAMS for s in (h.bucket, h.sum, h.observations)),
-)
 
 REPLICA_KEY = ("model_name", "namespace", "pod", c.NODE_LABEL, c.INSTANCE_LABEL)
 
@@ -126,6 +110,16 @@ def _le_key(x: str) -> float:
         return float(x)
     except ValueError:
         return float("inf") if x == "+Inf" else 0.0
+
+
+def replica_buckets(
+    frames: Frames, hist: c.Histogram, replicas: list[Replica]
+) -> tuple[np.ndarray, list[float]]:
+    """A histogram's cumulative bucket counts per grid time, replica (in the order of ``replicas``) and
+    bucket (engine cores summed), and the buckets' upper bounds (``le``, ``+Inf`` as infinity)."""
+    index = {rep: i for i, rep in enumerate(replicas)}
+    cum, les = _per_replica(frames, hist.bucket, index, "sum", ("le",))
+    return cum, [_le_key(v[0]) for v in les]
 
 
 def _window(x: np.ndarray, w: int) -> np.ndarray:

@@ -44,7 +44,8 @@ from fleetscope.exporters.gpu.nvml import LOST_CODES, UNSUPPORTED_CODES, FieldAn
 from fleetscope.exporters.gpu.session import GpuDevice, MigDevice, NvmlSession
 
 _MIB = 1024 * 1024
-_ALL_LINKS = 0xFFFFFFFF
+#: The field-value scope id that asks NVML for the sum over every NVLink of the GPU (UINT32 max).
+ALL_LINKS = 0xFFFFFFFF
 
 #: nvmlDeviceGetFieldValues ids -> (metric, scale). One batched call per GPU per scrape.
 FIELD_METRICS: dict[int, tuple[c.Metric, float]] = {
@@ -250,7 +251,7 @@ class GpuReader:
         ids: list[Any] = [f for f in FIELD_METRICS if f"field:{f}" not in dev.unsupported]
         want_nvlink = "field:nvlink_throughput" not in dev.unsupported
         if want_nvlink:
-            ids += [(f, _ALL_LINKS) for f in NVLINK_THROUGHPUT_FIELDS]
+            ids += [(f, ALL_LINKS) for f in NVLINK_THROUGHPUT_FIELDS]
         answers = self._field_answers(dev, ids) if ids else None
         if answers is None:
             return

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+from fleetscope import strictjson
 from fleetscope.errors import FleetscopeError
 from fleetscope.times import rfc3339
 
@@ -128,9 +128,9 @@ class Recorder:
             return {"error": int(self.pynvml.NVML_ERROR_GPU_IS_LOST), "note": "timed out"}
 
     def fields(self, handle: Any) -> dict[str, Any]:
-        from fleetscope.exporters.gpu.collector import _ALL_LINKS, FIELD_METRICS, NVLINK_THROUGHPUT_FIELDS
+        from fleetscope.exporters.gpu.collector import ALL_LINKS, FIELD_METRICS, NVLINK_THROUGHPUT_FIELDS
 
-        ids: list[Any] = list(FIELD_METRICS) + [(f, _ALL_LINKS) for f in NVLINK_THROUGHPUT_FIELDS]
+        ids: list[Any] = list(FIELD_METRICS) + [(f, ALL_LINKS) for f in NVLINK_THROUGHPUT_FIELDS]
         answers = self.ask(self.b.field_values, handle, ids)
         if isinstance(answers, dict):  # the whole call failed
             return {str(f if isinstance(f, int) else f[0]): answers for f in ids}
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
             backend.nvmlShutdown()
         except pynvml.NVMLError:
             pass
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    out.write_text(strictjson.dumps(data, indent=1) + "\n")
     print(f"recorded {len(devices)} GPU(s) into {out}")
     return 0
 

@@ -385,7 +385,7 @@
 
   function adviceText(a) {
     const min = (s) => fmt(s / 60, s < 600 ? 1 : 0, " min");
-    const rate = a.prior ? "prior: 1 failure per 1,000 node-days" :
+    const rate = a.prior ? "prior: 1 failure per " + fmt(1 / (a.failures_per_node_hour * 24), 0, " node-days") :
       a.failures + " failure(s) in " + fmt(a.node_hours, 1, " node-hours");
     let text = "Checkpoint advice: save every " + min(a.recommended_s) +
       " (now " + (a.current_s === null ? "unknown" : min(a.current_s)) + "; a save takes " +

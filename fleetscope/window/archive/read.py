@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ from fleetscope.window.samples import (
     grid_window,
     summarize,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -130,17 +133,75 @@ def archive_span(path: str | Path) -> ArchiveSpan:
     the typical sample spacing rounded as the loader rounds it (:func:`~fleetscope.window.grid.round_step`).
     """
     pf, meta = _open(Path(path))
+    groups = range(pf.metadata.num_row_groups)
+    # What the data holds, from the row groups' own statistics: the footer's grid or span is checked
+    # against it before any work is sized by it (a span of [0, 1.9e9] at 1 s ran for minutes).
+    first, last = _stats_span(pf, groups)
+    if not np.isfinite(first):
+        raise FleetscopeError(f"{path}: the archive's row groups have no time statistics")
     grid = meta.get("grid")
     if grid:
-        return ArchiveSpan(float(grid["start"]), float(grid["end"]), float(grid["step"]))
+        step = float(grid["step"])
+        start, end = _grid_within_data(path, float(grid["start"]), float(grid["end"]), step, first, last)
+        return ArchiveSpan(start, end, step)
     step = round_step(float(meta.get("spacing") or 15.0))
     span = meta.get("span")
     if isinstance(span, list) and len(span) == 2:
-        return ArchiveSpan(float(span[0]), float(span[1]), step)
-    lo, hi = _stats_span(pf, range(pf.metadata.num_row_groups), plausible=True)
-    if not np.isfinite(lo):
-        raise FleetscopeError(f"{path}: the archive's row groups have no time statistics")
+        a, b = float(span[0]), float(span[1])
+        if first - 1e-3 <= a and b <= last + 1e-3:  # the bulk's span lies within the data
+            return ArchiveSpan(a, b, step)
+        _warn_once(
+            "%s: the archive's span (%s to %s) is not within its data (%s to %s); using the data's",
+            path, _when(a), _when(b), _when(first), _when(last),
+        )  # fmt: skip
+    lo, hi = _stats_span(pf, groups, plausible=True)
     return ArchiveSpan(lo, hi, step)
+
+
+def _grid_within_data(
+    path: str | Path, start: float, end: float, step: float, first: float, last: float
+) -> tuple[float, float]:
+    """The export's grid cut, on its own grid times, to where its data is (a grid may begin before
+    its first sample, a series that appeared later, but not by more than PLAUSIBLE_MARGIN_S); one
+    line naming both when the grid does not reach the data at all."""
+    if end < first - step or start > last + step:
+        raise FleetscopeError(
+            f"{path}: the archive's grid ({_when(start)} to {_when(end)}) does not cover its data "
+            f"({_when(first)} to {_when(last)}): the footer is not this archive's"
+        )
+    cut_start = start < first - PLAUSIBLE_MARGIN_S
+    cut_end = end > last + PLAUSIBLE_MARGIN_S
+    if cut_start:
+        start += np.floor((first - start) / step) * step
+    if cut_end:
+        end = start + np.ceil((last - start) / step) * step
+    if cut_start or cut_end:
+        _warn_once(
+            "%s: the archive's grid reaches more than a day past its data (%s to %s); analyzing %s to %s",
+            path, _when(first), _when(last), _when(start), _when(end),
+        )  # fmt: skip
+    return float(start), float(end)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str, *args: object) -> None:
+    """A warning about one archive's footer, said once per process (the footer is read more than once)."""
+    text = msg % args
+    if text not in _warned and len(_warned) < 1000:
+        _warned.add(text)
+        log.warning("%s", text)
+
+
+def _when(ts: float) -> str:
+    """A time for a message: RFC 3339, or seconds where no date holds it."""
+    from fleetscope.times import rfc3339
+
+    try:
+        return rfc3339(ts)
+    except (ValueError, OverflowError, OSError):
+        return f"{ts:g} s"
 
 
 def _open(path: Path) -> tuple[Any, dict[str, Any]]:
@@ -637,7 +698,10 @@ def load_parquet(
             raise FleetscopeError(
                 f"--start must be a grid time of {path}'s window (from {g_start:g}, every {g_step:g} s)"
             )
+        if start is None or end is None:  # the footer's grid, cut to where the data is, and sized
+            g_start, g_end, _ = archive_span(path)
         g_start, g_end = (g_start if start is None else start), (g_end if end is None else min(end, g_end))
+        check_grid(g_start, g_end, g_step)
         known: tuple[float, float, float, float] | None = (g_start, g_end, g_step, 0.0)
     elif start is not None and end is not None and step is not None:
         check_window(start, end, step)
@@ -677,7 +741,7 @@ class _ColumnarGrid:
     (:func:`samples.summarize`, then :func:`samples.frames_from_raw` or :func:`build_frames`)
     gives; :meth:`run` answers None where only that path is exact: a format-1 archive, two series
     of one metric with the same labels, or samples it would drop (non-finite values, stamps more
-    than a day from the rest). tests/analyzers/test_archive_columnar.py compares the two."""
+    than a day from the rest). tests/window/archive/test_archive_columnar.py compares the two."""
 
     def __init__(
         self, start: float, end: float, step: float, lookback: float, source: str, gridded: bool = False

@@ -48,6 +48,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from fleetscope import strictjson
+from fleetscope.atomicfile import install, temp_path_for
 from fleetscope.errors import FleetscopeError, NoData
 from fleetscope.window.archive.format import (
     BLOCK_S,
@@ -75,7 +77,7 @@ from fleetscope.window.frames import (
     make_grid,
     say_skipped,
 )
-from fleetscope.window.prometheus import no_series_error, raw_from_prometheus
+from fleetscope.window.prometheus import PrometheusAccess, no_series_error, raw_from_prometheus
 from fleetscope.window.samples import SpacingSample
 
 log = logging.getLogger(__name__)
@@ -124,8 +126,9 @@ class ArchiveWriter:
         self.rows = 0
         self.skipped = 0  # samples with a non-finite time or value (no exporter writes them)
         self.largest_batch = 0  # rows of the largest batch handed to add (tests: memory follows it)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
+            # beside the target, or in the temporary folder when -o is a device or a FIFO
+            self.tmp = temp_path_for(self.path, str(os.getpid()))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(
                 self.tmp, self.schema, compression="zstd", write_statistics=[TIME_COL, SERIES_COL]
@@ -311,9 +314,9 @@ class ArchiveWriter:
         else:
             meta["spacing"] = self.spacing.value()
         try:
-            self.writer.add_key_value_metadata({META_KEY: json.dumps(meta).encode()})
+            self.writer.add_key_value_metadata({META_KEY: strictjson.dumps(meta).encode()})
             self.writer.close()
-            os.replace(self.tmp, self.path)
+            install(self.tmp, self.path)  # renamed over a regular file, else written through
         except OSError as exc:
             self.tmp.unlink(missing_ok=True)
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -384,7 +387,7 @@ def convert_recording(
 
 # ---------------------------------------------------------------------- sources
 def export_prometheus(
-    url: str,
+    access: PrometheusAccess,
     out: str | Path,
     start: float,
     end: float,
@@ -393,7 +396,6 @@ def export_prometheus(
     *,
     piece_s: float | None = DEFAULT_PIECE_S,
     progress: Callable[[float], None] | None = None,
-    **access: Any,
 ) -> dict[str, int]:
     """``record --prometheus``: the window's grid values written piece by piece of ``piece_s``
     (None: one piece), holding one piece's answers at a time, so memory follows the piece, not
@@ -402,17 +404,17 @@ def export_prometheus(
     skipped are said once on stderr; only a window without any series is an error
     (:class:`NoData`). The label columns are the contract's keys (other labels go to
     ``__labels__``, module docstring): the labels of later pieces are not known ahead.
-    ``access``: :func:`raw_from_prometheus`' keywords (timeout, SigV4, headers, answer limit)."""
+    ``access``: how to reach the store (URL, timeout, SigV4, headers, answer limit)."""
     check_window(start, end, step)
     check_grid(start, end, step)
     grid = make_grid(start, end, step)
     per = len(grid) if piece_s is None else max(1, round(piece_s / step))
     pieces = [(float(grid[i]), float(grid[min(i + per, len(grid)) - 1])) for i in range(0, len(grid), per)]
     empty: list[tuple[int, float, float]] = []
-    with ArchiveWriter(out, contract_label_keys(metrics), source=url, grid=(start, end, step)) as w:
+    with ArchiveWriter(out, contract_label_keys(metrics), source=access.url, grid=(start, end, step)) as w:
         for k, (a, b) in enumerate(pieces):
             part = None if progress is None else _part_of(progress, k, len(pieces))
-            raw = raw_from_prometheus(url, a, b, step, metrics, progress=part, **access)
+            raw = raw_from_prometheus(access, a, b, step, metrics, progress=part)
             for name, series in raw.items():
                 w.add(name, series)
             if not raw:
@@ -420,7 +422,7 @@ def export_prometheus(
             del raw
         if not w.groups:
             w.abort()
-            raise no_series_error(url, start, end)
+            raise no_series_error(access.url, start, end)
         stats = w.close()
     if empty:
         say_skipped("pieces", empty, len(pieces))

@@ -88,6 +88,8 @@ class Cluster:
     efa_list: list[Efa] = field(init=False)
     #: (job, rank) -> pipeline stage, written on ``training_info`` when set.
     layout: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Further series of one GPU, served as given: (metric, labels, value per grid step; NaN: none).
+    extra: list[tuple[str, dict[str, str], np.ndarray]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.times = START + STEP * np.arange(round(self.minutes * 60 / STEP) + 1)
@@ -172,6 +174,12 @@ class Cluster:
             if e.node == self.node(node):
                 e.present[when] = False
 
+    def gpu_series(self, name: str, n: int, g: int, values: np.ndarray, **labels: str) -> None:
+        """Serve ``values`` (per grid step, NaN: no sample) as series ``name`` of GPU ``g`` on node ``n``."""
+        gpu = self.gpu(n, g)
+        lab = {"gpu": gpu.gpu, "UUID": f"GPU-{gpu.node}-{gpu.gpu}", c.NODE_LABEL: gpu.node, **labels}
+        self.extra.append((name, lab, np.asarray(values, dtype=float)))
+
     # ------------------------------------------------------------------ frames
     def frames(self) -> Frames:
         raw: dict[str, list[RawSeries]] = {}
@@ -215,6 +223,8 @@ class Cluster:
             put(c.GPU_UP, lab, g.up, g.present)
             if g.tensor is not None:
                 put(c.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, lab, g.tensor, g.present)
+        for name, lab, values in self.extra:
+            put(name, lab, values, np.ones(len(self.times), dtype=bool))
         for e in self.efa_list:
             lab = {c.NODE_LABEL: e.node, "device": e.device, "port": "1"}
             counter(c.EFA_TX_PKTS, lab, e.tx_pkts, e.present)

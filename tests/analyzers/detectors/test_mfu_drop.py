@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from fleetscope.analyzers.core import analyze
-from fleetscope.analyzers.signals.mfu import job_mfu
 from tests.analyzers.detectors.frames_builder import Cluster
 
 
@@ -49,8 +48,8 @@ def test_a_job_whose_step_is_longer_than_the_grid_step_trains_steadily():
     report = analyze(cl.frames())
     assert [f for f in report.findings if f.kind in ("mfu_drop", "job_hang")] == []
     # And the throughput is measured over most of the window, not masked away as pauses.
-    assert report.features is not None
-    series, _unit, paused = job_mfu(report.features, "job-a")
+    assert report.signals is not None
+    series, _unit, paused = report.signals.job_mfu("job-a")
     assert paused.mean() < 0.2 and np.isfinite(series).mean() > 0.7
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.analyzers.core import analyze_file
 from tests.analyzers.lookalikes.generator import CASES, Case
+from tests.support.analysis import analyze_file
 
 pytestmark = [pytest.mark.slow]
 

@@ -15,6 +15,7 @@ from fleetscope import contract
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.efa import EfaCollector, is_efa_device
 from tests.exporters.conftest import P5, P5_EFA_DEVICES, P5_OLD_DRIVER
+from tests.support.collected import samples as collected
 
 SRD = (
     "retrans_bytes",
@@ -32,13 +33,11 @@ def collector(root: Path, node: str = "node-a") -> EfaCollector:
 def samples(c: EfaCollector) -> dict[str, dict[tuple[str, str], float]]:
     """sample name -> {(device, port): value}; also checks every sample's label set."""
     out: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    for family in c.collect():
-        for s in family.samples:
-            assert set(s.labels) == {contract.NODE_LABEL, "device", "port"}, s
-            assert s.labels[contract.NODE_LABEL] == c.ctx.node_name
-            key = (s.labels["device"], s.labels["port"])
-            assert key not in out[s.name], f"duplicate {s.name}{key}"
-            out[s.name][key] = s.value
+    for (name, pairs), value in collected(c.collect()).items():
+        labels = dict(pairs)
+        assert set(labels) == {contract.NODE_LABEL, "device", "port"}, labels
+        assert labels[contract.NODE_LABEL] == c.ctx.node_name
+        out[name][(labels["device"], labels["port"])] = value
     return out
 
 

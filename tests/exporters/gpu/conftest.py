@@ -12,6 +12,7 @@ import pytest
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.gpu import session as sessions
 from tests.conftest import FIXTURES
+from tests.support.collected import Series
 
 NVML_FIXTURES = FIXTURES / "nvml"
 CAPTURES = NVML_FIXTURES / "captures"
@@ -41,18 +42,6 @@ def options(**kw: object) -> argparse.Namespace:
 
 def context(procfs: Path | None = None, **kw: object) -> NodeContext:
     return NodeContext(node_name="node-a", procfs=procfs or Path("/proc"), options=options(**kw))
-
-
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def samples(families) -> Series:
-    """{(name, sorted labels): value} of the families a collector returned."""
-    out: Series = {}
-    for fam in families:
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def values(series: Series, name: str, **match: str) -> list[float]:

@@ -17,7 +17,8 @@ from fleetscope import contract as c
 from fleetscope.exporters.gpu.attribution import parse_list_response, slurm_job_from_cgroup
 from fleetscope.exporters.gpu.collector import GpuCollector
 from tests.conftest import ROOT
-from tests.exporters.gpu.conftest import NVML_FIXTURES, context, samples, values
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, values
+from tests.support.collected import samples
 
 H100X8 = str(NVML_FIXTURES / "h100x8.json")
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"

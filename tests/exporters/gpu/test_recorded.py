@@ -12,16 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GPU_SERIES, GpuCollector
-from tests.exporters.gpu.conftest import (
-    CAPTURES,
-    NVML_FIXTURES,
-    capture_csv,
-    capture_q,
-    context,
-    one,
-    samples,
-    values,
-)
+from tests.exporters.gpu.conftest import CAPTURES, NVML_FIXTURES, capture_csv, capture_q, context, one, values
+from tests.support.collected import samples
 from tests.support.prom import promtool
 
 H100 = "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"

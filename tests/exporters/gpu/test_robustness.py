@@ -11,8 +11,9 @@ import pytest
 from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.session import NvmlUnavailable
-from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, values
 from tests.support import exposition
+from tests.support.collected import samples
 from tests.support.exporter import ExporterProcess
 
 

@@ -12,7 +12,8 @@ from fleetscope import contract as c
 from fleetscope.exporters.gpu.collector import GpuCollector
 from fleetscope.exporters.gpu.xid import XidCollector, XidTally, _Gpu, parse_kmsg_line
 from fleetscope.xids import describe, message
-from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, samples, values
+from tests.exporters.gpu.conftest import NVML_FIXTURES, context, fixture_with_script, one, values
+from tests.support.collected import samples
 from tests.support.exporter import ExporterProcess
 from tests.support.exposition import matching, value
 from tests.support.prom import wait_for

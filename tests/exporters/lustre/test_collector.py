@@ -10,7 +10,8 @@ import pytest
 from fleetscope import contract
 from fleetscope.exporters.lustre import LustreCollector
 from fleetscope.exporters.registry import NodeCollector
-from tests.exporters.lustre.helpers import FIXTURES, LUSTRE, NODE, context, samples, series
+from tests.exporters.lustre.helpers import FIXTURES, LUSTRE, NODE, context, series
+from tests.support.collected import samples
 
 READ = contract.LUSTRE_CLIENT_READ_BYTES
 WRITE = contract.LUSTRE_CLIENT_WRITE_BYTES
@@ -144,7 +145,7 @@ def test_no_lustre_on_this_node_is_nothing_and_success(tmp_path: Path) -> None:
     assert list(collector.collect()) == []
     node = NodeCollector([collector])
     found = samples(node.collect())
-    assert found[(contract.COLLECTOR_SUCCESS, frozenset({("collector", "lustre")}))] == 1.0
+    assert found[(contract.COLLECTOR_SUCCESS, (("collector", "lustre"),))] == 1.0
     assert not any(name.startswith("lustre_") for name, _ in found)
 
 
@@ -171,7 +172,7 @@ def test_unreadable_stats_file_is_skipped_other_mount_kept(tmp_path: Path) -> No
     assert set(series(found, READ, mount="/fsx")) == {""}
     assert series(found, READ, mount="/scratch") == {}
     assert collector.error_counts() == {"not_regular_file": 1}
-    assert found[(contract.COLLECTOR_SUCCESS, frozenset({("collector", "lustre")}))] == 1.0
+    assert found[(contract.COLLECTOR_SUCCESS, (("collector", "lustre"),))] == 1.0
 
 
 def test_truncated_stats_keeps_complete_lines_and_invents_no_zeros(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from fleetscope.exporters.base import Collector
 from fleetscope.exporters.fsx_cloudwatch import DEFAULT_METRICS, CloudWatchFetchError, FsxCloudWatchCollector
 from fleetscope.exporters.lustre import LustreCollector
 from fleetscope.exporters.registry import NodeCollector, build_collectors
-from tests.exporters.lustre.helpers import FIXTURES, NODE, context, samples
+from tests.exporters.lustre.helpers import FIXTURES, NODE, context
+from tests.support.collected import samples
 from tests.support.prom import promtool
 
 FS1, FS2 = "fs-0123456789abcdef0", "fs-0fedcba9876543210"
@@ -112,9 +113,7 @@ def fs1_answer(read_bytes: float = 6.0e10) -> dict:
 
 
 def fsx(found: dict, metric: str, fs: str = FS1) -> float | None:
-    return found.get(
-        (contract.fsx_metric_name(metric), frozenset({("FileSystemId", fs), ("Hostname", NODE)}))
-    )
+    return found.get((contract.fsx_metric_name(metric), (("FileSystemId", fs), ("Hostname", NODE))))
 
 
 def test_one_call_for_all_metrics_and_values_come_out_right() -> None:
@@ -170,7 +169,7 @@ def test_client_error_is_success_0_others_unaffected_then_recovers(caplog: pytes
     answer["MetricDataResults"] = answer["MetricDataResults"][:7]
     stubber.add_response("get_metric_data", answer, expected_params([FS1]))
     good = samples(node.collect())
-    assert good[(SUCCESS, frozenset({("collector", "fsx_cloudwatch")}))] == 1
+    assert good[(SUCCESS, (("collector", "fsx_cloudwatch"),))] == 1
     assert fsx(good, "DataReadBytes") == 6.0e10
 
     clock.t += 60
@@ -182,20 +181,20 @@ def test_client_error_is_success_0_others_unaffected_then_recovers(caplog: pytes
     )
     with caplog.at_level(logging.ERROR, logger="fleetscope.exporters.fsx_cloudwatch"):
         bad = samples(node.collect())
-    assert bad[(SUCCESS, frozenset({("collector", "fsx_cloudwatch")}))] == 0
-    assert bad[(SUCCESS, frozenset({("collector", "lustre")}))] == 1
+    assert bad[(SUCCESS, (("collector", "fsx_cloudwatch"),))] == 0
+    assert bad[(SUCCESS, (("collector", "lustre"),))] == 1
     assert any(name == contract.LUSTRE_CLIENT_READ_BYTES for name, _ in bad)  # lustre still served
     assert not any(name.startswith("fsx_") for name, _ in bad)  # stale values are not passed off as live
     assert "Throttling: Rate exceeded" in caplog.text and "serving no fsx_* series" in caplog.text
 
     clock.t += 30  # still within the interval: no new call, still failing
-    assert samples(node.collect())[(SUCCESS, frozenset({("collector", "fsx_cloudwatch")}))] == 0
+    assert samples(node.collect())[(SUCCESS, (("collector", "fsx_cloudwatch"),))] == 0
     stubber.assert_no_pending_responses()
 
     clock.t += 30
     stubber.add_response("get_metric_data", answer, expected_params([FS1]))
     again = samples(node.collect())
-    assert again[(SUCCESS, frozenset({("collector", "fsx_cloudwatch")}))] == 1
+    assert again[(SUCCESS, (("collector", "fsx_cloudwatch"),))] == 1
     assert fsx(again, "DataReadBytes") == 6.0e10
 
 
@@ -250,8 +249,8 @@ def test_bad_configuration_fails_this_collector_only(options: dict, message: str
         FsxCloudWatchCollector(ctx)
     collectors = build_collectors(["lustre", "fsx_cloudwatch"], ctx)
     found = samples(NodeCollector(collectors).collect())
-    assert found[(SUCCESS, frozenset({("collector", "fsx_cloudwatch")}))] == 0
-    assert found[(SUCCESS, frozenset({("collector", "lustre")}))] == 1
+    assert found[(SUCCESS, (("collector", "fsx_cloudwatch"),))] == 0
+    assert found[(SUCCESS, (("collector", "lustre"),))] == 1
 
 
 def test_real_client_is_built_for_the_region_flag() -> None:

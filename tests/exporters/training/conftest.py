@@ -12,6 +12,8 @@ import pytest
 from fleetscope.exporters.base import NodeContext
 from fleetscope.exporters.training import TrainingCollector
 from tests.conftest import ROOT
+from tests.support.collected import Series
+from tests.support.collected import samples as collected
 
 
 def make_collector(
@@ -27,15 +29,9 @@ def make_collector(
     return TrainingCollector(NodeContext(node_name=node, procfs=procfs, options=ns))
 
 
-def samples(collector: TrainingCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(collector: TrainingCollector) -> Series:
     """Every sample one scrape of the collector yields, by (name, sorted labels)."""
-    out = {}
-    for family in collector.collect():
-        for s in family.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = s.value
-    return out
+    return collected(collector.collect())
 
 
 def values(collector: TrainingCollector, name: str) -> dict[tuple[str, str], float]:

@@ -9,9 +9,9 @@ import pickle
 import numpy as np
 import pytest
 
-from fleetscope.analyzers.analyze_source import SourceAnalysis
 from fleetscope.analyzers.core import LOADED, analyze
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.live import LiveAnalysis
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window import prometheus as lp
@@ -64,7 +64,7 @@ def _same_frames(a: Frames, b: Frames) -> None:
 
 
 def _whole(url: str, grid: np.ndarray) -> Frames:
-    return lp.load_prometheus(url, float(grid[0]), float(grid[-1]), STEP, LOADED)
+    return lp.load_prometheus(lp.PrometheusAccess(url), float(grid[0]), float(grid[-1]), STEP, LOADED)
 
 
 def test_aligned_grid_is_whole_steps_and_keeps_the_windows_length() -> None:
@@ -76,7 +76,7 @@ def test_aligned_grid_is_whole_steps_and_keeps_the_windows_length() -> None:
 
 def test_sliding_cycles_fetch_only_the_new_part_and_give_the_whole_windows_frames(prom) -> None:
     p, start, end = prom
-    window = sw.SlidingWindow(p.url, STEP, LOADED)
+    window = sw.SlidingWindow(lp.PrometheusAccess(p.url), STEP, LOADED)
     # A cycle every 30 s, then one every 7 s (ends between grid times), across the node replacement.
     ends = [start + 1400 + 30 * i for i in range(12)] + [start + 1765 + 7 * i for i in range(4)]
     assert ends[-1] <= end
@@ -101,7 +101,7 @@ def test_a_jump_backwards_or_past_what_is_held_loads_the_whole_window_and_a_fail
     prom, monkeypatch
 ) -> None:
     p, start, _ = prom
-    window = sw.SlidingWindow(p.url, STEP, LOADED)
+    window = sw.SlidingWindow(lp.PrometheusAccess(p.url), STEP, LOADED)
     e = start + 2000
     window.load(e - WINDOW, e)
     for jump in (-60.0, WINDOW):  # backwards; past everything held
@@ -131,11 +131,11 @@ def test_a_jump_backwards_or_past_what_is_held_loads_the_whole_window_and_a_fail
 
 def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     p, start, _ = prom
-    source = PrometheusSource(p.url, LOADED, sliding=True)
-    service = SourceAnalysis(source, None, STEP)
+    source = PrometheusSource(lp.PrometheusAccess(p.url), LOADED, sliding=True)
+    service = LiveAnalysis(source, None, STEP)
     held = []
     for e in (start + 1800 + 30 * i for i in range(4)):
-        sliding = service(e - WINDOW, e)
+        sliding = service(e - WINDOW, e).report
         held.append(source.window)
         grid = sw.aligned_grid(e - WINDOW, e, STEP)
         whole = analyze(_whole(p.url, grid))
@@ -150,14 +150,16 @@ def test_the_service_path_gives_the_findings_of_the_whole_window(prom) -> None:
     assert held[0].fetched_from is not None and held[0].fetched_from > e - WINDOW, (
         "only what is new was fetched"
     )
-    assert pickle.loads(pickle.dumps(service)).source.url == p.url, "the service's child process can hold it"
+    assert pickle.loads(pickle.dumps(service)).source.access.url == p.url, (
+        "the service's child process can hold it"
+    )
 
 
 def test_the_refetch_margin_is_what_is_fetched_again(prom) -> None:
     p, start, _ = prom
     e = start + 1800
     for margin in (0.0, 300.0):
-        source = PrometheusSource(p.url, LOADED, sliding=True, refetch_s=margin)
+        source = PrometheusSource(lp.PrometheusAccess(p.url), LOADED, sliding=True, refetch_s=margin)
         source.load(e - WINDOW, e, STEP)
         source.load(e - WINDOW + 30, e + 30, STEP)
         window = source.window

@@ -18,7 +18,7 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window.archive import read as lp
 from fleetscope.window.archive.write import ArchiveWriter, convert_recording
 from fleetscope.window.frames import RawSeries
-from tests.analyzers.test_archive_stream import _same_frames
+from tests.window.archive.test_archive_stream import _same_frames
 
 T0 = 1_796_000_000.0
 UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -25,6 +25,7 @@ from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window import prometheus as lp
+from fleetscope.window.budget import DEFAULT_RETRIES
 from fleetscope.window.frames import Frames, RawSeries, build_frames, make_grid
 from tests.support.prom import Prometheus, backfill_openmetrics
 
@@ -61,13 +62,17 @@ def prom(tmp_path_factory):
 def test_concurrent_chunked_queries_give_the_same_frames(prom, monkeypatch):
     p, start, end = prom
     seen: list[float] = []
-    one = lp.load_prometheus(p.url, start, end, 15.0, METRICS_USED, concurrency=1)
-    four = lp.load_prometheus(p.url, start, end, 15.0, METRICS_USED, concurrency=4, progress=seen.append)
+    one = lp.load_prometheus(lp.PrometheusAccess(p.url), start, end, 15.0, METRICS_USED, concurrency=1)
+    four = lp.load_prometheus(
+        lp.PrometheusAccess(p.url), start, end, 15.0, METRICS_USED, concurrency=4, progress=seen.append
+    )
     _same_frames(one, four)
     assert seen == sorted(seen) and seen[-1] == 1.0
     monkeypatch.setattr(lp, "MAX_POINTS", 7)  # 61 grid times -> 9 chunks per metric, answers out of order
     for n in (1, 3, 8):
-        _same_frames(one, lp.load_prometheus(p.url, start, end, 15.0, METRICS_USED, concurrency=n))
+        _same_frames(
+            one, lp.load_prometheus(lp.PrometheusAccess(p.url), start, end, 15.0, METRICS_USED, concurrency=n)
+        )
     assert one.has(c.GPU_UP) and one.has(c.TRAINING_PHASE_SECONDS)
 
 
@@ -100,9 +105,9 @@ def test_fast_decoding_and_grid_match_the_plain_json_path(prom):
 
 def test_pushdown_asks_for_less_and_changes_no_result(prom, monkeypatch):
     p, start, end = prom
-    pushed = lp.load_prometheus(p.url, start, end, 15.0, METRICS_USED)
+    pushed = lp.load_prometheus(lp.PrometheusAccess(p.url), start, end, 15.0, METRICS_USED)
     monkeypatch.setattr(lp, "PUSHDOWN", {})
-    everything = lp.load_prometheus(p.url, start, end, 15.0, METRICS_USED)
+    everything = lp.load_prometheus(lp.PrometheusAccess(p.url), start, end, 15.0, METRICS_USED)
     peaks = pushed.get(c.GPU_PEAK_FLOPS)
     assert set(peaks.column("dtype")) == {"bf16"}
     assert len(peaks) < len(everything.get(c.GPU_PEAK_FLOPS))
@@ -220,13 +225,17 @@ def recorder():
 def test_one_failing_query_is_one_clear_error(recorder):
     url, handler = recorder(status=503)
     with pytest.raises(FleetscopeError, match=r"answered 503: overloaded"):
-        lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
+        lp.load_prometheus(lp.PrometheusAccess(url), T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
     assert any(c.DCGM_FI_DEV_GPU_TEMP in h["body"] for h in handler.seen)
-    assert len(handler.seen) <= len(METRICS_USED)
+    # every query sent once, the failing one retried (a 503 may pass), then the load ends
+    assert len(handler.seen) <= len(METRICS_USED) + DEFAULT_RETRIES
+    assert sum(c.DCGM_FI_DEV_GPU_TEMP in h["body"] for h in handler.seen) == 1 + DEFAULT_RETRIES
     url, _ = recorder(fail="training_", delay=0.3)
     started = time.monotonic()
     with pytest.raises(FleetscopeError, match=r"did not answer within 0.1 s"):
-        lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, timeout=0.1, concurrency=4)
+        lp.load_prometheus(
+            lp.PrometheusAccess(url, timeout=0.1), T0, T0 + 600, 15.0, METRICS_USED, concurrency=4
+        )
     assert time.monotonic() - started < 5  # the first error ends the load
 
 
@@ -239,7 +248,7 @@ def test_one_failing_query_is_one_clear_error(recorder):
 def test_an_answer_in_another_layout_is_one_clear_error(recorder, answer):
     url, _ = recorder(status=200, answer=answer)
     with pytest.raises(FleetscopeError, match=r"answered 200 with something that is not the Prometheus API"):
-        lp.load_prometheus(url, T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
+        lp.load_prometheus(lp.PrometheusAccess(url), T0, T0 + 600, 15.0, METRICS_USED, concurrency=4)
 
 
 def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monkeypatch):
@@ -252,16 +261,10 @@ def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monk
     monkeypatch.setattr(lp, "MAX_POINTS", 10)  # 41 grid times -> 5 chunks
     url, handler = recorder(fail="no metric has this name")
     names = (c.GPU_UP, c.DCGM_FI_DEV_GPU_TEMP, c.TRAINING_STEPS)
-    frames = lp.load_prometheus(
-        url + "/workspaces/ws-1",
-        T0,
-        T0 + 600,
-        15.0,
-        names,
-        concurrency=4,
-        sigv4_region="us-west-2",
-        headers={"X-Scope-OrgID": "team-a"},
+    access = lp.PrometheusAccess(
+        url + "/workspaces/ws-1", sigv4_region="us-west-2", headers={"X-Scope-OrgID": "team-a"}
     )
+    frames = lp.load_prometheus(access, T0, T0 + 600, 15.0, names, concurrency=4)
     assert len(handler.seen) == 3 * 5
     for h in handler.seen:
         assert h["X-Scope-OrgID"] == "team-a"
@@ -270,3 +273,50 @@ def test_every_concurrent_chunk_is_signed_and_carries_the_headers(recorder, monk
     starts = sorted({float(b.split("start=")[1].split("&")[0]) for b in (h["body"] for h in handler.seen)})
     assert starts == [T0 + 150.0 * i for i in range(5)]
     assert frames.get(c.GPU_UP).values[0, 0] == 1.0
+
+
+class _FirstBusy(_Recorder):
+    """Answers every query 503 the first time it is sent, then as :class:`_Recorder` does."""
+
+    fail = "\0never"
+    asked: ClassVar[set[str]] = set()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode()
+        if body not in self.asked:
+            self.asked.add(body)
+            payload = b"busy"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        self.send_response(200)
+        series = [{"metric": {"Hostname": "n", "gpu": "0"}, "values": [[T0, "1"]]}]
+        payload = json.dumps(_answer(series)).encode()
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def test_a_503_is_retried_by_analyze_and_record() -> None:
+    """``serve`` retried a 503; ``analyze --prometheus`` and ``record --prometheus`` failed on the
+    first (issue 36, item 8)."""
+    handler = type("B", (_FirstBusy,), {"asked": set(), "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        _load_twice(url, handler)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _load_twice(url: str, handler: type[_FirstBusy]) -> None:
+    frames = lp.load_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP], concurrency=1)
+    assert len(frames.get(c.DCGM_FI_DEV_GPU_TEMP))
+    handler.asked = set()
+    raw = lp.raw_from_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP])
+    assert list(raw) == [c.DCGM_FI_DEV_GPU_TEMP]

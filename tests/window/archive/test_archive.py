@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleetscope.analyzers.core import analyze_file, analyze_prometheus
 from fleetscope.cli import main
 from fleetscope.errors import FleetscopeError
 from fleetscope.simulate.record import write_scenario
@@ -25,6 +24,7 @@ from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
 from fleetscope.window.archive import write as archive
 from fleetscope.window.archive.format import BLOCK_S, META_KEY, contract_label_keys, is_parquet
 from fleetscope.window.prometheus import raw_from_prometheus
+from tests.support.analysis import analyze_file, analyze_prometheus
 from tests.support.prom import Prometheus, backfill_openmetrics
 
 

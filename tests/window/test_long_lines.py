@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fleetscope.cli import main
 from fleetscope.errors import FleetscopeError
 from fleetscope.window import openmetrics as om
-from fleetscope.window.sources import load_file
+from tests.support.analysis import load_file
 
 T0 = 1_796_000_000
 FUZZ = settings(

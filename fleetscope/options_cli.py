@@ -1,18 +1,29 @@
-"""Command-line options shared by several subcommands (standard library only, like
-:mod:`fleetscope.argtypes`): how to reach a Prometheus-compatible API, and the progress bar.
+"""Command-line options shared by several subcommands: how to reach a Prometheus-compatible API,
+and the progress bar.
 
 ``analyze``, ``record``, ``serve`` and ``plan`` add the same Prometheus access flags
-(:func:`add_prometheus_access`) and read them back the same way (:func:`prometheus_access`).
+(:func:`add_prometheus_access`) and read them back the same way, as one
+:class:`~fleetscope.window.prometheus.PrometheusAccess` (:func:`prometheus_access`). A command-line
+module (the top layer, tests/test_import_graph.py): it imports the window layer only to build that
+value, and only when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from fleetscope.argtypes import positive_int
 from fleetscope.defaults import MAX_ANSWER_BYTES
 from fleetscope.errors import FleetscopeError
+
+if TYPE_CHECKING:
+    from fleetscope.window.prometheus import PrometheusAccess
 
 #: The default of --max-answer-bytes (the loader's: :mod:`fleetscope.defaults`).
 DEFAULT_MAX_ANSWER_BYTES = MAX_ANSWER_BYTES
@@ -39,11 +50,14 @@ def add_prometheus_access(p: argparse.ArgumentParser) -> None:
     )
 
 
-def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
-    """The SigV4 region (None: unsigned) and extra headers from ``--sigv4/--region/--header``.
+def prometheus_access(args: argparse.Namespace, url: str) -> PrometheusAccess:
+    """The access to ``url`` from ``--timeout`` and ``--sigv4/--region/--header/--max-answer-bytes``:
+    the SigV4 region (None: unsigned) and extra headers.
 
     Shared by ``analyze``, ``record``, ``serve`` and ``plan``.
     """
+    from fleetscope.window.prometheus import PrometheusAccess
+
     headers: dict[str, str] = {}
     for h in args.header:
         k, sep, v = h.partition("=")
@@ -57,7 +71,37 @@ def prometheus_access(args: argparse.Namespace) -> tuple[str | None, dict[str, s
         region = botocore.session.Session().get_config_variable("region")
         if not region:
             raise FleetscopeError("--sigv4 needs --region (or AWS_REGION)")
-    return region, headers
+    return PrometheusAccess(
+        url,
+        timeout=args.timeout,
+        sigv4_region=region,
+        headers=headers,
+        max_answer_bytes=args.max_answer_bytes or MAX_ANSWER_BYTES,
+    )
+
+
+#: The exit status of a command ended by SIGTERM (128 + 15, as a shell reports it).
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread instead of ending the
+    process on the spot, so ``finally`` blocks and ``with`` exits run: a streamed ``analyze``
+    removes its temporary folder, a ``record`` its temporary file. Outside the main thread (where
+    no handler can be set) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(SIGTERM_EXIT)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def show_progress(args: argparse.Namespace) -> bool:

@@ -7,7 +7,7 @@ import gzip
 import numpy as np
 
 from fleetscope.window.frames import increase_steps, rate
-from fleetscope.window.sources import load_file
+from tests.support.analysis import load_file
 
 T0 = 1796032800
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleetscope.analyzers.core import LOADED, analyze_file
+from fleetscope.analyzers.core import LOADED
 from fleetscope.cli import main
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, ScenarioSpec
@@ -24,7 +24,8 @@ from fleetscope.window.archive.format import LOOKBACK_MARGIN_S, META_KEY
 from fleetscope.window.archive.read import ReadStats, archive_span, load_parquet
 from fleetscope.window.frames import slice_frames
 from fleetscope.window.openmetrics import _Reader, _to_raw, iter_openmetrics, read_openmetrics
-from tests.analyzers.test_archive import _messy
+from tests.support.analysis import analyze_file
+from tests.window.archive.test_archive import _messy
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_sliced_read_is_the_slice_of_a_whole_read(small_blocks):
 
 
 def test_v2_round_trip_gives_the_recordings_frames_and_findings(recording, small_blocks, tmp_path):
-    from fleetscope.window.sources import load_file
+    from tests.support.analysis import load_file
 
     _same_frames(load_parquet(small_blocks, LOADED), load_file(recording, LOADED))
     out = tmp_path / "a.parquet"

@@ -5,6 +5,7 @@ larger than the machine is refused from the footer, before any row is read."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from fleetscope.simulate.spec import ScenarioSpec
 from fleetscope.window.archive import read as ar
 from fleetscope.window.archive.format import META_KEY, SERIES_COL, TIME_COL, VALUE_COL
 from fleetscope.window.archive.write import convert_recording
-from fleetscope.window.sources import load_file
+from tests.support.analysis import load_file
 
 FUZZ = settings(
     max_examples=40,
@@ -269,3 +270,39 @@ def test_a_footer_that_understates_its_series_is_refused_before_the_labels_are_r
     stats = ar.ReadStats()
     with pytest.raises(FleetscopeError, match="where the footer counts 1 series"):
         ar.load_parquet(lying, stats=stats)
+
+
+# ---------------------------------------------------------------------- footers spanning decades
+DECADES: dict[str, Callable[[dict], object]] = {
+    "span 1970 to 2030": _with("span", [0, 1.9e9]),
+    "grid 1970 to 2030 at 1 s": _with("grid", {"start": 0, "end": 1.9e9, "step": 1}),
+    "row groups 1970 to 2030": lambda m: {
+        **m,
+        "span": [0, 1.9e9],
+        "row_groups": [{**g, "t0": 0, "t1": 1.9e9} for g in m["row_groups"]],
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(DECADES))
+def test_a_footer_spanning_decades_is_checked_against_the_data(archive, tmp_path, capsys, case):
+    """A footer whose span or grid reaches from 1970 to 2030 (a 1 s grid over 57 years) ran past
+    120 s with no output (issue 36, item 4): it is checked against the row groups' own statistics
+    before any work is sized by it, and the data's window is analyzed."""
+    path = rewrite(archive, tmp_path / "d.parquet", DECADES[case])
+    started = time.monotonic()
+    rc, findings, err = _analyze(path, capsys)
+    assert time.monotonic() - started < 30
+    clean_rc, clean, _ = _analyze(archive, capsys)
+    assert rc == 0 == clean_rc, err
+    if not case.startswith("grid"):  # a 1 s grid analyzes at its own step
+        assert _key(findings) == _key(clean)
+    first, last, _ = ar.archive_span(path)
+    assert last - first <= 3600
+
+
+def test_a_grid_that_misses_its_data_is_one_clear_line(archive, tmp_path, capsys):
+    path = rewrite(archive, tmp_path / "g.parquet", _with("grid", {"start": 0, "end": 100, "step": 15}))
+    rc, _, err = _analyze(path, capsys)
+    _one_line(rc, err)
+    assert "does not cover its data" in err

@@ -23,7 +23,7 @@ from fleetscope.analyzers.core import LOADED
 from fleetscope.cli import main
 from fleetscope.errors import FleetscopeError
 from fleetscope.window import budget as wb
-from fleetscope.window.prometheus import count_samples, decode_matrix, load_prometheus
+from fleetscope.window.prometheus import PrometheusAccess, count_samples, decode_matrix, load_prometheus
 from tests.support.http import http_server
 
 T0 = 1_796_000_000.0
@@ -111,7 +111,7 @@ def test_the_samples_of_all_answers_are_counted_before_decoding(monkeypatch):
     monkeypatch.setattr(wb, "MAX_GRID_CELLS", 5000)
     handler = _serve(matrix(2000), False)
     with http_server(handler) as hostport, pytest.raises(FleetscopeError, match="--step") as err:
-        load_prometheus(f"http://{hostport}", T0, T0 + 15 * 1999, 15, LOADED)
+        load_prometheus(PrometheusAccess(f"http://{hostport}"), T0, T0 + 15 * 1999, 15, LOADED)
     assert "over 5,000 samples or grid cells" in str(err.value)
     assert len(handler.answered) <= 3 + 4  # the third answer passes the budget; queries in flight
 
