@@ -258,11 +258,52 @@ def _end(signals: Signals, job: str, i: int) -> float | None:
     return float(signals.features.times[i + int(moving[0])]) if moving.size else None
 
 
+def _job_hang(feat: Features, job: str, h: RasHang, ev: dict[str, str], end: float | None) -> Finding:
+    """A hang whose culprit is no node to drain: a rank that never launched the collective, or a
+    dead rank RAS places on a host that is none of the job's nodes."""
+    who = h.ranks[0] if h.ranks else None
+    node, gpu = _place(feat, job, who) if who else (None, None)
+    return Finding(
+        kind="job_hang", severity="critical", node=None, gpu=gpu, rank=who.rank if who else None,
+        job_id=job, start=float(feat.times[h.onset]), end=end, cause="hang",
+        evidence={**ev, "culprit_node": node or "?"},
+        action=NOT_LAUNCHED_ACTION if h.reason == "not_launched" else DEAD_ACTION,
+    )  # fmt: skip
+
+
+def _dead(
+    feat: Features,
+    job: str,
+    h: RasHang,
+    ev: dict[str, str],
+    end: float | None,
+    near: list[Finding],
+    span: tuple[int, int],
+) -> Finding | None:
+    """A dead rank on one of the job's nodes: that node's failing_node finding (an earlier one
+    carries the RAS evidence instead; the XID that killed the rank is the cause when there is one)."""
+    node, gpu = _place(feat, job, h.ranks[0])
+    if near:
+        for f in near:
+            for k, v in ev.items():
+                f.evidence.setdefault(k, v)
+        return None
+    cause = _root_cause(feat, job, frozenset({node}), span[0], span[1], h.onset, {})
+    if cause is not None:
+        cause.evidence.update(ev)
+        cause.end = end
+        return cause
+    return Finding(
+        kind="failing_node", severity="critical", node=node, gpu=gpu, rank=h.ranks[0].rank, job_id=job,
+        start=float(feat.times[h.onset]), end=end, cause="rank_dead", evidence=ev, action=DEAD_ACTION,
+    )  # fmt: skip
+
+
 def _ras_findings(signals: Signals, job: str, prior: Sequence[Finding]) -> list[Finding]:
     """One finding per hang NCCL RAS shows for ``job``, at most ``ras_confirm_s`` plus a cycle after
     its onset: a dead rank's node (failing_node), a rank that never launched the collective (job_hang:
     software, nothing to drain), every rank launched and none completed with hardware evidence (that
-    node's failing_node); without hardware evidence the last is left to the stall rule below."""
+    node's failing_node); without hardware evidence the last is left to the stall rule."""
     feat = signals.features
     times = feat.times
     look = max(1, round(feat.config.hang_lookback_s / feat.step))
@@ -273,49 +314,34 @@ def _ras_findings(signals: Signals, job: str, prior: Sequence[Finding]) -> list[
         lo, hi = max(0, h.onset - look), min(len(times) - 1, h.confirmed + feat.rate_window_steps)
         ev = _ras_evidence(feat, job, h)
         end = _end(signals, job, h.confirmed)
-        if h.reason == "not_launched":
-            who = h.ranks[0] if h.ranks else None
-            node, gpu = _place(feat, job, who) if who else (None, None)
-            out.append(Finding(kind="job_hang", severity="critical", node=None, gpu=gpu,
-                               rank=who.rank if who else None, job_id=job, start=float(times[h.onset]),
-                               end=end, cause="hang", evidence={**ev, "culprit_node": node or "?"},
-                               action=NOT_LAUNCHED_ACTION))  # fmt: skip
-            continue
-        if h.reason == "dead":
-            node, gpu = _place(feat, job, h.ranks[0])
-            near = [f for f in prior if f.kind == "failing_node" and f.node == node
-                    and times[lo] <= f.start <= times[hi]]  # fmt: skip
-            if near:
-                for f in near:
-                    for k, v in ev.items():
-                        f.evidence.setdefault(k, v)
-                continue
-            cause = _root_cause(feat, job, frozenset({node}), lo, hi, h.onset, {})
-            if cause is not None:
+        failing = [f for f in [*prior, *out] if f.kind == "failing_node" and f.node in nodes
+                   and times[lo] <= f.start <= times[hi]]  # fmt: skip
+        if h.reason == "not_launched" or (
+            h.reason == "dead" and _place(feat, job, h.ranks[0])[0] not in nodes
+        ):
+            out.append(_job_hang(feat, job, h, ev, end))
+        elif h.reason == "dead":
+            node = _place(feat, job, h.ranks[0])[0]
+            found = _dead(feat, job, h, ev, end, [f for f in failing if f.node == node], (lo, hi))
+            out.extend([found] if found is not None else [])
+        elif failing:  # a dead rank or a failing node explains why nothing completes
+            for f in failing:
+                f.evidence.setdefault("reason", h.reason)
+                f.evidence.setdefault("nccl_ras", ev["nccl_ras"])
+        elif not _pause_like(signals, job, nodes, h):
+            cause = _root_cause(feat, job, nodes, lo, hi, h.onset, {})
+            if cause is not None:  # launched everywhere, completed nowhere, and the hardware spoke
                 cause.evidence.update(ev)
                 cause.end = end
                 out.append(cause)
-                continue
-            out.append(Finding(kind="failing_node", severity="critical", node=node, gpu=gpu,
-                               rank=h.ranks[0].rank, job_id=job, start=float(times[h.onset]), end=end,
-                               cause="rank_dead", evidence=ev, action=DEAD_ACTION))  # fmt: skip
-            continue
-        explained = [f for f in [*prior, *out] if f.kind == "failing_node" and f.node in nodes
-                     and times[lo] <= f.start <= times[hi]]  # fmt: skip
-        if explained:  # a dead rank or a failing node explains why nothing completes
-            for f in explained:
-                f.evidence.setdefault("reason", h.reason)
-                f.evidence.setdefault("nccl_ras", ev["nccl_ras"])
-            continue
-        util = signals.gpu_busy(nodes, h.onset, h.confirmed)
-        if (util is not None and util < feat.config.hang_util) or _paused(signals, job, h.onset, h.confirmed):
-            continue  # equal counts and idle GPUs: a pause (evaluation, checkpoint), not a spin
-        cause = _root_cause(feat, job, nodes, lo, hi, h.onset, {})
-        if cause is not None:  # launched everywhere, completed nowhere, and the hardware spoke
-            cause.evidence.update(ev)
-            cause.end = end
-            out.append(cause)
     return out
+
+
+def _pause_like(signals: Signals, job: str, nodes: frozenset[str], h: RasHang) -> bool:
+    """Equal frozen counts with idle GPUs or counted pause time: a pause, not a spin."""
+    util = signals.gpu_busy(nodes, h.onset, h.confirmed)
+    low = util is not None and util < signals.features.config.hang_util
+    return low or _paused(signals, job, h.onset, h.confirmed)
 
 
 class HangDetector(Detector):
