@@ -633,6 +633,111 @@ TRAINING_STARTUP_SECONDS = _training(
 TRAINING_DIR_DEFAULT = "/run/fleetscope/training"
 
 # --------------------------------------------------------------------------------------------
+# Collective hangs: nccl_ras collector (NCCL RAS, one query per job answers for every rank)
+# --------------------------------------------------------------------------------------------
+
+#: The communicator: its RAS ``hash`` (16 hex digits), ``hash/secondary_hash`` where two share one.
+NCCL_RAS_COMM_LABEL = "comm"
+#: NCCL's op name in ``collective_counts`` (``AllReduce``, ``AllGather``, ...); ``any`` in a text
+#: report from before NCCL 2.26, which counts all collectives together.
+NCCL_RAS_OP_LABEL = "op"
+#: A named rank's host as RAS reports it (its bootstrap address or name) and its GPU (``nvml_dev``,
+#: the NVML index, the ``gpu`` label of that node's GPU series).
+NCCL_RAS_RANK_HOST_LABEL = "rank_host"
+NCCL_RAS_RANK_GPU_LABEL = "rank_gpu"
+NCCL_RAS_JOB_LABELS: tuple[str, ...] = (NODE_LABEL, "job_id")
+NCCL_RAS_COMM_LABELS: tuple[str, ...] = NCCL_RAS_JOB_LABELS + (NCCL_RAS_COMM_LABEL,)
+NCCL_RAS_OP_LABELS: tuple[str, ...] = NCCL_RAS_COMM_LABELS + (NCCL_RAS_OP_LABEL,)
+NCCL_RAS_RANK_LABELS: tuple[str, ...] = ("rank", NCCL_RAS_RANK_HOST_LABEL, NCCL_RAS_RANK_GPU_LABEL)
+#: Ranks a communicator's series name at most (the furthest behind, the missing): the cardinality
+#: of the RAS series does not grow with the job.
+NCCL_RAS_MAX_NAMED_RANKS = 8
+
+
+def _ras(name: str, type: MetricType, help: str, unit: str, labels: tuple[str, ...]) -> Metric:
+    return _m(name, type, help, unit, labels, "nccl_ras")
+
+
+NCCL_RAS_UP = _ras(
+    "nccl_ras_up",
+    "gauge",
+    "1 if the job's RAS answered the last query with a report, else 0 (served by the asking node).",
+    "bool",
+    NCCL_RAS_JOB_LABELS,
+)
+NCCL_RAS_COMMUNICATORS = _ras(
+    "nccl_ras_communicators",
+    "gauge",
+    "Communicators in the job's RAS report (the per-communicator series cover the most telling ones).",
+    "communicators",
+    NCCL_RAS_JOB_LABELS,
+)
+NCCL_RAS_COMM_RANKS = _ras(
+    "nccl_ras_communicator_ranks",
+    "gauge",
+    "Ranks in the communicator (its size).",
+    "ranks",
+    NCCL_RAS_COMM_LABELS,
+)
+NCCL_RAS_COMM_MISSING_RANKS = _ras(
+    "nccl_ras_communicator_missing_ranks",
+    "gauge",
+    "Ranks of the communicator RAS got no data from (unresponsive or dead processes).",
+    "ranks",
+    NCCL_RAS_COMM_LABELS,
+)
+NCCL_RAS_COMM_DEAD_RANKS = _ras(
+    "nccl_ras_communicator_dead_ranks",
+    "gauge",
+    "Missing ranks RAS considers dead (no answer for 60 s).",
+    "ranks",
+    NCCL_RAS_COMM_LABELS,
+)
+NCCL_RAS_COMM_ERROR_RANKS = _ras(
+    "nccl_ras_communicator_error_ranks",
+    "gauge",
+    "Ranks with an error flag (async_error, abort_flag, an init_state that is an error).",
+    "ranks",
+    NCCL_RAS_COMM_LABELS,
+)
+NCCL_RAS_COLLECTIVES_MIN = _ras(
+    "nccl_ras_collectives_launched_min",
+    "gauge",
+    "Fewest collectives of this op any rank of the communicator has launched (collOpCount).",
+    "collectives",
+    NCCL_RAS_OP_LABELS,
+)
+NCCL_RAS_COLLECTIVES_MAX = _ras(
+    "nccl_ras_collectives_launched_max",
+    "gauge",
+    "Most collectives of this op any rank of the communicator has launched (collOpCount).",
+    "collectives",
+    NCCL_RAS_OP_LABELS,
+)
+NCCL_RAS_RANKS_BEHIND = _ras(
+    "nccl_ras_ranks_behind",
+    "gauge",
+    "Ranks of the communicator that launched fewer collectives of this op than the most advanced one.",
+    "ranks",
+    NCCL_RAS_OP_LABELS,
+)
+NCCL_RAS_RANK_BEHIND = _ras(
+    "nccl_ras_rank_behind_collectives",
+    "gauge",
+    "How many collectives of this op the rank is behind the most advanced rank (the furthest behind,"
+    " at most 8 per communicator and op).",
+    "collectives",
+    NCCL_RAS_OP_LABELS + NCCL_RAS_RANK_LABELS,
+)
+NCCL_RAS_RANK_MISSING = _ras(
+    "nccl_ras_rank_missing",
+    "gauge",
+    "A rank RAS got no data from: 1 unresponsive, 2 considered dead (at most 8 per communicator).",
+    "state",
+    NCCL_RAS_COMM_LABELS + NCCL_RAS_RANK_LABELS,
+)
+
+# --------------------------------------------------------------------------------------------
 # AWS Trainium and Inferentia: neuron collector (neuron-monitor reports)
 # --------------------------------------------------------------------------------------------
 

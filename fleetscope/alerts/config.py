@@ -98,6 +98,10 @@ class Thresholds:
     stall_min_seconds: float = 600.0
     #: "Usual" means the median over this window.
     baseline_window: str = "6h"
+    #: A RAS op-count skew (or an unresponsive rank) unchanged this long is a hang: a minute of no
+    #: progress is far beyond any collective's time, RAS itself declares a silent peer dead after
+    #: 60 s (NCCL ras.rst), and a page within 2 minutes beats the 10-minute watchdog.
+    collective_hang_frozen_window: str = "1m"
     #: MFU below its own median by more than this fraction. Greyhound verifies a slow-down at a 10%
     #: change and the OSDI'25 what-if study calls S > 1.1 a straggling job; Llama 3 saw only 1-2%
     #: diurnal swing (sources: docs/design.md#mfu-drops). Higher than the detector's ``mfu_drop``

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetscope import contract as c
-from fleetscope.alerts import names
+from fleetscope.alerts import hang, names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Alert, Case, Fire, Group, InputSeries
 from fleetscope.alerts.testdata import H100_BF16_PEAK, JOB, gpu, num, rank, rank_labels
@@ -178,4 +178,4 @@ def group(cfg: Thresholds) -> Group:
             ),
         ),
     )
-    return Group("training", alerts)
+    return Group("training", alerts + hang.alerts(cfg))

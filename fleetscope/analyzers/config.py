@@ -135,6 +135,9 @@ class DetectorConfig:
     hang_no_gpu_data_s: float = 600.0
     #: How far before a hang to look for the hardware that caused it.
     hang_lookback_s: float = 600.0
+    #: NCCL RAS: a collective-count skew (or a missing rank) unchanged this long, with no step, is a
+    #: hang; RAS itself declares a silent peer dead after 60 s (docs/hang.md#live).
+    ras_confirm_s: float = 60.0
     #: A node whose every series is absent this long while its job keeps stepping: monitoring gap.
     gap_s: float = 120.0
 

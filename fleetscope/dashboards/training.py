@@ -10,7 +10,7 @@ from fleetscope import queries
 from fleetscope.alerts import names
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.training import rank_compute_vs_median
-from fleetscope.dashboards.common import JOB, dashboard, job_var, sel, stat, timeseries
+from fleetscope.dashboards.common import JOB, dashboard, job_var, sel, stat, table, timeseries
 
 UID = "fleetscope-training"
 W = "$__rate_interval"
@@ -71,6 +71,24 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by (result) (increase({s(c.TRAINING_CHECKPOINT_SAVES)}[1h]))", "{{result}}"),
             ], "short", "Saves per hour, summed over ranks, by result: a failure is a save tried and lost.",
                 min_value=0),
+        ]),
+        ("Collectives (NCCL RAS)", [
+            timeseries("Collective skew per communicator", [
+                (f"{s(c.NCCL_RAS_COLLECTIVES_MAX)} - {s(c.NCCL_RAS_COLLECTIVES_MIN)}", "{{comm}} {{op}}"),
+            ], "short", "Most minus fewest collectives launched per communicator and op (nccl_ras "
+                "collector). A small skew that moves is normal (collectives outpace the query); a flat "
+                f"non-zero line for {cfg.collective_hang_frozen_window} is a hang: the CollectiveHang "
+                "alerts name the rank.", min_value=0),
+            timeseries("Ranks behind", [(s(c.NCCL_RAS_RANKS_BEHIND), "{{comm}} {{op}}"),
+                                        (s(c.NCCL_RAS_COMM_MISSING_RANKS), "{{comm}} missing")], "short",
+                       "Ranks that launched fewer collectives than the most advanced one, and ranks RAS "
+                       "cannot reach.", min_value=0),
+            table("Ranks behind (collectives behind)", s(c.NCCL_RAS_RANK_BEHIND), "short",
+                  "The ranks furthest behind (at most 8 per communicator and op), with their node (as RAS "
+                  "gives it) and GPU.", hide=("__name__", "Hostname", "job_id")),
+            table("Ranks missing (1 unresponsive, 2 dead)", s(c.NCCL_RAS_RANK_MISSING), "short",
+                  "Ranks RAS gets no data from, with their node and GPU.",
+                  hide=("__name__", "Hostname", "job_id")),
         ]),
         ("Phases", [
             timeseries("Phase breakdown (mean over ranks)", [

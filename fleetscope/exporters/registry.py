@@ -36,6 +36,8 @@ KNOWN_COLLECTORS: dict[str, tuple[str, bool]] = {
     "fsx_cloudwatch": ("fleetscope.exporters.fsx_cloudwatch:FsxCloudWatchCollector", False),
     # AWS Trainium/Inferentia: runs neuron-monitor (or reads a sidecar's reports), so opt-in.
     "neuron": ("fleetscope.exporters.neuron:NeuronCollector", False),
+    # NCCL RAS of the jobs whose rank 0 runs here: talks to the jobs' processes, so opt-in.
+    "nccl_ras": ("fleetscope.exporters.nccl_ras:NcclRasCollector", False),
 }
 
 

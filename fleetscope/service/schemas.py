@@ -79,6 +79,18 @@ class RankScore(BaseModel):
     score: float
 
 
+class JobHangModel(BaseModel):
+    reason: Literal["dead", "not_launched", "mismatch", "launched_not_completed", "unknown"] = Field(
+        description="why the collective hangs (docs/hang.md): a dead rank, one that never launched it, ..."
+    )
+    waiting_for: str | None = Field(description="the ranks it waits for, with their node and GPU (NCCL RAS)")
+    node: str | None = Field(description="the culprit's node")
+    gpu: str | None = Field(description="the culprit's GPU")
+    rank: int | None = Field(description="the culprit rank")
+    since: str | None = Field(description="when the hang began")
+    drain: bool = Field(description="true when the cause is the node's hardware (plan drains it)")
+
+
 class JobModel(BaseModel):
     job_id: str
     ranks: int
@@ -95,6 +107,7 @@ class JobModel(BaseModel):
     mfu_now: float | None = Field(description="MFU at the window's end; null while not measurable")
     mfu_reason: str | None = Field(description="why mfu_now is null")
     last_mfu_at: str | None = Field(description="when mfu (the last level measured) was measured")
+    hang: JobHangModel | None = Field(None, description="the job's open hang and its culprit, if any")
     goodput_ratio: float | None = Field(description="productive share of the job's GPU-hours in the window")
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.analyzers.features import ITL_NAMES
+from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import Report
 from fleetscope.analyzers.signals.serving import ServingSignals
 from fleetscope.analyzers.signals.window_signals import Signals
@@ -61,7 +62,14 @@ def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
         step_s = summary.step_seconds if summary and summary.step_seconds else 0.0
         quiet_for = max(cfg.stall_s, 3 * step_s)
         hang = next(
-            (f for f in report.findings if f.kind == "job_hang" and f.job_id == job and f.end is None), None
+            (
+                f
+                for f in report.findings
+                if f.job_id == job
+                and f.end is None
+                and (f.kind == "job_hang" or (f.kind == "failing_node" and "reason" in f.evidence))
+            ),
+            None,
         )
         # The grid's last row may hold no sample yet: reporting means in either of the last two.
         if not reporting.size or reporting[-1] < len(times) - 2:
@@ -104,8 +112,25 @@ def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
             "mfu_reason": reason,
             "last_mfu": _num(last) if unit == "MFU" else None,
             "last_mfu_at": rfc3339(float(times[at])) if at is not None and unit == "MFU" else None,
+            "hang": _hang(hang),
         }
     return out
+
+
+def _hang(f: Finding | None) -> dict[str, Any] | None:
+    """The open hang of a job as its row shows it: the reason class and whom the collective waits
+    for (NCCL RAS, docs/hang.md#live); None without a hang."""
+    if f is None:
+        return None
+    return {
+        "reason": f.evidence.get("reason", "unknown"),
+        "waiting_for": f.evidence.get("waiting_for"),
+        "node": f.node or f.evidence.get("culprit_node"),
+        "gpu": f.gpu,
+        "rank": f.rank,
+        "since": rfc3339(f.start),
+        "drain": f.kind == "failing_node",
+    }
 
 
 def served_models(signals: Signals) -> list[dict[str, Any]]:

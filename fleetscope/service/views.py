@@ -96,6 +96,7 @@ def _job(j: JobSummary, live: Mapping[str, Any] | None, goodput: dict[str, Any] 
         "mfu_now": _finite(live["mfu"]) if "mfu" in live else _finite(j.mfu),
         "mfu_reason": live.get("mfu_reason"),
         "last_mfu_at": live.get("last_mfu_at"),
+        "hang": live.get("hang"),
         "goodput_ratio": goodput["goodput_ratio"] if goodput else None,
     }
 

@@ -36,7 +36,9 @@ import numpy as np
 from fleetscope import contract as c
 from fleetscope import hardware
 from fleetscope.errors import FleetscopeError
+from fleetscope.exporters.ras_series import report_series
 from fleetscope.simulate import ranks as _ranks
+from fleetscope.simulate import ras as _ras
 from fleetscope.simulate.model import (
     COMM_S,
     COMPUTE_S,
@@ -142,6 +144,10 @@ class Job:
     spawned: bool = False
     #: The pause every live rank is inside (``with monitor.checkpoint()`` / ``evaluation()``).
     open: list = field(default_factory=list)
+    #: All-reduces each rank of the current run launched in completed steps (NCCL RAS), and the
+    #: scenario time the current hang began.
+    launched: int = 0
+    hang_at: float = 0.0
 
     @property
     def world(self) -> int:
@@ -171,6 +177,9 @@ class RealisticModel(ClusterModel):
         #: Random numbers of the issue-37 faults (per-step slowness, replays), apart from ``rng`` so
         #: every earlier scenario draws exactly what it drew before.
         self.step_rng = np.random.default_rng([spec.seed, 37])
+        #: RAS's own draws (which rank a query catches one collective ahead): apart from the
+        #: model's generator, so turning RAS on changes no other series.
+        self._ras_rng = np.random.default_rng([spec.seed, 31])
         jspecs = spec.jobs or [
             JobSpec(
                 job_id=spec.job_id,
@@ -270,6 +279,7 @@ class RealisticModel(ClusterModel):
             layouts,
         )
         job.spawned = True
+        job.launched = 0  # new processes, new communicators
 
     def _job_at(self, node: int) -> Job | None:
         for job in self.jobs:
@@ -514,6 +524,7 @@ class RealisticModel(ClusterModel):
         job.pause = None
         job.open = []  # a pause in progress never ends
         job.abort_at = job.jt + f.stall_s
+        job.hang_at = job.jt
         if f.cause == "xid79":
             self._xid(s, 79)
             self.gpu_lost[s] = True
@@ -709,6 +720,7 @@ class RealisticModel(ClusterModel):
         )
         self._account_step(job, step)
         job.global_step += 1
+        job.launched += _ras.COLLECTIVES_PER_STEP
 
     def _account_step(self, job: Job, step: dict) -> None:
         """The true account of a completed step: rework below the high-water mark, else productive
@@ -865,6 +877,8 @@ class RealisticModel(ClusterModel):
     # ------------------------------------------------------------------ series
     def series(self) -> dict[str, SimSeries]:
         out = super().series()
+        if self.spec.nccl_ras:
+            self._ras_series(out)
         if not self.missing_nodes:
             return out
         hosts = frozenset(self.hostnames[n] for n in self.missing_nodes)
@@ -912,6 +926,38 @@ class RealisticModel(ClusterModel):
         for name, (extra, rows, values) in _ranks.samples(mons, keys).items():
             cached = self._cached(f"train:{name}", rows, lambda rows=rows: rows)
             out[name] = SimSeries(tl + extra, cached, values)
+
+    def _ras_series(self, out: dict[str, SimSeries]) -> None:
+        """Each live job's NCCL RAS series, from its rank 0's node (:mod:`fleetscope.simulate.ras`)."""
+        rows: dict[c.Metric, tuple[list[tuple[str, ...]], list[float]]] = {}
+        rng = self._ras_rng
+        for job in self.jobs:
+            if job.state not in ("run", "hang") or not job.spawned or not len(job.slots):
+                continue
+            sl = job.slots
+            ranks = [(self.hostnames[int(self.slot_node[s])], int(self.slot_gpu[s])) for s in sl]
+            culprit = None
+            if job.hang is not None:
+                hit = np.nonzero(sl == job.hang.node * self.gpn + job.hang.gpu)[0]
+                culprit = int(hit[0]) if len(hit) else None
+            report = _ras.job_report(
+                ranks, job.launched, job.state, rng, paused=job.pause is not None,
+                cause=None if job.hang is None else job.hang.cause, culprit=culprit,
+                hung_for=job.jt - job.hang_at,
+            )  # fmt: skip
+            head = (ranks[0][0], job.spec.job_id)
+            tail = self._scrape(int(self.slot_node[sl[0]]))
+            series = report_series(report)
+            series.add(c.NCCL_RAS_UP, (), 1.0)
+            for metric, values in series.rows.items():
+                keys, vals = rows.setdefault(metric, ([], []))
+                for labels, value in values:
+                    keys.append(head + labels + tail)
+                    vals.append(value)
+        for metric, (keys, vals) in rows.items():
+            out[metric.name] = SimSeries(
+                metric.labels + self._scrape_names(), keys, np.asarray(vals, dtype=float)
+            )
 
 
 _LUSTRE_OPS = {"open": 2.0, "close": 2.0, "getattr": 10.0, "read": 150.0, "write": 5.0, "create": 0.1}

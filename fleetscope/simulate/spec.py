@@ -194,6 +194,9 @@ class ScenarioSpec:
     scrape_miss: float = 0.003
     #: Emit the parallel layout on ``training_info`` (detectors must infer it when False).
     emit_layout: bool = False
+    #: Serve each job's NCCL RAS series from its rank 0's node, as the exporter's ``nccl_ras``
+    #: collector does (``fleetscope/simulate/ras.py``).
+    nccl_ras: bool = False
     #: The jobs on the cluster (empty: one job on every node, shaped by the fields below).
     jobs: list[JobSpec] = field(default_factory=list)
     pipeline_stages: int = 1

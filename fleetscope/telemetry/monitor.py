@@ -28,10 +28,12 @@ from typing import Any
 from fleetscope import contract
 from fleetscope.telemetry import identity as _identity
 from fleetscope.telemetry import process as _process
+from fleetscope.telemetry import stall_dump as _stall
 from fleetscope.telemetry.flops import CUSTOM
 from fleetscope.telemetry.layout import Layout, LayoutResolver
 from fleetscope.telemetry.sizes import checkpoint_size as checkpoint_size  # re-exported
 from fleetscope.telemetry.sizes import measure_later, wait_for_sizes
+from fleetscope.telemetry.stall_dump import StallDumper
 from fleetscope.telemetry.writer import RankFileWriter
 
 log = logging.getLogger("fleetscope.telemetry")
@@ -152,8 +154,11 @@ class _Pause:
                 "pause-sync", "fleetscope telemetry: synchronize after %s failed: %s", self._name, exc
             )
         seconds = self.seconds = m._perf() - self._t0
+        now = m._now()
         with m._lock:
             m._pause_depth -= 1
+            if m._last_progress is not None:
+                m._last_progress = now
         m.add_phase_time(self._name, seconds)
 
 
@@ -303,6 +308,11 @@ class TrainingMonitor:
         stalls the CPU until it is empty, which removes the CPU/GPU overlap (see docs/telemetry.md).
     ``start``
         Start the writer thread now (default). ``False`` keeps everything in memory (tests).
+    ``stall_dump_after``
+        Seconds without a completed step (outside checkpoints and evaluations) after which a
+        watchdog thread asks PyTorch for a Flight Recorder dump, once per stall, by writing to its
+        dump pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``; :mod:`.stall_dump`). Default
+        ``FLEETSCOPE_STALL_DUMP_AFTER``, else off.
     ``clock``
         A clock in Unix seconds for every time the monitor reads (durations, the last step's and
         the last save's timestamps; the process start is the clock's time at construction).
@@ -329,6 +339,7 @@ class TrainingMonitor:
         start: bool = True,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] | None = None,
+        stall_dump_after: float | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.identity = _identity.detect(job_id, rank, local_rank, gpu, env)
@@ -358,6 +369,8 @@ class TrainingMonitor:
         self._loss: Any = None
         self._global_step = 0
         self._last_step: float | None = None
+        #: The last step's end or pause's end (the stall dump's clock).
+        self._last_progress: float | None = None
         self._step_t0: float | None = None
         self._step_p0 = 0.0
         #: Wall time of outermost pauses so far; steps subtract what passed while they ran.
@@ -390,8 +403,12 @@ class TrainingMonitor:
         )
         if restart_attempt is not None:
             self.restart(restart_attempt)
+        #: Flight Recorder dump on a stall (opt-in); None when off.
+        self.stall_dumper = self._stall_dumper(stall_dump_after, env)
         if start:
             self.writer.start()
+            if self.stall_dumper is not None:
+                self.stall_dumper.start()
         atexit.register(self.close)
         log.info(
             "fleetscope telemetry: job_id=%s rank=%d local_rank=%d gpu=%s -> %s every %gs (flops: %s)",
@@ -403,6 +420,22 @@ class TrainingMonitor:
             self.interval,
             self.flops_convention,
         )
+
+    def _stall_dumper(self, after: float | None, env: Mapping[str, str]) -> StallDumper | None:
+        seconds = after if after is not None else _env_float(env, _stall.AFTER_ENV, 0.0) or None
+        if seconds is None:
+            return None
+        path = _stall.pipe_path(env, self.identity.rank)
+        if path is None:
+            log.warning("fleetscope telemetry: stall dump asked for but %s is not set; off", _stall.PIPE_ENV)
+            return None
+        return StallDumper(path, float(seconds), self.last_progress, self._now)
+
+    def last_progress(self) -> float | None:
+        """When the last step or pause (checkpoint, evaluation) ended; None inside a pause or
+        before the first step."""
+        with self._lock:
+            return None if self._pause_depth > 0 else self._last_progress
 
     # ---- hot path -------------------------------------------------------------------------
     def step(
@@ -608,7 +641,7 @@ class TrainingMonitor:
             if loss is not None:
                 self._loss = loss
             self._global_step = self._global_step + 1 if step is None else step
-            self._last_step = now
+            self._last_step = self._last_progress = now
             if self._startup is None:
                 self._startup = max(now - self._process_start, 0.0)
         self._reject_all(overflowed)
@@ -705,6 +738,8 @@ class TrainingMonitor:
         if self._closed or os.getpid() != self._pid:  # a forked child must not touch the parent's file
             return
         self._closed = True
+        if self.stall_dumper is not None:
+            self.stall_dumper.stop()
         wait_for_sizes(5.0)  # checkpoint sizes still being measured go into the last rank file
         self.writer.stop(remove=self._remove_on_close)
         try:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client.utils import floatToGoString
@@ -58,6 +59,16 @@ def process_identity(procfs: str = "/proc") -> dict[str, str]:
     except OSError:
         pass
     return info
+
+
+def nccl_ras_addr(env: Mapping[str, str]) -> str | None:
+    """Where this process's NCCL RAS listens (``NCCL_RAS_ADDR``, NCCL's default ``localhost:28028``),
+    for the exporter's nccl_ras collector to find; None when RAS is off or the value is not one
+    ``host:port`` word."""
+    if env.get("NCCL_RAS_ENABLE", "1").strip() == "0":
+        return None
+    addr = env.get("NCCL_RAS_ADDR", "").strip() or "localhost:28028"
+    return addr if re.fullmatch(r"[A-Za-z0-9_.:\[\]-]{1,200}", addr) else None
 
 
 #: One sample of a rank file: (metric, its labels besides the rank's own as (key, value) pairs, value).
@@ -193,6 +204,8 @@ class RankFileWriter:
             with self._write_lock:
                 if self._header is None:
                     self._header = process_identity()
+                    if ras := nccl_ras_addr(os.environ):
+                        self._header["nccl_ras_addr"] = ras
                 text = render(self.identity, self._snapshot(), self.flops_convention, self._header)
                 self._write(text.encode())
         except OSError as exc:

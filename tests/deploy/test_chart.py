@@ -252,6 +252,24 @@ def test_debugfs_can_be_left_out() -> None:
     assert not any(a.startswith("--path.debugfs") for a in pod["containers"][0]["args"])
 
 
+def test_nccl_ras_is_one_value_away() -> None:
+    """Off by default; ``exporter.ncclRas.enabled`` turns the collector on (the real CLI accepts the
+    flags), with explicit addresses and, when asked, the node's network namespace."""
+    (off,) = by_kind(render(None), "DaemonSet")
+    assert not any("nccl_ras" in a for a in off["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert not off["spec"]["template"]["spec"].get("hostNetwork")
+    values = {
+        "exporter": {"ncclRas": {"enabled": True, "addresses": ["4711=127.0.0.1:28111"], "hostNetwork": True}}
+    }
+    (ds,) = by_kind(render(values), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    args = _parse([a.replace("$(NODE_NAME)", "node-1") for a in pod["containers"][0]["args"]])
+    assert args.collector_nccl_ras is True and args.nccl_ras_address == ["4711=127.0.0.1:28111"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    with pytest.raises(helm.HelmError):
+        helm.Chart.load(CHART).validate_schema({"exporter": {"ncclRas": {"addresses": ["no-job-here"]}}})
+
+
 def test_disabling_components_removes_their_objects() -> None:
     objects = render({"exporter": {"enabled": False}, "dashboards": {"enabled": False}})
     assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "ConfigMap")

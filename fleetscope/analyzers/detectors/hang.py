@@ -29,6 +29,7 @@ from fleetscope import labels, xids
 from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.ras import RasHang, RasRank
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import increase_steps
 
@@ -216,6 +217,133 @@ def _root_cause(
     )
 
 
+DEAD_ACTION = (
+    "the rank's process died or froze (RAS gets no answer from it): check the node's kernel log, XIDs "
+    "and the process; drain the node if its hardware failed, then restart the job without it"
+)
+NOT_LAUNCHED_ACTION = (
+    "the named rank never launched the collective the others wait in (its host is stuck: data loader, "
+    "I/O, the GIL, or its code path diverged): py-spy dump --pid that rank and read its Flight Recorder "
+    "dump, then restart from the last checkpoint; the node is not at fault"
+)
+
+
+def _place(feat: Features, job: str, who: RasRank) -> tuple[str, str | None]:
+    """(node, GPU) of a rank RAS names: from the job's telemetry (``training_info``), else as RAS
+    gives them (its host may be an IP address)."""
+    keys = feat.ranks.keys
+    if who.rank is not None and len(keys):
+        hit = keys[(keys["job_id"].astype(str) == job) & (keys["rank"].astype(str) == str(who.rank))]
+        if len(hit):
+            return str(hit.iloc[0][c.NODE_LABEL]), str(hit.iloc[0]["gpu"])
+    return who.host, who.gpu or None
+
+
+def _ras_evidence(feat: Features, job: str, h: RasHang) -> dict[str, str]:
+    where = []
+    for who in h.ranks[:8]:
+        node, gpu = _place(feat, job, who)
+        where.append(f"rank {who.rank} (node {node}, GPU {gpu})" if who.rank is not None else f"node {node}")
+    ev = {"reason": h.reason}
+    if where:
+        ev["waiting_for"] = ", ".join(where) + (f" and {len(h.ranks) - 8} more" if len(h.ranks) > 8 else "")
+    ev["nccl_ras"] = f"communicator {h.comm}: {h.detail}"
+    ev["confirmed_at"] = fmt_time(feat.times[h.confirmed])
+    return ev
+
+
+def _end(signals: Signals, job: str, i: int) -> float | None:
+    """When the job stepped again after grid index ``i`` (None: still hung at the window's end)."""
+    moving = np.nonzero(signals.stepping(job)[i:])[0]
+    return float(signals.features.times[i + int(moving[0])]) if moving.size else None
+
+
+def _job_hang(feat: Features, job: str, h: RasHang, ev: dict[str, str], end: float | None) -> Finding:
+    """A hang whose culprit is no node to drain: a rank that never launched the collective, or a
+    dead rank RAS places on a host that is none of the job's nodes."""
+    who = h.ranks[0] if h.ranks else None
+    node, gpu = _place(feat, job, who) if who else (None, None)
+    return Finding(
+        kind="job_hang", severity="critical", node=None, gpu=gpu, rank=who.rank if who else None,
+        job_id=job, start=float(feat.times[h.onset]), end=end, cause="hang",
+        evidence={**ev, "culprit_node": node or "?"},
+        action=NOT_LAUNCHED_ACTION if h.reason == "not_launched" else DEAD_ACTION,
+    )  # fmt: skip
+
+
+def _dead(
+    feat: Features,
+    job: str,
+    h: RasHang,
+    ev: dict[str, str],
+    end: float | None,
+    near: list[Finding],
+    span: tuple[int, int],
+) -> Finding | None:
+    """A dead rank on one of the job's nodes: that node's failing_node finding (an earlier one
+    carries the RAS evidence instead; the XID that killed the rank is the cause when there is one)."""
+    node, gpu = _place(feat, job, h.ranks[0])
+    if near:
+        for f in near:
+            for k, v in ev.items():
+                f.evidence.setdefault(k, v)
+        return None
+    cause = _root_cause(feat, job, frozenset({node}), span[0], span[1], h.onset, {})
+    if cause is not None:
+        cause.evidence.update(ev)
+        cause.end = end
+        return cause
+    return Finding(
+        kind="failing_node", severity="critical", node=node, gpu=gpu, rank=h.ranks[0].rank, job_id=job,
+        start=float(feat.times[h.onset]), end=end, cause="rank_dead", evidence=ev, action=DEAD_ACTION,
+    )  # fmt: skip
+
+
+def _ras_findings(signals: Signals, job: str, prior: Sequence[Finding]) -> list[Finding]:
+    """One finding per hang NCCL RAS shows for ``job``, at most ``ras_confirm_s`` plus a cycle after
+    its onset: a dead rank's node (failing_node), a rank that never launched the collective (job_hang:
+    software, nothing to drain), every rank launched and none completed with hardware evidence (that
+    node's failing_node); without hardware evidence the last is left to the stall rule."""
+    feat = signals.features
+    times = feat.times
+    look = max(1, round(feat.config.hang_lookback_s / feat.step))
+    nodes = signals.job_nodes(job)
+    out: list[Finding] = []
+    order = {"dead": 0, "not_launched": 1, "launched_not_completed": 2}
+    for h in sorted(signals.ras_hangs(job), key=lambda h: (order.get(h.reason, 3), h.confirmed)):
+        lo, hi = max(0, h.onset - look), min(len(times) - 1, h.confirmed + feat.rate_window_steps)
+        ev = _ras_evidence(feat, job, h)
+        end = _end(signals, job, h.confirmed)
+        failing = [f for f in [*prior, *out] if f.kind == "failing_node" and f.node in nodes
+                   and times[lo] <= f.start <= times[hi]]  # fmt: skip
+        if h.reason == "not_launched" or (
+            h.reason == "dead" and _place(feat, job, h.ranks[0])[0] not in nodes
+        ):
+            out.append(_job_hang(feat, job, h, ev, end))
+        elif h.reason == "dead":
+            node = _place(feat, job, h.ranks[0])[0]
+            found = _dead(feat, job, h, ev, end, [f for f in failing if f.node == node], (lo, hi))
+            out.extend([found] if found is not None else [])
+        elif failing:  # a dead rank or a failing node explains why nothing completes
+            for f in failing:
+                f.evidence.setdefault("reason", h.reason)
+                f.evidence.setdefault("nccl_ras", ev["nccl_ras"])
+        elif not _pause_like(signals, job, nodes, h):
+            cause = _root_cause(feat, job, nodes, lo, hi, h.onset, {})
+            if cause is not None:  # launched everywhere, completed nowhere, and the hardware spoke
+                cause.evidence.update(ev)
+                cause.end = end
+                out.append(cause)
+    return out
+
+
+def _pause_like(signals: Signals, job: str, nodes: frozenset[str], h: RasHang) -> bool:
+    """Equal frozen counts with idle GPUs or counted pause time: a pause, not a spin."""
+    util = signals.gpu_busy(nodes, h.onset, h.confirmed)
+    low = util is not None and util < signals.features.config.hang_util
+    return low or _paused(signals, job, h.onset, h.confirmed)
+
+
 class HangDetector(Detector):
     """Jobs that stopped progressing with their GPUs spinning: see the module docstring."""
 
@@ -231,7 +359,11 @@ class HangDetector(Detector):
         look = max(1, round(cfg.hang_lookback_s / feat.step))
         for job in feat.jobs:
             nodes = signals.job_nodes(job)
+            ras = _ras_findings(signals, job, prior)
+            out.extend(ras)
             for a, b in signals.job_stalls(job, min_s=cfg.hang_s):
+                if any(times[max(0, a - look)] <= f.start <= times[b] for f in ras):
+                    continue  # RAS named this hang already
                 util = signals.gpu_busy(nodes, a, b)
                 if _paused(signals, job, a, b):
                     continue

@@ -30,6 +30,7 @@ from fleetscope.analyzers.signals.hardware import gpu_throttle_evidence
 from fleetscope.analyzers.signals.mfu import job_mfu, training_mask
 from fleetscope.analyzers.signals.network import NetTrouble, node_network_trouble
 from fleetscope.analyzers.signals.ranks import rank_ids, rank_scores
+from fleetscope.analyzers.signals.ras import RasHang, has_ras, ras_hangs
 from fleetscope.analyzers.signals.roles import RolePeers, role_peers
 from fleetscope.analyzers.signals.serving import ServingSignals, replica_buckets, serving_signals
 from fleetscope.analyzers.signals.slowness import Slowness, slowness
@@ -143,6 +144,18 @@ class Signals:
             ("job_stalls", job, least),
             lambda: jobs.job_stalls(feat, self.job_columns(job), self.stepping(job), least),
         )
+
+    def ras_hangs(self, job: str) -> list[RasHang]:
+        """The collective hangs the job's NCCL RAS series show (:mod:`.ras`); none without them."""
+        feat = self.features
+
+        def build() -> list[RasHang]:
+            if not has_ras(feat.frames, job):
+                return []
+            k = max(1, round(feat.config.ras_confirm_s / feat.step))
+            return ras_hangs(feat.frames, job, k, self.stepping(job))
+
+        return self._once(("ras_hangs", job), build)
 
     def job_nodes(self, job: str) -> frozenset[str]:
         """The nodes the ranks of ``job`` ran on in the window."""

@@ -230,6 +230,10 @@
       const badge = el("span", "badge badge-" + j.state, stateText(j));
       if ((j.state === "stalled" || j.state === "down") && j.since) badge.appendChild(timeEl("span", j.since));
       st.appendChild(badge);
+      if (j.hang) {
+        const who = j.hang.waiting_for || (j.hang.node ? "node " + j.hang.node : "no rank named");
+        st.appendChild(el("div", "hang", "hang (" + j.hang.reason.replace(/_/g, " ") + "): waits for " + who));
+      }
       tr.appendChild(st);
       tr.appendChild(el("td", "", j.ranks + " on " + j.nodes.length + " nodes"));
       tr.appendChild(el("td", "num", j.state === "running" ? duration(j.step_seconds) : "n/a (no steps)"));
