@@ -6,8 +6,10 @@ replicas and SLOs, computed in the analysis process, where the window's features
 server process):
 
 * ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
-  stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
-  ``mfu_reason`` saying why, and ``last_mfu`` (the last level measured, with its time).
+  stepping or reporting): the window's last grid time of
+  :meth:`~fleetscope.analyzers.signals.window_signals.Signals.job_states`, the account the
+  ``analyze`` reports show too (docs/design.md#job-state), ``last_step``, ``mfu`` now (None while
+  not measurable) with ``mfu_reason`` saying why, and ``last_mfu`` (the last level measured, with its time).
 * ``models``: one entry per served model: its replicas (serving or not, with TTFT p95, ITL mean and
   p95, requests/s, KV cache usage), and the TTFT and ITL SLOs' burn rates over the last 5 minutes and
   the window, as the generated SLO alerts read them (fleetscope/alerts/config.py).

@@ -123,9 +123,11 @@ def job_states(feat: Features, cols: np.ndarray, steps: np.ndarray) -> JobStates
 
     Down: none of its ranks reports (a last grid row with no sample yet, while the row before has
     them, is the row before's state: the scrape is still to come). Stalled: its ranks report, and no
-    rank's step counter advanced for longer than the job's typical step plus two grid steps (the
-    counters are read once per grid step, so a step that completes just after a read is seen one
-    grid step later, and the newest grid time's scrape may not have landed yet). The typical step
+    rank's step counter advanced for longer than the job's typical step plus a margin: half that
+    step (step times vary by tens of percent: data loading, garbage collection, a slow collective)
+    and two grid steps (the counters are read once per grid step, so a step that completes just
+    after a read is seen one grid step later, and the newest grid time's scrape may not have landed
+    yet). The typical step
     is measured only at grid times where steps completed (the time since the previous progress over
     the steps counted, the median of the last ``TYPICAL_STEP_ROWS``), so a stall does not stretch
     the threshold that detects it; before the job's first step since it (re)appeared, ``stall_s``
@@ -169,7 +171,7 @@ def job_states(feat: Features, cols: np.ndarray, steps: np.ndarray) -> JobStates
         if last is None or last < back:  # no progress since the job (re)appeared: ``stall_s``
             stalled, start[i] = (i - back + 1) * feat.step > feat.config.stall_s, back
         else:
-            limit = (typical[i] if np.isfinite(typical[i]) else feat.config.stall_s) + 2 * feat.step
+            limit = (1.5 * typical[i] if np.isfinite(typical[i]) else feat.config.stall_s) + 2 * feat.step
             stalled, start[i] = (i - last) * feat.step > limit, last + 1
         codes[i] = STALLED if stalled else RUNNING
     # Hindsight: a stall that a pause's end closes was that pause.
