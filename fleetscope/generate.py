@@ -22,6 +22,9 @@ DASHBOARDS_DIR = Path("dashboards")
 CHART_RULES_DIR = Path("charts/fleetscope/files/rules")
 CHART_DASHBOARDS_DIR = Path("charts/fleetscope/files/dashboards")
 METRICS_DOC = Path("docs/metrics.md")
+RUNBOOKS_DOC = Path("docs/runbooks.md")
+#: The runbooks page the live service serves at /runbooks (fleetscope/runbooks.py).
+RUNBOOKS_PAGE = Path("fleetscope/service/static/runbooks.html")
 
 #: Generated files per directory: anything else matching the pattern there is left over.
 _OWNED_PATTERNS: tuple[tuple[Path, str], ...] = (
@@ -30,12 +33,18 @@ _OWNED_PATTERNS: tuple[tuple[Path, str], ...] = (
     (DASHBOARDS_DIR, "*.json"),
     (CHART_RULES_DIR, "*.rules.yml"),
     (CHART_DASHBOARDS_DIR, "*.json"),
+    (RUNBOOKS_PAGE.parent, RUNBOOKS_PAGE.name),
 )
 
 
-def outputs() -> dict[Path, str]:
-    """Every generated file, relative path -> text."""
+def outputs(runbook_base_url: str | None = None) -> dict[Path, str]:
+    """Every generated file, relative path -> text (the rules' ``runbook_url`` on
+    ``runbook_base_url``, the thresholds' default when None)."""
+    from dataclasses import replace
+
+    from fleetscope import runbooks
     from fleetscope.alerts import render as rules
+    from fleetscope.alerts.config import THRESHOLDS
 
     try:
         from fleetscope.dashboards import render as dashboards
@@ -44,16 +53,22 @@ def outputs() -> dict[Path, str]:
             f"generating the dashboards needs {exc.name}: pip install 'fleetscope[dashboards]'"
         ) from None
 
+    cfg = THRESHOLDS if runbook_base_url is None else replace(THRESHOLDS, runbook_url_base=runbook_base_url)
     files: dict[Path, str] = {}
-    for name, text in rules.rule_files().items():
+    for name, text in rules.rule_files(cfg).items():
         files[RULES_DIR / name] = text
         files[CHART_RULES_DIR / name] = text
-    for name, text in rules.test_files().items():
+    for name, text in rules.test_files(cfg).items():
         files[RULE_TESTS_DIR / name] = text
     for name, text in dashboards.dashboard_files().items():
         files[DASHBOARDS_DIR / name] = text
         files[CHART_DASHBOARDS_DIR / name] = text
     files[METRICS_DOC] = metrics_doc()
+    try:
+        source = (default_root() / RUNBOOKS_DOC).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FleetscopeError(f"cannot read {RUNBOOKS_DOC} in {default_root()}: {exc.strerror}") from None
+    files[RUNBOOKS_PAGE] = runbooks.render_page(source)
     return files
 
 
@@ -112,9 +127,11 @@ def _leftovers(root: Path, expected: dict[Path, str]) -> list[Path]:
     return sorted(found - set(expected))
 
 
-def stale_files(root: Path, expected: dict[Path, str] | None = None) -> list[str]:
+def stale_files(
+    root: Path, expected: dict[Path, str] | None = None, runbook_base_url: str | None = None
+) -> list[str]:
     """Describe every output that differs from what the sources generate (empty: all fresh)."""
-    expected = outputs() if expected is None else expected
+    expected = outputs(runbook_base_url) if expected is None else expected
     problems = []
     for rel, text in sorted(expected.items()):
         path = root / rel
@@ -126,9 +143,9 @@ def stale_files(root: Path, expected: dict[Path, str] | None = None) -> list[str
     return problems
 
 
-def write(root: Path) -> list[Path]:
+def write(root: Path, runbook_base_url: str | None = None) -> list[Path]:
     """Write every output under ``root``; remove left-over generated files. Returns changed paths."""
-    expected = outputs()
+    expected = outputs(runbook_base_url)
     changed = []
     for rel, text in sorted(expected.items()):
         path = root / rel
@@ -149,6 +166,27 @@ def default_root() -> Path:
     return checkout if (checkout / "pyproject.toml").exists() else Path.cwd()
 
 
+def _default_base() -> str:
+    from fleetscope.alerts.config import THRESHOLDS
+
+    return THRESHOLDS.runbook_url_base
+
+
+def _base_url(text: str) -> str:
+    """An http(s) URL with a host and no fragment (the anchor is appended), without a trailing /."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or parts.fragment
+        or any(c.isspace() for c in text)
+    ):
+        raise argparse.ArgumentTypeError(f"not an http(s) URL without a #fragment: {text!r}")
+    return text.rstrip("/")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
@@ -162,6 +200,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="repository root to write into (default: the checkout fleetscope runs from, else the current "
         "directory)",
     )
+    parser.add_argument(
+        "--runbook-base-url",
+        type=_base_url,
+        default=None,
+        metavar="URL",
+        help="base of every alert's runbook_url, the anchor appended: where operators reach the runbooks, "
+        "e.g. https://fleetscope.example.internal/runbooks (default: the live service's default "
+        f"address, {_default_base()}; the service serves them at /runbooks)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise FleetscopeError(f"--root {root} is not a directory")
     if args.check:
-        problems = stale_files(root)
+        problems = stale_files(root, runbook_base_url=args.runbook_base_url)
         if problems:
             print(f"{len(problems)} generated file(s) out of date under {root}:")
             for line in problems:
@@ -178,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"generated files are up to date under {root}")
         return 0
-    changed = write(root)
+    changed = write(root, args.runbook_base_url)
     for rel in changed:
         print(f"wrote {rel}")
     print(f"{len(changed)} file(s) changed under {root}")

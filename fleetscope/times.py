@@ -16,6 +16,7 @@ Standard library only: the node agent and the training library may import it.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
@@ -147,3 +148,20 @@ def parse_time(text: str | float, now: float | None = None) -> float:
     if m is None:
         raise FleetscopeError(f"not a time: {text!r} (use {TIME_FORMS})")
     return parse_rfc3339(t)
+
+
+def human_duration(seconds: float | None) -> str:
+    """``0.45 s``, ``45 s``, ``6.3 min``, ``6.1 h``, ``2.5 days``: a duration a person reads at once
+    ("" for None or a non-finite number)."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    s = float(seconds)
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"

@@ -139,3 +139,17 @@ def test_slugs_follow_github() -> None:
     assert slug("The `Hostname` join label") == "the-hostname-join-label"
     assert slug("Network (EFA)") == "network-efa"
     assert slug("dcgm-exporter names") == "dcgm-exporter-names"
+
+
+def test_the_first_pages_a_new_user_reads_point_to_no_address_that_may_not_exist() -> None:
+    """Issue 33: README.md and docs/quickstart.md (and the chart's metadata) name no outside
+    address: a new user on an air-gapped cluster follows them with what is on the machine."""
+    urls = re.compile(r"https?://([^/\s)`'\"<>:]+)")
+    for path in (
+        ROOT / "README.md",
+        ROOT / "docs" / "quickstart.md",
+        ROOT / "charts" / "fleetscope" / "Chart.yaml",
+    ):
+        hosts = {h for h in urls.findall(path.read_text()) if h not in ("127.0.0.1", "localhost")}
+        assert not hosts, f"{path.relative_to(ROOT)} points to {sorted(hosts)}"
+    assert "git clone" not in (ROOT / "docs" / "quickstart.md").read_text()

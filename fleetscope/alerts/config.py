@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleetscope.defaults import SERVICE_PORT
+
 
 @dataclass(frozen=True)
 class Thresholds:
     # ---- where the runbooks live ---------------------------------------------------------------
-    #: Base of every ``runbook_url``; the alert's anchor in docs/runbooks.md is appended. Point it
-    #: at your fork or internal mirror of the docs.
-    runbook_url_base: str = "https://github.com/fleetscope/fleetscope/blob/main/docs/runbooks.md"
+    #: Base of every ``runbook_url``; the alert's anchor in docs/runbooks.md is appended. The live
+    #: service serves the runbooks itself at ``/runbooks`` (clusters are often air-gapped), so the
+    #: default is the service's default address; ``fleetscope generate --runbook-base-url`` (the
+    #: chart's ``runbookBaseUrl``, compose's ``RUNBOOK_BASE_URL``) points it at yours.
+    runbook_url_base: str = f"http://127.0.0.1:{SERVICE_PORT}/runbooks"
 
     # ---- selectors -----------------------------------------------------------------------------
     #: Label matcher for fleetscope's scrape jobs (node exporters and the live service). The compose

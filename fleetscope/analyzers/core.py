@@ -28,7 +28,7 @@ from fleetscope.analyzers.detectors import DETECTORS
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts
-from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, StragglerScore
+from fleetscope.analyzers.report import JobStateSpan, JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
 from fleetscope.window.frames import Frames
@@ -182,6 +182,7 @@ def job_summaries(signals: Signals, findings: Sequence[Finding]) -> dict[str, Jo
             steps = np.nanmax(np.nansum(np.nan_to_num(r.steps[-w:, jcols]), axis=0)) if jcols.any() else 0
         if steps > 0:
             summary.step_seconds = round(float(w * feat.step / steps), 3)
+        _job_states(signals, job, summary)
         summary.stragglers = sorted(
             {
                 f.rank
@@ -191,3 +192,19 @@ def job_summaries(signals: Signals, findings: Sequence[Finding]) -> dict[str, Jo
         )
         jobs[job] = summary
     return jobs
+
+
+def _job_states(signals: Signals, job: str, summary: JobSummary) -> None:
+    """The job's state at the window's end and over it, from the one account the page reads too."""
+    times = signals.features.times
+    states = signals.job_states(job)
+    spans = states.spans()
+    summary.states = [
+        JobStateSpan(name, float(times[first]), float(times[spans[k + 1][1]]) if k + 1 < len(spans) else None)
+        for k, (name, first, _) in enumerate(spans)
+    ]
+    if spans:
+        state = states.state()
+        summary.state = "down" if state == "unknown" else state
+        began = states.began()
+        summary.since = float(times[began]) if began is not None else None

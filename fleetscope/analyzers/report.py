@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import InitVar, asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetscope.analyzers.findings import Finding, findings_document
-from fleetscope.times import rfc3339
+from fleetscope.times import human_duration, rfc3339
 
 if TYPE_CHECKING:  # numpy/pandas types: the service reads reports without them
     from fleetscope.analyzers.carry import Carry
@@ -40,14 +41,66 @@ class StragglerScore:
 
 
 @dataclass
+class JobStateSpan:
+    """One stretch of a job's state in the window: ``running``, ``stalled`` (from the first grid
+    time without a step) or ``down`` (no rank reports), from ``start`` to ``end`` (None: to the
+    window's end). The same account the live page's job state reads
+    (:meth:`~fleetscope.analyzers.signals.window_signals.Signals.job_states`)."""
+
+    state: str
+    start: float
+    end: float | None = None
+
+
+@dataclass
 class JobSummary:
     job_id: str
     ranks: int = 0
     nodes: list[str] = field(default_factory=list)
+    #: The last level measured in the window (while the job is stalled or down: before that).
     mfu: float | None = None
     tokens_per_second: float | None = None
     step_seconds: float | None = None
     stragglers: list[int] = field(default_factory=list)
+    #: The job's state at the window's end (``running``, ``stalled``, ``down``; None: unknown).
+    state: str | None = None
+    #: When that state began, for ``stalled`` and ``down``.
+    since: float | None = None
+    #: The job's states over the window, in time order.
+    states: list[JobStateSpan] = field(default_factory=list)
+
+
+def job_state_text(j: JobSummary, clock: Callable[[float], str], end: float) -> str:
+    """``stalled since 10:01:30 (5.0 min)``, ``down since ...``, ``running``: as the live page says it."""
+    if j.state in ("stalled", "down") and j.since is not None:
+        return f"{j.state} since {clock(j.since)} ({human_duration(end - j.since)})"
+    return j.state or "unknown"
+
+
+def job_states_text(j: JobSummary, clock: Callable[[float], str], end: float) -> str:
+    """``running 10:00:00-10:01:30, stalled 10:01:30-10:06:30 (5.0 min), running 10:06:30-end``."""
+    parts = []
+    for s in j.states:
+        until = end if s.end is None else s.end
+        length = f" ({human_duration(until - s.start)})" if s.state != "running" else ""
+        parts.append(f"{s.state} {clock(s.start)}-{'end' if s.end is None else clock(s.end)}{length}")
+    return ", ".join(parts)
+
+
+def job_to_dict(j: JobSummary) -> dict[str, Any]:
+    """The JSON shape of a job's summary in ``analyze --format json`` (``jobs``)."""
+    return {
+        "job_id": j.job_id,
+        "state": j.state,
+        "since": rfc3339(j.since),
+        "states": [{"state": s.state, "start": rfc3339(s.start), "end": rfc3339(s.end)} for s in j.states],
+        "ranks": j.ranks,
+        "nodes": list(j.nodes),
+        "mfu": j.mfu,
+        "tokens_per_second": j.tokens_per_second,
+        "step_seconds": j.step_seconds,
+        "stragglers": list(j.stragglers),
+    }
 
 
 @dataclass
@@ -193,8 +246,11 @@ class Report:
         return None if self.signals is None else self.signals.features
 
     def document(self) -> dict[str, Any]:
-        """``fleetscope analyze --format json``: the findings document, plus each job's goodput account."""
+        """``fleetscope analyze --format json``: the findings document, each job's state over the
+        window and summary, and each job's goodput account."""
         doc = findings_document(self.findings, self.start, self.end)
+        if self.jobs:
+            doc["jobs"] = {job: job_to_dict(j) for job, j in sorted(self.jobs.items())}
         if self.goodput:
             doc["goodput"] = {job: goodput_to_dict(a) for job, a in sorted(self.goodput.items())}
         return doc

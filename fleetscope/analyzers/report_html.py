@@ -10,14 +10,15 @@ import base64
 import html
 import io
 import warnings
+from collections.abc import Collection
 
 import numpy as np
 
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.report import Report
+from fleetscope.analyzers.report import JobSummary, Report, job_state_text, job_states_text
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.contract import NODE_LABEL
-from fleetscope.times import parse_rfc3339, rfc3339
+from fleetscope.times import human_duration, parse_rfc3339, rfc3339
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left;vertical-align:top}
@@ -26,35 +27,33 @@ th{background:#f3f3f3}.critical{color:#b00020;font-weight:600}.warning{color:#b3
 .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"""
 
 
-def human_duration(seconds: float | None) -> str:
-    """``0.45 s``, ``45 s``, ``6.3 min``, ``6.1 h``, ``2.5 days``: a duration a person reads at once."""
-    if seconds is None or not np.isfinite(seconds):
-        return ""
-    s = float(seconds)
-    if s < 10:
-        return f"{s:.2f} s"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    if s < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
-
-
 def tokens_per_second(x: float | None) -> str:
     """``471,859 tokens/s``."""
     return "" if x is None or not np.isfinite(x) else f"{x:,.0f} tokens/s"
 
 
-def rank_labels(feat: Features, order: np.ndarray, most: int = 48) -> tuple[list[int], list[str]]:
-    """Tick positions and ``node/rank N`` labels of the heatmap's rows (at most ``most`` of them)."""
+def rank_labels(
+    feat: Features, order: np.ndarray, most: int = 48, flagged: Collection[int] = ()
+) -> tuple[list[int], list[str]]:
+    """Tick positions and ``node/rank N`` labels of the heatmap's rows: every ``flagged`` row (row
+    positions: ranks a finding names), and evenly spaced others up to ``most`` labels in all, none
+    closer to a flagged row than the spacing (its label would sit beside the flagged one)."""
     keys = feat.ranks.keys
     nodes, ranks = keys[NODE_LABEL].to_numpy(), keys["rank"].to_numpy()
     labels = [f"{nodes[k]}/rank {int(float(ranks[k]))}" for k in order]
-    every = max(1, -(-len(labels) // most))
-    ticks = list(range(0, len(labels), every))
+    marked = sorted(set(flagged))
+    every = max(1, -(-len(labels) // max(1, most - len(marked))))
+    others = [t for t in range(0, len(labels), every) if all(abs(t - f) >= every for f in marked)]
+    ticks = sorted({*others, *marked})
     return ticks, [labels[i] for i in ticks]
+
+
+def flagged_rows(analysis: Report, feat: Features, order: np.ndarray) -> list[int]:
+    """Heatmap row positions of the ranks a finding names (by job and rank)."""
+    named = {(str(f.job_id), int(f.rank)) for f in analysis.findings if f.rank is not None and f.job_id}
+    keys = feat.ranks.keys
+    jobs, ranks = keys["job_id"].to_numpy().astype(str), keys["rank"].to_numpy()
+    return [row for row, k in enumerate(order) if (jobs[k], int(float(ranks[k]))) in named]
 
 
 def pause_spans(paused: np.ndarray) -> list[tuple[int, int]]:
@@ -85,7 +84,7 @@ def _minutes(feat: Features) -> np.ndarray:
     return (feat.times - feat.times[0]) / 60.0
 
 
-def _heatmap(signals: Signals) -> str | None:
+def _heatmap(signals: Signals, analysis: Report) -> str | None:
     import matplotlib.pyplot as plt
 
     feat = signals.features
@@ -105,8 +104,13 @@ def _heatmap(signals: Signals) -> str | None:
         extent=(m[0], m[-1], ratio.shape[1], 0),
         interpolation="nearest",
     )
-    ticks, labels = rank_labels(feat, order)
+    flagged = flagged_rows(analysis, feat, order)
+    ticks, labels = rank_labels(feat, order, flagged=flagged)
     ax.set_yticks([t + 0.5 for t in ticks], labels, fontsize=7)
+    for t, tick in zip(ticks, ax.get_yticklabels(), strict=True):
+        if t in flagged:  # a rank a finding names: bold red, never left unlabelled
+            tick.set_color("#b00020")
+            tick.set_fontweight("bold")
     ax.set_xlabel("minutes since window start")
     ax.set_ylabel("node/rank")
     ax.set_title("slowness against the peer group (1 = like its peers)")
@@ -223,6 +227,11 @@ def _rank_name(analysis: Report, job: str, rank: int) -> str:
     return f"{node}/rank {rank}" if node else f"rank {rank}"
 
 
+def _while(j: JobSummary, level: str) -> str:
+    """A job's last level, said as the last one while it is stalled or down (as the live page)."""
+    return f"n/a while {j.state} (last {level})" if level and j.state in ("stalled", "down") else level
+
+
 def render_html(analysis: Report) -> str:
     """The report as one HTML page; the plots need the report's features (see :func:`core.analyze`)."""
     import matplotlib
@@ -236,7 +245,7 @@ def render_html(analysis: Report) -> str:
             []
             if signals is None
             else [
-                ("Per-rank compute time", _heatmap(signals)),
+                ("Per-rank compute time", _heatmap(signals, analysis)),
                 ("MFU timeline", _mfu(signals, analysis)),
                 ("Node health", _health(signals.features, analysis)),
             ]
@@ -260,9 +269,12 @@ def render_html(analysis: Report) -> str:
         if v.state != "healthy"
     )
     jobs = "".join(
-        f"<tr><td>{e(j.job_id)}</td><td class='num'>{j.ranks}</td><td class='num'>{len(j.nodes)}</td>"
-        f"<td class='num'>{'' if j.mfu is None else f'{j.mfu:.1%}'}</td>"
-        f"<td class='num'>{tokens_per_second(j.tokens_per_second)}</td>"
+        f"<tr class='{'degraded' if j.state in ('stalled', 'down') else ''}'><td>{e(j.job_id)}</td>"
+        f"<td>{e(job_state_text(j, _clock, analysis.end))}"
+        f"<br><small>{e(job_states_text(j, _clock, analysis.end))}</small></td>"
+        f"<td class='num'>{j.ranks}</td><td class='num'>{len(j.nodes)}</td>"
+        f"<td class='num'>{_while(j, '' if j.mfu is None else f'{j.mfu:.1%}')}</td>"
+        f"<td class='num'>{_while(j, tokens_per_second(j.tokens_per_second))}</td>"
         f"<td class='num'>{human_duration(j.step_seconds)}</td>"
         f"<td>{e(', '.join(_rank_name(analysis, j.job_id, r) for r in j.stragglers) or 'none')}</td></tr>"
         for j in analysis.jobs.values()
@@ -279,8 +291,8 @@ def render_html(analysis: Report) -> str:
 <th>start (UTC)</th>
 <th>end (UTC)</th><th>score</th><th>cause</th><th>evidence</th><th>action</th></tr>{"".join(rows)}</table>
 <h2>Nodes not healthy</h2><table><tr><th>node</th><th>state</th><th>reasons</th></tr>{nodes}</table>
-<h2>Jobs</h2><table><tr><th>job</th><th>ranks</th><th>nodes</th><th>MFU</th><th>throughput</th>\
-<th>step time</th>
+<h2>Jobs</h2><table><tr><th>job</th><th>state (UTC)</th><th>ranks</th><th>nodes</th><th>MFU</th>\
+<th>throughput</th><th>step time</th>
 <th>stragglers (node/rank)</th></tr>{jobs}</table>
 {goodput}
 {figs}

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from fleetscope.analyzers.report import GoodputAccount, Report
-from fleetscope.times import rfc3339
+from fleetscope.analyzers.report import GoodputAccount, Report, job_state_text, job_states_text
+from fleetscope.times import human_duration, rfc3339
+
+
+def _clock(ts: float) -> str:
+    """``10:01:30``: the UTC time of day (the window's line gives the date)."""
+    return (rfc3339(ts) or "")[11:19]
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -53,11 +58,19 @@ def render_text(analysis: Report) -> str:
         parts.append(f"  {v.node}: {v.state} ({'; '.join(v.reasons)})")
     for j in analysis.jobs.values():
         mfu = "n/a" if j.mfu is None else f"{j.mfu:.1%}"
+        if j.mfu is not None and j.state in ("stalled", "down"):
+            mfu = f"n/a while {j.state} (last {j.mfu:.1%})"
         tps = "n/a" if j.tokens_per_second is None else f"{j.tokens_per_second:,.0f}"
+        if j.tokens_per_second is not None and j.state in ("stalled", "down"):
+            tps = f"n/a while {j.state} (last {j.tokens_per_second:,.0f})"
+        step = human_duration(j.step_seconds) or "n/a"
         parts.append(
-            f"job {j.job_id}: {j.ranks} ranks on {len(j.nodes)} nodes, MFU {mfu}, tokens/s {tps}, "
-            f"step {j.step_seconds or 'n/a'} s, stragglers {j.stragglers or 'none'}"
+            f"job {j.job_id}: {job_state_text(j, _clock, analysis.end)}, {j.ranks} ranks on "
+            f"{len(j.nodes)} nodes, MFU {mfu}, tokens/s {tps}, step {step}, "
+            f"stragglers {j.stragglers or 'none'}"
         )
+        if len(j.states) > 1 or (j.states and j.states[0].state != "running"):
+            parts.append(f"  states: {job_states_text(j, _clock, analysis.end)}")
     for a in analysis.goodput.values():
         parts += _goodput(a)
     return "\n".join(parts) + "\n"
@@ -82,15 +95,15 @@ def _goodput(a: GoodputAccount) -> list[str]:
             if adv.prior
             else f"{adv.failures} in {adv.node_hours:.1f} node-hours"
         )
-        now = "unknown" if adv.current_s is None else f"{adv.current_s:.0f} s"
+        now = "unknown" if adv.current_s is None else human_duration(adv.current_s)
         gain = (
             ""
             if adv.gain_gpu_hours_per_day is None
             else f", saves {adv.gain_gpu_hours_per_day:.1f} GPU-h/day"
         )
         out.append(
-            f"  checkpoint every {adv.recommended_s:.0f} s (now {now}; save {adv.save_s:.0f} s, "
-            f"MTBF {adv.mtbf_s / 3600:.1f} h from failures {rate}; Young {adv.young_s:.0f} s, "
-            f"Daly {adv.daly_s:.0f} s{gain})"
+            f"  checkpoint every {human_duration(adv.recommended_s)} (now {now}; save "
+            f"{human_duration(adv.save_s)}, MTBF {human_duration(adv.mtbf_s)} from failures {rate}; "
+            f"Young {human_duration(adv.young_s)}, Daly {human_duration(adv.daly_s)}{gain})"
         )
     return out

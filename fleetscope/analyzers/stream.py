@@ -41,7 +41,7 @@ from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.report import GoodputAccount, Report
+from fleetscope.analyzers.report import GoodputAccount, JobStateSpan, Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.errors import FleetscopeError, NoData
@@ -166,6 +166,7 @@ def analyze_chunked(
     carry = Carry()
     merged: list[Finding] = []
     goodput: dict[str, GoodputAccount] = {}
+    states: dict[str, list[JobStateSpan]] = {}
     last: Report | None = None
     empty: list[tuple[int, float, float]] = []
     attempt = _SkipEmpty(load)
@@ -188,6 +189,7 @@ def analyze_chunked(
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start)
             goodput = add_accounts(goodput, report.goodput)
+            states = add_states(states, report, own_start)
             if report.carry is not None:
                 carry = carry.merge(report.carry)
             last = report
@@ -200,7 +202,7 @@ def analyze_chunked(
         )
     if empty:
         say_skipped("chunks", empty, len(plan))
-    return _whole(last, start, merged, goodput, carry, cfg)
+    return _whole(last, start, merged, goodput, carry, cfg, states)
 
 
 def _whole(
@@ -210,17 +212,22 @@ def _whole(
     goodput: dict[str, GoodputAccount],
     carry: Carry,
     cfg: DetectorConfig,
+    states: dict[str, list[JobStateSpan]],
 ) -> Report:
-    """The window's report: the last chunk's state, with the merged findings and summed goodput."""
+    """The window's report: the last chunk's state, with the merged findings, summed goodput and
+    each job's states over every chunk."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
     signals = last.signals
+    jobs = last.jobs if signals is None else job_summaries(signals, merged)
+    for job, summary in jobs.items():
+        summary.states = states.get(job, summary.states)
     return dataclasses.replace(
         last,
         start=start,
         findings=merged,
         nodes=last.nodes if signals is None else node_verdicts(signals.features, merged),
-        jobs=last.jobs if signals is None else job_summaries(signals, merged),
+        jobs=jobs,
         goodput=goodput,
         next_carry=carry,
         # one chunk (no lead-in): its signals cover the window, for the plots
@@ -403,4 +410,27 @@ def _sum_account(a: GoodputAccount, b: GoodputAccount) -> GoodputAccount:
     useful = parts.get("productive", 0.0) + parts.get("slowdown", 0.0)
     out.effective_training_ratio = useful / whole if whole else 0.0
     out.goodput_ratio = parts.get("productive", 0.0) / whole if whole else 0.0
+    return out
+
+
+def add_states(
+    states: dict[str, list[JobStateSpan]], report: Report, own_start: float
+) -> dict[str, list[JobStateSpan]]:
+    """Each job's states so far, with a chunk's from ``own_start`` on (its lead-in is the chunk
+    before's, except a stall that began there: the chunk before could not prove it yet)."""
+    out = {job: list(spans) for job, spans in states.items()}
+    for job, summary in report.jobs.items():
+        spans = out.setdefault(job, [])
+        for s in summary.states:
+            if s.end is not None and s.end <= own_start:
+                continue
+            start = max(s.start, own_start)
+            if s.state == "stalled" and s.start < own_start and spans and spans[-1].state == "running":
+                start = max(s.start, spans[-1].start)
+            if spans and spans[-1].state == s.state and (spans[-1].end is None or spans[-1].end >= start):
+                spans[-1] = JobStateSpan(s.state, spans[-1].start, s.end)
+                continue
+            if spans and (spans[-1].end is None or spans[-1].end > start):
+                spans[-1] = JobStateSpan(spans[-1].state, spans[-1].start, start)
+            spans.append(JobStateSpan(s.state, start, s.end))
     return out

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.service import schemas
 from fleetscope.service.params import JOB_PATTERN, KIND_PATTERN, NODE_PATTERN, RFC3339Time, since_seconds
 from fleetscope.service.plan import plan_from_analysis
+from fleetscope.service.routes_page import RUNBOOKS_PATH
 from fleetscope.service.views import Live, View, json_response, natural, shard_status
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
@@ -52,7 +52,7 @@ async def status(request: Request) -> Response:
             "window_seconds": live.settings.window,
             "nodes": len(v.nodes) if v else 0,
             "open_findings": v.open_findings if v else 0,
-            "runbooks": THRESHOLDS.runbook_url_base,
+            "runbooks": RUNBOOKS_PATH.lstrip("/"),  # relative: the page may sit behind a path prefix
             "shard": shard_status(live.settings.shard, v.result.shard if v else None),
         }
     )

@@ -1,6 +1,7 @@
 """The web page: ``/`` and its script and style sheet, served from memory.
 
-The three files are read from the package once, when the app is made (:func:`load_static`), and
+The page's three files and the runbooks (docs/runbooks.md, rendered by ``fleetscope generate``:
+fleetscope/runbooks.py) are read from the package once, when the app is made (:func:`load_static`), and
 served by fixed routes, so no input ever reaches a file name.
 """
 
@@ -18,6 +19,7 @@ STATIC = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "runbooks.html": "text/html; charset=utf-8",
 }
 
 router = APIRouter()
@@ -47,3 +49,14 @@ async def app_js(request: Request) -> Response:
 @router.get("/static/style.css", include_in_schema=False)
 async def style_css(request: Request) -> Response:
     return _static(request, "style.css")
+
+
+#: Where the service serves the runbooks (the page's finding links and /api/v1/status say it).
+RUNBOOKS_PATH = "/runbooks"
+
+
+@router.get(RUNBOOKS_PATH, include_in_schema=False)
+async def runbooks(request: Request) -> Response:
+    """docs/runbooks.md, served by the service itself (no outside address: clusters are often
+    air-gapped); every alert's ``runbook_url`` and the page's finding links point at its anchors."""
+    return _static(request, "runbooks.html")

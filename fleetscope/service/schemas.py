@@ -263,7 +263,10 @@ class StatusResponse(BaseModel):
     window_seconds: float
     nodes: int
     open_findings: int
-    runbooks: str = Field(description="docs/runbooks.md; a finding's section is #<kind>")
+    runbooks: str = Field(
+        description="where this service serves docs/runbooks.md, relative to its page (``runbooks``: "
+        "/runbooks); a finding's section is #<kind>"
+    )
     shard: ShardStatus | None = Field(
         None, description="this replica's share of the fleet (--shard); null: it analyzes the whole fleet"
     )

@@ -6,8 +6,11 @@ replicas and SLOs, computed in the analysis process, where the window's features
 server process):
 
 * ``jobs``: job id -> ``state`` (``running``, ``stalled``, ``down``), ``since`` (when it stopped
-  stepping or reporting), ``last_step``, ``mfu`` now (None while not measurable) with
-  ``mfu_reason`` saying why, and ``last_mfu`` (the last level measured, with its time).
+  stepping or reporting): the window's last grid time of
+  :meth:`~fleetscope.analyzers.signals.window_signals.Signals.job_states`, the account the
+  ``analyze`` reports show too (docs/design.md#job-state), ``last_step``, ``mfu`` now (None while
+  not measurable) with ``mfu_reason`` saying why, ``last_mfu`` (the last level measured, with its
+  time), and ``hang``: an open collective hang's reason and culprit (docs/hang.md#live).
 * ``models``: one entry per served model: its replicas (serving or not, with the node by name, how
   long it has had work in flight without progress, TTFT p95, ITL mean and p95, requests/s, KV cache
   usage), and the TTFT, ITL and error SLOs' burn rates over the last 5 minutes and the window, as the
@@ -50,17 +53,12 @@ def _last_finite(col: np.ndarray) -> tuple[float | None, int | None]:
 def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
     """Every job's state at the window's end, and why its MFU is unknown when it is."""
     feat = signals.features
-    r, times, cfg = feat.ranks, feat.times, feat.config
+    times, cfg = feat.times, feat.config
     end = float(times[-1]) if len(times) else report.end
     out: dict[str, dict[str, Any]] = {}
     for job in feat.jobs:
-        cols = signals.job_columns(job)
-        reporting = np.nonzero(r.present[:, cols].any(axis=1))[0] if cols.any() else np.zeros(0, int)
         steps = np.nonzero(signals.stepping(job))[0]
         last_step = float(times[steps[-1]]) if steps.size else None
-        summary = report.jobs.get(job)
-        step_s = summary.step_seconds if summary and summary.step_seconds else 0.0
-        quiet_for = max(cfg.stall_s, 3 * step_s)
         hang = next(
             (
                 f
@@ -71,17 +69,11 @@ def job_states(signals: Signals, report: Report) -> dict[str, dict[str, Any]]:
             ),
             None,
         )
-        # The grid's last row may hold no sample yet: reporting means in either of the last two.
-        if not reporting.size or reporting[-1] < len(times) - 2:
-            state = "down"
-            since = (
-                float(times[reporting[-1] + 1]) if reporting.size and reporting[-1] + 1 < len(times) else None
-            )
-        elif hang is not None or last_step is None or end - last_step > quiet_for:
-            state = "stalled"
-            since = hang.start if hang is not None else (last_step or float(times[reporting[0]]))
-        else:
-            state, since = "running", None
+        states = signals.job_states(job)
+        state = states.state()
+        state = "down" if state == "unknown" else state  # a job of the window that no longer reports
+        began = states.began()
+        since = float(times[began]) if began is not None else None
         series, unit, paused = signals.job_mfu(job)
         last, at = _last_finite(series)
         now = series[-1] if len(series) else np.nan

@@ -86,7 +86,7 @@ def test_account_sums_and_attributes(rework):
     assert g["whole_gpu_hours"] == pytest.approx(a.whole_gpu_seconds / 3600, abs=1e-3)
     assert g["checkpoint_advice"]["failures"] == 1 and not g["checkpoint_advice"]["prior"]
     assert "goodput" not in findings_document(report.findings, report.start, report.end)
-    assert set(report.document()) == {"window", "findings", "goodput"}
+    assert set(report.document()) == {"window", "findings", "jobs", "goodput"}
     text = render_text(report)
     assert "goodput of job 4711" in text and "effective training time" in text and "checkpoint every" in text
 

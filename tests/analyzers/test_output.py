@@ -27,7 +27,10 @@ def recording(tmp_path_factory):
 def test_json_is_the_findings_schema(recording, capsys):
     assert main(["analyze", "--input", str(recording), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"window", "findings", "goodput"}  # goodput: one account per job
+    assert set(doc) == {"window", "findings", "jobs", "goodput"}  # jobs, goodput: one entry per job
+    for job in doc["jobs"].values():  # each job's state over the window, as the live page says it
+        assert job["state"] in ("running", "stalled", "down") and job["states"]
+        assert job["states"][0]["start"] == doc["window"]["start"] and job["states"][-1]["end"] is None
     assert doc["window"] == {"start": "2026-11-30T10:00:00Z", "end": "2026-11-30T10:25:00Z"}
     keys = [
         "kind",

@@ -122,6 +122,33 @@ def test_prometheus_rules_are_exactly_the_generated_rule_files(rendered: dict[st
         assert (CHART / "files" / "rules" / name).read_text() == (ROOT / "alerts" / name).read_text()
 
 
+def test_runbook_base_url_value_rebases_every_runbook_url() -> None:
+    """Issue 33: air-gapped clusters point the alerts' runbook links at their own service."""
+    from fleetscope.alerts.config import THRESHOLDS
+
+    base = "https://fleetscope.example.internal/runbooks"
+    rules = by_kind(
+        render({"prometheusRule": {"enabled": True, "runbookBaseUrl": base + "/"}}), "PrometheusRule"
+    )
+    generated = generated_rule_files()
+    urls = []
+    for r in rules:
+        want = generated[r["metadata"]["annotations"]["fleetscope.io/generated-from"]]["groups"]
+        for got_group, want_group in zip(r["spec"]["groups"], want, strict=True):
+            for got, rule in zip(got_group["rules"], want_group["rules"], strict=True):
+                if "alert" in rule:
+                    url = rule["annotations"]["runbook_url"]
+                    assert url.startswith(THRESHOLDS.runbook_url_base + "#"), url
+                    assert got["annotations"]["runbook_url"] == base + url.removeprefix(
+                        THRESHOLDS.runbook_url_base
+                    )
+                    urls.append(url)
+                    got, rule = dict(got), dict(rule)
+                    got["annotations"] = rule["annotations"] = {}
+                assert got == rule  # nothing else changed
+    assert len(urls) > 50
+
+
 def test_dashboards_are_configmaps_for_the_grafana_sidecar(rendered: dict[str, list[dict]]) -> None:
     maps = by_kind(rendered["default"], "ConfigMap")
     generated = {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "dashboards").glob("*.json"))}
@@ -238,6 +265,7 @@ def test_rendered_command_lines_are_accepted_by_fleetscope(rendered: dict[str, l
         {"service": {"prometheusUrl": "prometheus:9090"}},
         {"serviceMonitor": {"interval": "fifteen"}},
         {"exporter": {"tolerance": []}},
+        {"prometheusRule": {"runbookBaseUrl": "runbooks.example/x#y"}},
     ],
 )
 def test_values_schema_rejects_bad_values(bad: dict) -> None:

@@ -184,8 +184,8 @@ def test_prometheus_config_passes_promtool_with_the_generated_rules(tmp_path: Pa
     rules = sorted((ROOT / "alerts").glob("*.rules.yml"))
     assert rules, "no generated rule files in alerts/ (run fleetscope generate)"
     config = yaml.safe_load((COMPOSE_DIR / "prometheus" / "prometheus.yml").read_text())
-    assert config["rule_files"] == ["/etc/prometheus/rules/*.rules.yml"]
-    # the compose file mounts ../alerts there
+    assert config["rule_files"] == ["/prometheus/rules/*.rules.yml"]  # the rebased copies
+    # the compose file mounts ../alerts at /etc/prometheus/rules (copied, rebased, before the start)
     mounts = {
         v["target"]: v["source"]
         for v in rendered("base")["services"]["prometheus"]["volumes"]
@@ -253,3 +253,49 @@ def test_nccl_ras_overlay_enables_the_collector_in_the_hosts_network() -> None:
         svc["prometheus"]["extra_hosts"]
     )
     assert "nccl_ras" not in " ".join(rendered("gpu")["services"]["exporter"]["command"])
+
+
+@pytest.mark.parametrize(
+    ("env", "base"),
+    [
+        ({}, "http://127.0.0.1:9410/runbooks"),
+        ({"SERVICE_PORT": "19410"}, "http://127.0.0.1:19410/runbooks"),
+        (
+            {"RUNBOOK_BASE_URL": "https://ops.example.internal/fs/runbooks/"},
+            "https://ops.example.internal/fs/runbooks",
+        ),
+    ],
+)
+def test_prometheus_loads_the_rules_with_runbook_urls_on_runbook_base_url(
+    tmp_path: Path, env: dict, base: str
+) -> None:
+    """Issue 33: the alerts' runbook links point at the stack's own service (or RUNBOOK_BASE_URL).
+    Prometheus' entrypoint script, as compose renders it, runs here with /bin/sh on the generated
+    rules (its paths moved under a temporary directory, Prometheus itself replaced by ``true``)."""
+    from fleetscope.alerts.config import THRESHOLDS
+
+    res = compose_cmd([BASE], [], "config", "--format", "json", env=env)
+    assert res.returncode == 0, res.stderr
+    prom = json.loads(res.stdout)["services"]["prometheus"]
+    entry = prom["entrypoint"]
+    assert entry[:2] == ["/bin/sh", "-c"] and prom["environment"]["RUNBOOK_BASE_URL"].rstrip("/") == base
+    # `config` prints $$ (compose's escape of a literal $) as it is; the container gets $.
+    script = entry[2].replace("$$", "$").replace("/etc/prometheus/rules", str(ROOT / "alerts"))
+    script = script.replace("/prometheus/rules", str(tmp_path / "rules")).replace("/bin/prometheus", "true")
+    run = subprocess.run(
+        ["/bin/sh", "-c", script, *entry[3:], *prom["command"]],
+        env={"PATH": os.environ["PATH"], "RUNBOOK_BASE_URL": prom["environment"]["RUNBOOK_BASE_URL"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    copies = sorted((tmp_path / "rules").glob("*.rules.yml"))
+    assert [p.name for p in copies] == sorted(p.name for p in (ROOT / "alerts").glob("*.rules.yml"))
+    urls = re.findall(r"runbook_url: (\S+)", "".join(p.read_text() for p in copies))
+    assert len(urls) > 50 and all(u.startswith(base + "#") for u in urls), urls[:3]
+    if base != THRESHOLDS.runbook_url_base:
+        assert THRESHOLDS.runbook_url_base not in "".join(p.read_text() for p in copies)
+    check = subprocess.run([PROMTOOL, "check", "rules", *map(str, copies)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

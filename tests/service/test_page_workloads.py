@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from fleetscope.alerts.config import THRESHOLDS
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import NodeVerdict, Report
 from fleetscope.service.app import ServiceSettings, create_app
@@ -175,7 +174,7 @@ def test_findings_show_their_evidence_and_link_their_runbook_section(tmp_path: P
     links = {a["href"].rsplit("#", 1)[1]: a for a in page.links if "runbook" in a.get("class", "")}
     assert set(links) == set(rows)
     for kind, a in links.items():
-        assert a["href"] == f"{THRESHOLDS.runbook_url_base}#{kind}"
+        assert a["href"] == f"runbooks#{kind}"  # the service's own /runbooks (tests/service/test_runbooks.py)
         assert f"\n### {kind}\n" in RUNBOOKS, f"docs/runbooks.md has no section for {kind}"
 
 

@@ -374,7 +374,9 @@ class HangDetector(Detector):
                 if _computing(signals, job, nodes, a, b):
                     continue  # busy with real math (an evaluation with big batches), not spinning
                 t0 = float(times[a])
-                ongoing = b >= len(times) - 2
+                # The stall runs to the end, or to the row before a last one with no sample yet (a
+                # last row that steps: the job resumed, as its state says).
+                ongoing = b == len(times) - 1 or (b == len(times) - 2 and not signals.stepping(job)[-1])
                 stall_ev = {
                     "no_progress": f"no rank of job {job} stepped from {fmt_time(t0)} for "
                     f"{(b - a + 1) * feat.step / 60:.0f} min{' (ongoing)' if ongoing else ''}",

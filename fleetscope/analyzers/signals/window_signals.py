@@ -157,6 +157,14 @@ class Signals:
 
         return self._once(("ras_hangs", job), build)
 
+    def job_states(self, job: str) -> jobs.JobStates:
+        """The job's state at every grid time (running, stalled since, down), from its step counters
+        and series: the one account the page, the API and the reports show (:func:`~.jobs.job_states`)."""
+        return self._once(
+            ("job_states", job),
+            lambda: jobs.job_states(self.features, self.job_columns(job), self.stepping(job)),
+        )
+
     def job_nodes(self, job: str) -> frozenset[str]:
         """The nodes the ranks of ``job`` ran on in the window."""
         return self._once(("job_nodes", job), lambda: jobs.job_nodes(self.features, self.job_columns(job)))

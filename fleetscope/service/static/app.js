@@ -7,7 +7,8 @@
   const STATES = ["healthy", "degraded", "failing"];
   let refreshMs = 10000;
   let chosenJob = new URLSearchParams(window.location.search).get("job");
-  // docs/runbooks.md, from /api/v1/status (no address in the page's files); a finding's section is #<kind>.
+  // docs/runbooks.md as this service serves it (/runbooks, relative to the page), from /api/v1/status;
+  // a finding's section is #<kind>.
   let runbooks = null;
   let jobStates = {};
 
