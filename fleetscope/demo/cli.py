@@ -21,6 +21,7 @@ from fleetscope.demo.processes import Processes, Stopped, find_binary, stop_on_s
 from fleetscope.demo.stack import (
     DEFAULT_ALERTMANAGER_PORT,
     DEFAULT_PROMETHEUS_PORT,
+    HANG_FAULTS,
     INSTALL_HINT,
     start_alertmanager,
     start_prometheus,
@@ -73,9 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--fault",
-        choices=sorted({*FAULT_KINDS, *INFERENCE_FAULT_KINDS}),
+        choices=sorted({*FAULT_KINDS, *HANG_FAULTS, *INFERENCE_FAULT_KINDS}),
         default=None,
-        help="fault to inject (default gpu_lost)",
+        help="fault to inject (default gpu_lost; hang_*: a hung collective that NCCL RAS names)",
     )
     p.add_argument(
         "--fault-at",
@@ -143,7 +144,7 @@ def _check_fault(args: argparse.Namespace) -> None:
                 "--workload inference needs --nodes of at least 3 (replicas compare with 2 peers)"
             )
     else:
-        allowed = FAULT_KINDS
+        allowed = (*FAULT_KINDS, *HANG_FAULTS)
     if args.fault not in allowed:
         raise FleetscopeError(
             f"--fault {args.fault} is not simulated for --workload {workload}; one of: {', '.join(allowed)}"

@@ -49,6 +49,46 @@ def inference_scenario(args: argparse.Namespace) -> dict:
     }
 
 
+#: The training demo's collective hangs, each a reason class NCCL RAS tells apart (docs/hang.md#live),
+#: as the ``hang`` fault's root cause (``fleetscope.simulate.spec.HANG_CAUSES``): a rank that never
+#: launched the collective (its host stalled), a rank that died (XID 79), and a collective every rank
+#: launched that never completes (the network). The virtual nodes serve the jobs' RAS series.
+HANG_FAULTS = {
+    "hang_not_launched": "host",
+    "hang_dead_rank": "xid79",
+    "hang_launched_not_completed": "efa",
+}
+
+
+def hang_scenario(args: argparse.Namespace) -> dict:
+    """The training simulator's scenario for a demo hang (``--fault hang_*``): every rank blocked in
+    a collective from ``--fault-at`` on (for longer than the demo runs), its cause the fault's reason
+    class, and each job's NCCL RAS series served from its rank 0's node, as the exporter's
+    ``nccl_ras`` collector serves them."""
+    return {
+        "name": "demo",
+        "family": "hang",
+        "nodes": args.nodes,
+        "seed": args.seed,
+        "duration_s": DEMO_HANG_DURATION_S,
+        "nccl_ras": True,
+        "faults": [
+            {
+                "kind": "hang",
+                "cause": HANG_FAULTS[args.fault],
+                "at_s": args.fault_at,
+                "stall_s": DEMO_HANG_DURATION_S,
+                "node": args.fault_node,
+                "gpu": args.fault_gpu,
+            }
+        ],
+    }
+
+
+#: How long a demo hang's scenario runs (scenario seconds): longer than a demo is watched.
+DEMO_HANG_DURATION_S = 6 * 3600.0
+
+
 def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     """The virtual nodes on consecutive free ports (training ranks, or with ``--workload inference``
     vLLM replicas from the inference simulator); returns their file_sd targets file."""
@@ -59,6 +99,10 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     if inference:
         scenario = procs.workdir / "scenario.json"
         scenario.write_text(strictjson.dumps(inference_scenario(args), indent=1) + "\n")
+        what = ["--scenario", str(scenario)]
+    elif args.fault.startswith("hang_"):
+        scenario = procs.workdir / "scenario.json"
+        scenario.write_text(strictjson.dumps(hang_scenario(args), indent=1) + "\n")
         what = ["--scenario", str(scenario)]
     else:
         what = [
