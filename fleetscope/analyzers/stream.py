@@ -18,10 +18,15 @@ What the chunks carry (:class:`Carry`): the best MFU (or tokens/s) level each jo
 chunk that opens below it is not a warm-up (the job ran at its level before) and the drop is
 measured against it, as the one-shot baseline would be.
 
-Goodput is summed over the chunks' own regions: each chunk's account covers the grid times from
-its own start (the lead-in only gives its counters the sample before). The node verdicts, straggler
-scores and job summaries are those of the last chunk (the state at the end of the window), with
-the merged findings.
+The goodput account and the checkpoint advice are computed once, over the whole window: each
+chunk hands on its jobs' counters over its own grid times (:class:`~fleetscope.analyzers.job_trace.JobTrace`:
+sums over the ranks, job-level gauges, which ranks are present, where a counter fell; the lead-in
+gives the counters' increases their sample before), the carry joins them, and the account reads
+them with the merged findings, as one-shot analysis reads the grid. A failure and its restart,
+rework back to the failed run's resume point, a save or a stall across a boundary, the
+node-hours of the whole window and the nodes that left are so seen whole. The node verdicts,
+straggler scores and job summaries are those of the last chunk (the state at the end of the
+window), with the merged findings.
 
 ``tests/analyzers/test_stream.py`` compares the merged findings with one-shot analysis on the
 scenario corpus; docs/analyzers.md#streaming says where the two may differ.
@@ -41,7 +46,8 @@ from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.report import GoodputAccount, Report
+from fleetscope.analyzers.goodput import accounts_of
+from fleetscope.analyzers.report import Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.errors import FleetscopeError, NoData
@@ -165,7 +171,6 @@ def analyze_chunked(
         prefetch = len(plan) > PREFETCH_OVER_CHUNKS
     carry = Carry()
     merged: list[Finding] = []
-    goodput: dict[str, GoodputAccount] = {}
     last: Report | None = None
     empty: list[tuple[int, float, float]] = []
     attempt = _SkipEmpty(load)
@@ -187,7 +192,6 @@ def analyze_chunked(
             release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start)
-            goodput = add_accounts(goodput, report.goodput)
             if report.carry is not None:
                 carry = carry.merge(report.carry)
             last = report
@@ -200,20 +204,23 @@ def analyze_chunked(
         )
     if empty:
         say_skipped("chunks", empty, len(plan))
-    return _whole(last, start, merged, goodput, carry, cfg)
+    return _whole(last, start, np.array(carry.grid), step, merged, carry, cfg)
 
 
 def _whole(
     last: Report,
     start: float,
+    times: np.ndarray,
+    step: float,
     merged: list[Finding],
-    goodput: dict[str, GoodputAccount],
     carry: Carry,
     cfg: DetectorConfig,
 ) -> Report:
-    """The window's report: the last chunk's state, with the merged findings and summed goodput."""
+    """The window's report: the last chunk's state, with the merged findings, and the goodput
+    accounts of the whole window (on its grid ``times``) from the jobs' carried counters."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
+    goodput = accounts_of(carry.traces, merged, times, step, carry.window_nodes, cfg)
     signals = last.signals
     return dataclasses.replace(
         last,
@@ -367,40 +374,3 @@ def _holds(present: dict[str, set], f: Finding) -> bool:
     if f.job_id is not None:
         return f.job_id in present["jobs"]
     return True
-
-
-def add_accounts(
-    total: dict[str, GoodputAccount], more: dict[str, GoodputAccount]
-) -> dict[str, GoodputAccount]:
-    """Two goodput accounts of one job over adjacent spans, as one."""
-    out = dict(total)
-    for job, b in more.items():
-        a = out.get(job)
-        if a is None:
-            out[job] = b
-            continue
-        out[job] = _sum_account(a, b)
-    return out
-
-
-def _sum_account(a: GoodputAccount, b: GoodputAccount) -> GoodputAccount:
-    whole = a.whole_gpu_seconds + b.whole_gpu_seconds
-    parts = {
-        k: a.gpu_seconds.get(k, 0.0) + b.gpu_seconds.get(k, 0.0) for k in {*a.gpu_seconds, *b.gpu_seconds}
-    }
-    span = (a.end - a.start) + (b.end - b.start)
-    out = dataclasses.replace(
-        b,
-        start=min(a.start, b.start),
-        end=max(a.end, b.end),
-        whole_gpu_seconds=whole,
-        gpu_seconds=parts,
-        gpus=(a.gpus * (a.end - a.start) + b.gpus * (b.end - b.start)) / span if span > 0 else b.gpus,
-        restarts=a.restarts + b.restarts,
-        inputs={k: a.inputs.get(k, False) or b.inputs.get(k, False) for k in {*a.inputs, *b.inputs}},
-        items=[*a.items, *b.items],
-    )
-    useful = parts.get("productive", 0.0) + parts.get("slowdown", 0.0)
-    out.effective_training_ratio = useful / whole if whole else 0.0
-    out.goodput_ratio = parts.get("productive", 0.0) / whole if whole else 0.0
-    return out
