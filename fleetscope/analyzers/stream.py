@@ -116,6 +116,9 @@ def plan_chunks(
 #: Kinds of which one-shot analysis gives one finding per node unless it can name the GPU (the
 #: detectors fold the rest into it): a node-wide finding and a GPU's on that node are one subject.
 PER_NODE = ("failing_node", "straggler", "monitoring_gap", "membership_change")
+#: Kinds whose findings stay open once found (failing_node: none of its signals clears without a
+#: reset): a later chunk that no longer sees the cause does not end them, as one-shot analysis does not.
+LATCHED = ("failing_node",)
 #: Kinds of one finding per job.
 PER_JOB = ("mfu_drop", "job_hang")
 
@@ -276,7 +279,8 @@ def merge_findings(
       edge of the data (a node absent to the end looked gone), and this chunk saw its onset with more data
       after it, as one-shot analysis would.
     * One that began before the view and is not found again ends at ``own_start`` when the chunk
-      holds its subject, and stays open when it does not (a lost GPU stays lost).
+      holds its subject, and stays open when it does not (a lost GPU stays lost) or is of a
+      :data:`LATCHED` kind (a node found failing stays so, whether or not it came back).
     * The chunk's membership findings about a node that an earlier chunk found failing, and its
       hang of a job with a node found failing before, are that failure seen again (the detectors
       fold them so within one window; here the cause lies before the chunk's view).
@@ -301,7 +305,7 @@ def merge_findings(
             continue
         if m.end is None and m.start > load_start + _context(m):
             withdrawn.add(id(m))
-        elif m.end is None and present is not None and _holds(present, m):
+        elif m.end is None and present is not None and _holds(present, m) and m.kind not in LATCHED:
             m.end = own_start
     return [m for m in merged if id(m) not in withdrawn] + added
 
@@ -325,7 +329,8 @@ def _continue(m: Finding, f: Finding, load_start: float) -> None:
         m.severity = f.severity
     if f.score is not None and (m.score is None or f.score > m.score):
         m.score = f.score
-    m.evidence = {**f.evidence, **m.evidence}
+    # The evidence too: read where the onset was seen with the most data after it.
+    m.evidence = {**m.evidence, **f.evidence} if seen_onset else {**f.evidence, **m.evidence}
 
 
 def _context(f: Finding) -> float:
