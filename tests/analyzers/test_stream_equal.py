@@ -70,6 +70,17 @@ def _same_text(a: str, b: str) -> bool:
     return True
 
 
+def _same_scalar(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return _close(float(a), float(b))
+    if isinstance(a, str) and isinstance(b, str):
+        ta, tb = _time(a), _time(b)
+        return abs(ta - tb) <= TIME_TOL_S if ta is not None and tb is not None else _same_text(a, b)
+    return a == b
+
+
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
     """Every place where two JSON documents differ beyond the tolerances (module docstring)."""
     out: list[str] = []
@@ -84,18 +95,7 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
             out.append(f"{path}: {len(a)} items one-shot, {len(b)} streamed")
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
             out += differences(x, y, f"{path}[{i}]")
-    elif isinstance(a, bool) or isinstance(b, bool):
-        if a is not b:
-            out.append(f"{path}: {a!r} one-shot, {b!r} streamed")
-    elif isinstance(a, int | float) and isinstance(b, int | float):
-        if not _close(float(a), float(b)):
-            out.append(f"{path}: {a!r} one-shot, {b!r} streamed")
-    elif isinstance(a, str) and isinstance(b, str):
-        ta, tb = _time(a), _time(b)
-        same = abs(ta - tb) <= TIME_TOL_S if ta is not None and tb is not None else _same_text(a, b)
-        if not same:
-            out.append(f"{path}: {a!r} one-shot, {b!r} streamed")
-    elif a != b:
+    elif not _same_scalar(a, b):
         out.append(f"{path}: {a!r} one-shot, {b!r} streamed")
     return out
 
