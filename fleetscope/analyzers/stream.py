@@ -194,7 +194,7 @@ def analyze_chunked(
                 continue
             release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
-            merged = merge_findings(merged, report, own_start, load_start)
+            merged = merge_findings(merged, report, own_start, load_start, cfg)
             if report.carry is not None:
                 carry = carry.merge(report.carry)
             last = report
@@ -268,7 +268,11 @@ def analyze_one_chunk(frames: Frames, config: DetectorConfig | None = None) -> R
 
 
 def merge_findings(
-    merged: list[Finding], report: Report, own_start: float, load_start: float
+    merged: list[Finding],
+    report: Report,
+    own_start: float,
+    load_start: float,
+    config: DetectorConfig = DEFAULT,
 ) -> list[Finding]:
     """The findings so far with one more chunk's (module docstring).
 
@@ -282,19 +286,20 @@ def merge_findings(
       holds its subject, and stays open when it does not (a lost GPU stays lost) or is of a
       :data:`LATCHED` kind (a node found failing stays so, whether or not it came back).
     * The chunk's membership findings about a node that an earlier chunk found failing, and its
-      hang of a job with a node found failing before, are that failure seen again (the detectors
-      fold them so within one window; here the cause lies before the chunk's view).
+      hang of a job with a node found failing at most the hang look-back before it (to a rate window
+      after), are that failure seen again (the detectors fold them so within one window; here the
+      cause lies before the chunk's view). A hang long after a failure is a hang of its own.
     """
     feat = report.features
     present = _subjects_present(feat) if feat is not None else None
     live = [f for f in merged if f.end is None or f.end >= load_start]
-    failing = {m.node for m in live if m.kind == "failing_node" and m.severity == "critical"}
+    failing = [m for m in live if m.kind == "failing_node" and m.severity == "critical"]
     continued: set[int] = set()
     added: list[Finding] = []
     for f in report.findings:
         m = next((x for x in live if id(x) not in continued and _same_subject(x, f)), None)
         if m is None:
-            if not _explained_before(f, failing, report.signals):
+            if not _explained_before(f, failing, report.signals, config):
                 added.append(f)
             continue
         continued.add(id(m))
@@ -349,11 +354,21 @@ def _specificity(f: Finding) -> int:
     return len(CAUSE_PRIORITY) + 1
 
 
-def _explained_before(f: Finding, failing: set[str | None], signals: Signals | None) -> bool:
+def _explained_before(
+    f: Finding, failing: list[Finding], signals: Signals | None, config: DetectorConfig
+) -> bool:
+    """Is ``f`` a failure found before (``failing``) seen again (:func:`merge_findings`)?"""
     if f.kind in ("membership_change", "monitoring_gap"):
-        return f.node in failing
+        return f.node in {m.node for m in failing}
     if f.kind == "job_hang" and f.job_id is not None and signals is not None:
-        return bool(failing & signals.job_nodes(f.job_id))
+        nodes = signals.job_nodes(f.job_id)
+        lo, hi = f.start - config.hang_lookback_s, f.start + config.rate_window_s
+        causes = [m for m in failing if m.node in nodes and lo <= m.start <= hi]
+        for m in causes:  # as the hang detector marks the failure it folds a hang into
+            no_progress = f.evidence.get("no_progress")
+            if no_progress is not None:
+                m.evidence.setdefault("hang", no_progress)
+        return bool(causes)
     return False
 
 
