@@ -232,7 +232,8 @@ def _whole(
         nodes=last.nodes if signals is None else node_verdicts(signals.features, merged),
         jobs=last.jobs if signals is None else job_summaries(signals, merged),
         goodput=goodput,
-        next_carry=carry,
+        # the jobs' counters are spent (the account is made); the rest goes on to a next window
+        next_carry=dataclasses.replace(carry, traces={}, grid=()),
         # one chunk (no lead-in): its signals cover the window, for the plots
         window_signals=signals if last.start == start else None,
     )
