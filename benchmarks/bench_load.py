@@ -131,7 +131,8 @@ def one(mode: str, path: str) -> None:
     else:  # load-om, load-parquet
         frames = load_file(path, LOADED)
         n_series, n_samples = sum(len(m) for m in frames.metrics.values()), len(frames.times)
-    print(f"INNER {time.monotonic() - t0:.2f} s, {n_series} series, {n_samples} samples/grid times")
+    what = f"{n_series} lines" if mode == "floor" else f"{n_series} series, {n_samples} samples/grid times"
+    print(f"INNER {time.monotonic() - t0:.2f} s, {what}")
 
 
 def measure(cmd: list[str]) -> tuple[float, float, str]:
