@@ -54,8 +54,7 @@ def analyze(
     window (:func:`fleetscope.analyzers.stream.analyze_chunked`).
     """
     cfg = config or DEFAULT
-    feat = build_features(frames, cfg)
-    feat.carry = carry
+    feat = build_features(frames, cfg, carry)
     signals = Signals(feat)
     findings: list[Finding] = []
     learnt = Carry()

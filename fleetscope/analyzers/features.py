@@ -325,14 +325,16 @@ def rank_signals(frames: Frames) -> RankSignals:
     return out
 
 
-def build_features(frames: Frames, config: DetectorConfig) -> Features:
+def build_features(frames: Frames, config: DetectorConfig, carry: Carry | None = None) -> Features:
+    """The window's aligned signals, complete: ``carry`` is what the chunks before learnt (None: a
+    window on its own)."""
     # At least four samples behind each rate: with 60 s scrapes, two samples whose scrape times
     # drift across the grid's make a rate swing by a whole step's worth.
     w = max(4, round(config.rate_window_s / frames.step))
     p = max(1, round(config.persistence_s / frames.step))
     ranks = rank_signals(frames)
     jobs = sorted({str(j) for j in ranks.keys["job_id"]}) if len(ranks.keys) else []
-    return Features(frames, config, w, p, gpu_signals(frames, w), ranks, jobs)
+    return Features(frames, config, w, p, gpu_signals(frames, w), ranks, jobs, carry)
 
 
 def robust_z(x: np.ndarray, axis: int = 1, mad_floor: float = 0.005) -> tuple[np.ndarray, np.ndarray]:

@@ -47,12 +47,13 @@ def test_answers_past_the_memory_left_are_one_clear_line() -> None:
         f"""
         import resource, sys
         from fleetscope.errors import FleetscopeError
-        from fleetscope.window.prometheus import load_prometheus
+        from fleetscope.window.prometheus import PrometheusAccess, load_prometheus
         size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size + (400 << 20), resource.RLIM_INFINITY))
         names = [f"metric_{{k}}" for k in range(40)]
         try:
-            load_prometheus({url!r}, {T0}, {T0 + 15 * (POINTS - 1)}, 15.0, names, concurrency=1)
+            access = PrometheusAccess({url!r})
+            load_prometheus(access, {T0}, {T0 + 15 * (POINTS - 1)}, 15.0, names, concurrency=1)
         except FleetscopeError as exc:
             print(f"fleetscope: error: {{exc}}", file=sys.stderr)
             sys.exit(1)

@@ -17,8 +17,8 @@ import pytest
 from fleetscope.exporters.registry import NodeCollector
 from fleetscope.exporters.server import ExporterServer
 from fleetscope.exporters.webconfig import WebConfig
-from tests.analyzers.slow_peers import wait_until
 from tests.exporters.test_hostile import Quick, ctx
+from tests.support.slow_peers import wait_until
 
 AUTH = {"Authorization": "Basic " + base64.b64encode(b"prom:s3cret").decode()}
 
@@ -227,7 +227,7 @@ def test_four_addresses_cannot_take_the_authenticated_scrapes(auth_config, idle)
     try:
         with Flood(server.port, FLOOD_SOURCES, 16, idle=idle) as flood:
             admission = server.httpd._admission
-            assert wait_until(lambda: admission is not None and admission.open == 64, 10)
+            assert wait_until(lambda: admission is not None and admission.open == 64, 60)
             statuses = [_scrape(server.port, AUTH) for _ in range(79)]
             assert statuses == [200] * 79
             assert admission is not None and admission.cut >= 1 and admission.open <= 64
@@ -244,6 +244,6 @@ def test_the_authenticated_pool_is_bounded_and_released(auth_config) -> None:
         assert [_scrape(server.port, AUTH) for _ in range(10)] == [200] * 10
         admission = server.httpd._admission
         assert admission is not None
-        assert wait_until(lambda: admission.authenticated == 0 and admission.open == 0, 5)
+        assert wait_until(lambda: admission.authenticated == 0 and admission.open == 0, 60)
     finally:
         server.shutdown()

@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetscope import strictjson
-from fleetscope.analyzers.core import analyze_file
 from fleetscope.analyzers.features import MAX_STEP_S, physical_increase
 from fleetscope.cli import main
 from fleetscope.service.app import ServiceSettings, create_app
-from fleetscope.service.summaries import analyze_for_page
+from fleetscope.service.live import LiveResult, live_result
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import ScenarioSpec
 from tests.service.support import ScriptedAnalyze, make_analysis
+from tests.support.analysis import analyze_file
 
 HUGE = 1.7e308
 COUNTERS = ("training_step_seconds_total{", "training_model_flops_total{", "training_steps_total{")
@@ -88,8 +88,8 @@ def _check_every_answer(client: TestClient, job: str, goodput: bool = True) -> d
 
 
 def test_the_api_answers_every_path_in_strict_json_with_huge_counters(huge_recording) -> None:
-    report = analyze_for_page(lambda start, end: analyze_file(huge_recording), 0.0, 0.0)
-    app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(report))
+    result = live_result(analyze_file(huge_recording))
+    app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(result))
     assert app.state.runner.run_once()
     _check_every_answer(TestClient(app), "4711")
 
@@ -101,8 +101,8 @@ def test_non_finite_numbers_anywhere_in_a_report_are_null_with_a_note() -> None:
     job.mfu, job.tokens_per_second = math.inf, math.nan
     report.findings[0].score = -math.inf
     # a value no view helper rounds: the strict serializer's own guard
-    report.live = {"jobs": {job.job_id: {"state": "running", "last_step": math.inf}}, "models": []}
-    app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(report))
+    jobs = {job.job_id: {"state": "running", "last_step": math.inf}}
+    app = create_app(ServiceSettings(run_analysis=False), ScriptedAnalyze(LiveResult(report, jobs=jobs)))
     assert app.state.runner.run_once()
     answers = _check_every_answer(TestClient(app), job.job_id, goodput=False)
     jobs = answers["/api/v1/jobs"]

@@ -315,8 +315,10 @@ def test_a_503_is_retried_by_analyze_and_record() -> None:
 
 
 def _load_twice(url: str, handler: type[_FirstBusy]) -> None:
-    frames = lp.load_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP], concurrency=1)
+    frames = lp.load_prometheus(
+        lp.PrometheusAccess(url), T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP], concurrency=1
+    )
     assert len(frames.get(c.DCGM_FI_DEV_GPU_TEMP))
     handler.asked = set()
-    raw = lp.raw_from_prometheus(url, T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP])
+    raw = lp.raw_from_prometheus(lp.PrometheusAccess(url), T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP])
     assert list(raw) == [c.DCGM_FI_DEV_GPU_TEMP]
