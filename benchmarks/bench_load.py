@@ -5,6 +5,9 @@ writes a gzipped recording into ``--workdir`` (default: the system's temporary f
 is about 330 MB gzipped, 10 GB unzipped, so never the repository), then each measurement runs in a
 fresh process, timed from outside (wall time, peak RSS of that process):
 
+* ``floor``: merely decompressing the recording and splitting it into lines in Python (16 MB
+  blocks, ``bytes.split``): the floor the recording path is measured against (issue 32: the
+  default command within 1.5 times it), printed with the ratio ``default-om / floor``;
 * ``pandas``: a plain pandas reading of the same series (``read_csv`` of the lines, ``str.rsplit`` into
   head, value and timestamp, ``groupby`` the head): the baseline the recording loader is held to;
 * ``read``: ``load_file.read_openmetrics`` (what ``analyze --input X.om.gz`` parses);
@@ -56,6 +59,7 @@ sys.stdout.write(res.stdout[-2000:])
 print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 MEASUREMENTS = (
+    "floor",
     "pandas",
     "read",
     "record",
@@ -97,6 +101,19 @@ def pandas_baseline(path: str) -> tuple[int, int]:
     return len(series), len(values)
 
 
+def floor_lines(path: str) -> int:
+    """Decompress the recording and split it into lines in Python: (lines). The floor of any reader."""
+    import gzip
+
+    lines, tail = 0, b""
+    with gzip.open(path, "rb") as f:
+        while block := f.read(16 << 20):
+            parts = (tail + block).split(b"\n")
+            tail = parts.pop()
+            lines += len(parts)
+    return lines + bool(tail)
+
+
 def one(mode: str, path: str) -> None:
     """Run one in-process measurement (in the child process)."""
     from fleetscope.analyzers.core import LOADED
@@ -104,7 +121,9 @@ def one(mode: str, path: str) -> None:
     from tests.support.analysis import load_file
 
     t0 = time.monotonic()
-    if mode == "pandas":
+    if mode == "floor":
+        n_series, n_samples = floor_lines(path), 0
+    elif mode == "pandas":
         n_series, n_samples = pandas_baseline(path)
     elif mode == "read":
         raw = read_openmetrics(path, LOADED)[0]
@@ -112,7 +131,8 @@ def one(mode: str, path: str) -> None:
     else:  # load-om, load-parquet
         frames = load_file(path, LOADED)
         n_series, n_samples = sum(len(m) for m in frames.metrics.values()), len(frames.times)
-    print(f"INNER {time.monotonic() - t0:.2f} s, {n_series} series, {n_samples} samples/grid times")
+    what = f"{n_series} lines" if mode == "floor" else f"{n_series} series, {n_samples} samples/grid times"
+    print(f"INNER {time.monotonic() - t0:.2f} s, {what}")
 
 
 def measure(cmd: list[str]) -> tuple[float, float, str]:
@@ -154,6 +174,7 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         return [*fs, "analyze", "--input", str(path), "--format", "json", "-o", os.devnull, "--chunk", chunk]
 
     cmds = {
+        "floor": [*me, "floor", str(om)],
         "pandas": [*me, "pandas", str(om)],
         "read": [*me, "read", str(om)],
         "record": [*fs, "record", "--input", str(om), "-o", str(pq), "--no-progress"],
@@ -166,11 +187,16 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         "default-om": analyze(om, "auto"),
     }
     print("| measurement | wall s | peak RSS MB | inside |\n| --- | ---: | ---: | --- |")
+    walls = {}
     for mode in MEASUREMENTS:
         if mode in skip or (mode.endswith("parquet") and not pq.exists() and "record" in skip):
             continue
         wall, rss, inner = measure(cmds[mode])
+        walls[mode] = wall
         print(f"| {mode} | {wall:.1f} | {rss:.0f} | {inner} |", flush=True)
+    if "floor" in walls and "default-om" in walls:
+        ratio = walls["default-om"] / walls["floor"]
+        print(f"default-om / floor: {ratio:.2f} (load average {os.getloadavg()[0]:.1f})")
     if pq.exists():
         print(f"archive: {pq.stat().st_size / 1e6:.1f} MB")
     if tile and pq.exists():

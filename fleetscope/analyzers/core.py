@@ -27,7 +27,7 @@ from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.detectors import DETECTORS
 from fleetscope.analyzers.features import METRICS_USED, Features, build_features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts
+from fleetscope.analyzers.goodput import GOODPUT_METRICS, goodput_accounts, job_traces, window_nodes
 from fleetscope.analyzers.report import JobStateSpan, JobSummary, NodeVerdict, Report, StragglerScore
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.times import rfc3339
@@ -48,8 +48,10 @@ def analyze(
     """Run every detector over ``frames`` and read the verdicts off their findings (``None``: defaults).
 
     ``carry`` and ``own_start`` are for one chunk of a streamed window (:mod:`fleetscope.analyzers.stream`):
-    what the chunks before learnt, and where this chunk's own region begins after its lead-in (the
-    goodput account covers only the own region). ``report.carry`` is what this chunk hands on.
+    what the chunks before learnt, and where this chunk's own region begins after its lead-in. A
+    chunk's report has no goodput account: its jobs' counters over its own region go on in
+    ``report.carry`` (what this chunk hands on), and the account is computed once over the whole
+    window (:func:`fleetscope.analyzers.stream.analyze_chunked`).
     """
     cfg = config or DEFAULT
     feat = build_features(frames, cfg, carry)
@@ -62,8 +64,13 @@ def analyze(
         learnt = learnt.merge(found.learnt)
     findings = one_finding_per_incident(findings, cfg.hang_lookback_s)
     findings.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
-    goodput = goodput_accounts(signals, findings, own_start)
-    learnt.step_base = {job: a.baseline_step_s for job, a in goodput.items() if a.baseline_step_s is not None}
+    if own_start is None:
+        goodput = goodput_accounts(signals, findings)
+    else:  # a chunk: its jobs' counters go on to the account of the whole window (stream.py)
+        goodput = {}
+        learnt.traces = job_traces(signals, own_start, carry.traces if carry is not None else None)
+        learnt.window_nodes = window_nodes(feat)
+        learnt.grid = tuple(feat.times[int(np.searchsorted(feat.times, own_start - 1e-6)) :].tolist())
     return Report(
         start=frames.start,
         end=frames.end,

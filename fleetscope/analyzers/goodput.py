@@ -29,7 +29,6 @@ finding it is attributed to. See docs/analyzers.md#goodput.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,16 +36,13 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.checkpoint_advice import advise
-from fleetscope.analyzers.features import (
-    RANK_KEY,
-    Features,
-    place_columns,
-    row_positions,
-)
+from fleetscope.analyzers.config import DetectorConfig
+from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.job_trace import JobTrace
 from fleetscope.analyzers.report import GOODPUT_CATEGORIES, BadputItem, GoodputAccount
 from fleetscope.analyzers.signals.window_signals import Signals
-from fleetscope.window.frames import increase_steps, iter_runs
+from fleetscope.window.frames import iter_runs
 
 #: The series the account reads besides the detectors' (the loaders fetch them too).
 GOODPUT_METRICS: tuple[str, ...] = (
@@ -80,33 +76,6 @@ class _Gap:
     pause_kind: str = ""
 
 
-def _aligned(feat: Features, name: str, cols: np.ndarray, how: str = "max") -> np.ndarray | None:
-    """``name`` on the job's rank columns (T x ranks), None when the window lacks it."""
-    f = feat.frames.get(name)
-    if not len(f):
-        return None
-    r = feat.ranks
-    lab, vals = f.group(RANK_KEY, how)
-    out = place_columns(np.full(r.steps.shape, np.nan), row_positions(r.keys, lab, RANK_KEY), vals)[:, cols]
-    return None if np.isnan(out).all() else out
-
-
-def _sum(x: np.ndarray | None) -> np.ndarray:
-    """Per grid time, the sum over the columns (NaN as 0)."""
-    if x is None:
-        return np.array(0.0)
-    return np.nansum(np.nan_to_num(x, nan=0.0), axis=1)
-
-
-def _job_level(x: np.ndarray | None) -> np.ndarray | None:
-    """One value per grid time from per-rank gauges that all ranks share (their max)."""
-    if x is None:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmax(x, axis=1)
-
-
 def _bridge(present: np.ndarray, k: int) -> np.ndarray:
     """Fill each column's interior absences of at most ``k`` grid steps (missed scrapes), or while
     other ranks of the job report (an exporter gap: the rank runs on, unseen)."""
@@ -132,23 +101,45 @@ def finding_label(f: Finding) -> str:
     return f"{what}{where}{gpu}"
 
 
-def goodput_accounts(
-    signals: Signals, findings: Sequence[Finding], own_start: float | None = None
-) -> dict[str, GoodputAccount]:
+def goodput_accounts(signals: Signals, findings: Sequence[Finding]) -> dict[str, GoodputAccount]:
     """The goodput account of every job of the window (jobs without a rank on the grid: none),
-    each with its checkpoint advice.
-
-    ``own_start``: one chunk of a streamed window counts only its intervals that end at or after
-    it; the grid times before it (the chunk's lead-in) still say which ranks held their GPUs.
-    """
+    each with its checkpoint advice."""
     feat = signals.features
+    traces = {job: JobTrace.of(feat, signals.job_columns(job)) for job in feat.jobs}
+    return accounts_of(traces, findings, feat.times, feat.step, window_nodes(feat), feat.config)
+
+
+def window_nodes(feat: Features) -> set[str]:
+    """The nodes of the window (any GPU or rank series): the advice's node-hours."""
+    return {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
+
+
+def job_traces(
+    signals: Signals, own_start: float, before: dict[str, JobTrace] | None = None
+) -> dict[str, JobTrace]:
+    """One chunk of a streamed window: each job's trace over the chunk's own grid times
+    (``before``: the chunks' before, whose last counter values it continues)."""
+    feat = signals.features
+    before = before or {}
+    return {job: JobTrace.of(feat, signals.job_columns(job), own_start, before.get(job)) for job in feat.jobs}
+
+
+def accounts_of(
+    traces: dict[str, JobTrace],
+    findings: Sequence[Finding],
+    times: np.ndarray,
+    step: float,
+    nodes: set[str],
+    config: DetectorConfig,
+) -> dict[str, GoodputAccount]:
+    """The accounts (with advice) of the jobs of ``traces`` over the window's grid ``times``, read
+    against the window's ``findings``; ``nodes``: the window's nodes (the advice's node-hours)."""
     out = {}
-    nodes = {str(n) for n in feat.gpus.keys[c.NODE_LABEL]} | {str(n) for n in feat.ranks.keys[c.NODE_LABEL]}
-    node_hours = len(nodes) * float(feat.times[-1] - feat.times[0]) / 3600.0
+    node_hours = len(nodes) * float(times[-1] - times[0]) / 3600.0
     jobs = []
-    for job in feat.jobs:
-        j = _Job(feat, signals.job_columns(job), own_start)
-        acct = job_account(feat, findings, job, j)
+    for job, trace in traces.items():
+        j = _Job(trace.on_grid(times, step), step, config)
+        acct = job_account(config, findings, job, j)
         if acct is not None:
             jobs.append((job, j, acct))
     failures = len(infra_failures(findings, [cause for _, j, _ in jobs for _, cause in j.restart_causes]))
@@ -163,7 +154,7 @@ def goodput_accounts(
                 failures,
                 node_hours,
                 current,
-                feat.config.failure_prior_node_days,
+                config.failure_prior_node_days,
             )
         out[job] = acct
     return out
@@ -206,17 +197,16 @@ def _mine(f: Finding, job: str, nodes: set[str]) -> bool:
 class _Job:
     """The per-interval counters of one job; interval ``i`` is grid time ``t[i-1]`` to ``t[i]``."""
 
-    def __init__(self, feat: Features, cols: np.ndarray, own_start: float | None = None) -> None:
-        """``cols``: the job's rank columns (``Signals.job_columns``)."""
-        r = feat.ranks
-        self.feat = feat
-        self.cols = cols
-        self.t = feat.times
-        self.step = feat.step
-        present = r.present[:, cols]
+    def __init__(self, trace: JobTrace, step: float, config: DetectorConfig) -> None:
+        """``trace``: the job's counters on the window's grid (:class:`JobTrace`)."""
+        self.config = config
+        self.trace = trace
+        self.t = trace.t
+        self.step = step
+        present = trace.present
         self.raw_g = present.sum(axis=1)
         #: Grid steps between samples (1 unless the grid is finer than the scrape interval).
-        self.spacing = _sample_spacing(_sum(r.steps[:, cols]) * np.ones(len(self.t)) > 0)
+        self.spacing = _sample_spacing(trace.steps > 0)
         g = _bridge(present, BRIDGE_STEPS * self.spacing).sum(axis=1).astype(float)
         seen = np.nonzero(g > 0)[0]
         self.first, self.last = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
@@ -227,51 +217,22 @@ class _Job:
             if b - a + 1 >= self.spacing:
                 self.down[a : b + 1] = True
         self.g = _hold(g, self.down, self.first, self.last)
-        if own_start is not None:  # a streamed chunk: its own intervals only (goodput_accounts)
-            own = int(np.searchsorted(self.t, own_start - 1e-6))
-            self.first = max(self.first, own - 1)
-        self.nodes = {str(n) for n in r.keys[cols][c.NODE_LABEL]} if cols.any() else set()
+        self.nodes = set(trace.nodes)
         #: Each restart gap with the finding that explains it (None: no infrastructure cause).
         self.restart_causes: list[tuple[_Gap, Finding | None]] = []
-        self.steps = _sum(r.steps[:, cols])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            self.job_steps = np.nan_to_num(np.nanmedian(r.steps[:, cols], axis=1), nan=0.0)
-        step_s = r.step_seconds[:, cols]
-        if np.isnan(step_s).all():  # no step timer: the phases of the step
-            step_s = sum(
-                (
-                    r.phases[p][:, cols]
-                    for p in c.TRAINING_PHASES
-                    if p not in c.PAUSE_PHASES and p in r.phases
-                ),
-                np.zeros(step_s.shape),
-            )
-        self.train = _sum(step_s) * np.ones(len(self.t))
-        ck_phase = (
-            _sum(r.phases["checkpoint"][:, cols]) if "checkpoint" in r.phases else np.zeros(len(self.t))
-        )
-        save = _aligned(feat, c.TRAINING_CHECKPOINT_SAVE_SECONDS, cols)
-        load = _aligned(feat, c.TRAINING_CHECKPOINT_LOAD_SECONDS, cols)
-        self.ck_telemetry = save is not None
-        self.save = np.maximum(ck_phase, _sum(increase_steps(save))) if save is not None else ck_phase
-        self.load = (
-            _sum(increase_steps(load)) * np.ones(len(self.t)) if load is not None else np.zeros(len(self.t))
-        )
-        self.ev = _sum(r.phases["eval"][:, cols]) if "eval" in r.phases else np.zeros(len(self.t))
-        self.gstep = _job_level(_aligned(feat, c.TRAINING_GLOBAL_STEP, cols))
-        self.resumed = _job_level(_aligned(feat, c.TRAINING_RESUMED_FROM_STEP, cols))
-        self.attempt = _job_level(_aligned(feat, c.TRAINING_RESTART_ATTEMPT, cols))
-        self.saves = _aligned(feat, c.TRAINING_CHECKPOINT_SAVES, cols, "sum")
-        raw = feat.frames.get(c.TRAINING_STEPS)
-        _lab, steps_raw = raw.group(RANK_KEY)
-        self.steps_raw = (
-            steps_raw[:, cols] if steps_raw.shape[1] == len(cols) else np.full((len(self.t), 0), np.nan)
-        )
+        self.steps = trace.steps.copy()
+        self.job_steps = trace.job_steps.copy()
+        self.train = trace.train.copy()
+        self.ck_telemetry = trace.ck_telemetry
+        self.save = np.maximum(trace.ck_phase, trace.save_inc) if self.ck_telemetry else trace.ck_phase.copy()
+        self.load = trace.load_inc.copy()
+        self.ev = trace.ev.copy()
+        self.gstep = None if np.isnan(trace.gstep).all() else trace.gstep
+        self.resumed = None if np.isnan(trace.resumed).all() else trace.resumed
+        self.attempt = None if np.isnan(trace.attempt).all() else trace.attempt
         #: The job's first start is in the window: no rank before its first grid time, or its
         #: ranks' step counters still at 0 there (the processes had just started).
-        first_steps = self.steps_raw[self.first] if self.steps_raw.size else np.zeros(0)
-        self.started_in_window = self.first > 0 or not np.nan_to_num(first_steps).any()
+        self.started_in_window = self.first > 0 or not bool(trace.stepped_raw[self.first])
         iv = np.zeros(len(self.t), dtype=bool)
         iv[self.first + 1 : self.last + 1] = True
         self.iv = iv
@@ -291,23 +252,14 @@ class _Job:
     def resets(self) -> np.ndarray:
         """Per grid time: did the job restart there (a step counter or the global step fell, a new
         rank series began, the restart attempt went up)."""
-        T = len(self.t)
-        out = np.zeros(T, dtype=bool)
-        for x, sign in ((self.steps_raw, -1.0), (self.gstep, -1.0), (self.attempt, 1.0)):
-            if x is None or not x.size:
-                continue
-            x2 = x.reshape(T, -1)
-            prev = _ffill_prev(x2)
-            with np.errstate(invalid="ignore"):
-                out |= np.any(sign * (x2 - prev) > 0.5, axis=1)
-        if self.steps_raw.size:
-            # A rank series that begins after the job has stepped (before: its nodes' first
-            # scrapes, at their own offsets, as the job starts).
-            stepped = np.nonzero(self.steps > 0)[0]
-            since = int(stepped[0]) if stepped.size else len(self.t)
-            born = np.argmax(~np.isnan(self.steps_raw), axis=0)
-            for i in born[(born > self.first) & (born > since)]:
-                out[i] = True
+        out = self.trace.falls.copy()
+        # A rank series that begins after the job has stepped (before: its nodes' first scrapes,
+        # at their own offsets, as the job starts).
+        stepped = np.nonzero(self.steps > 0)[0]
+        since = int(stepped[0]) if stepped.size else len(self.t)
+        born = np.rint((np.array(list(self.trace.born.values())) - self.t[0]) / self.step).astype(int)
+        for i in born[(born > self.first) & (born > since)]:
+            out[i] = True
         return out
 
 
@@ -367,13 +319,6 @@ def _backfill(rem: np.ndarray, busy: np.ndarray, paused: np.ndarray, first: int)
         movable = min(-v, paused[i] + carry)
         out[i], carry = v + movable, movable
     return out
-
-
-def _ffill_prev(x: np.ndarray) -> np.ndarray:
-    """Each column's last value before each row (NaN when none)."""
-    import pandas as pd
-
-    return pd.DataFrame(x).ffill().shift(1).to_numpy()
 
 
 def _gaps(j: _Job) -> tuple[list[_Gap], float]:
@@ -526,11 +471,10 @@ def _rework(j: _Job, g: _Gap, per: np.ndarray, stop: int | None = None) -> float
 
 
 def _slowdown(
-    j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray, carried: float | None = None
+    j: _Job, findings: Sequence[Finding], job: str, rework: np.ndarray
 ) -> tuple[float | None, list[tuple[Finding, float, float, float]]]:
     """The job's baseline step time and, per slowness finding, (finding, GPU-seconds over the
-    baseline, first, last grid time it counted). ``carried``: the baseline the earlier chunks of a
-    streamed window measured (a later chunk may hold only slow steps)."""
+    baseline, first, last grid time it counted)."""
     mid = j.t - j.step / 2
     owner = np.full(len(j.t), -1)
     slow = [
@@ -544,9 +488,7 @@ def _slowdown(
         owner[(mid >= f.start) & (mid <= end) & j.iv] = n
     clean = j.iv & (j.steps > 0) & (owner < 0) & (rework == 0)
     per_step = np.where(j.steps > 0, j.train / np.maximum(j.steps, 1e-9), np.nan)
-    if carried is not None and (j.steps > 0).any():
-        base = carried
-    elif clean.sum() >= 5:
+    if clean.sum() >= 5:
         base = float(np.median(per_step[clean]))
     elif (j.steps > 0).any():
         base = float(np.percentile(per_step[j.steps > 0], 25))
@@ -578,19 +520,20 @@ def _cause(gap: _Gap, j: _Job, findings: Sequence[Finding], job: str, lookback: 
     return None
 
 
-def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job) -> GoodputAccount | None:
+def job_account(
+    config: DetectorConfig, findings: Sequence[Finding], job: str, j: _Job
+) -> GoodputAccount | None:
     """The goodput account of ``job`` (``j``: its counters; None when none of its ranks is on the grid)."""
     if j.last <= j.first:
         return None
     rework = np.zeros(len(j.t))
     gaps, edges = _gaps(j)
     restarts = [g for g in gaps if g.restart]
-    lookback = feat.config.hang_lookback_s
+    lookback = config.hang_lookback_s
     j.restart_causes = [(g, _cause(g, j, findings, job, lookback)) for g in restarts]
     for n, g in enumerate(restarts):
         _rework(j, g, rework, restarts[n + 1].a if n + 1 < len(restarts) else None)
-    carried = feat.carry.step_base.get(job) if feat.carry is not None else None
-    base, slow = _slowdown(j, findings, job, rework, carried)
+    base, slow = _slowdown(j, findings, job, rework)
     parts = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
     parts["checkpoint"] = float(j.save.sum() + j.load.sum())
     parts["eval"] = float(j.ev.sum())
@@ -629,7 +572,7 @@ def job_account(feat: Features, findings: Sequence[Finding], job: str, j: _Job) 
 
 def _items(j: _Job, gaps: list[_Gap], slow: list, findings: Sequence[Finding], job: str) -> list[BadputItem]:
     """Every badput line of the job, attributed to its finding where one explains it."""
-    lookback = j.feat.config.hang_lookback_s
+    lookback = j.config.hang_lookback_s
     items = []
     for g in gaps:
         f = _cause(g, j, findings, job, lookback)

@@ -18,10 +18,15 @@ What the chunks carry (:class:`Carry`): the best MFU (or tokens/s) level each jo
 chunk that opens below it is not a warm-up (the job ran at its level before) and the drop is
 measured against it, as the one-shot baseline would be.
 
-Goodput is summed over the chunks' own regions: each chunk's account covers the grid times from
-its own start (the lead-in only gives its counters the sample before). The node verdicts, straggler
-scores and job summaries are those of the last chunk (the state at the end of the window), with
-the merged findings.
+The goodput account and the checkpoint advice are computed once, over the whole window: each
+chunk hands on its jobs' counters over its own grid times (:class:`~fleetscope.analyzers.job_trace.JobTrace`:
+sums over the ranks, job-level gauges, which ranks are present, where a counter fell; the lead-in
+gives the counters' increases their sample before), the carry joins them, and the account reads
+them with the merged findings, as one-shot analysis reads the grid. A failure and its restart,
+rework back to the failed run's resume point, a save or a stall across a boundary, the
+node-hours of the whole window and the nodes that left are so seen whole. The node verdicts,
+straggler scores and job summaries are those of the last chunk (the state at the end of the
+window), with the merged findings.
 
 ``tests/analyzers/test_stream.py`` compares the merged findings with one-shot analysis on the
 scenario corpus; docs/analyzers.md#streaming says where the two may differ.
@@ -41,7 +46,8 @@ from fleetscope.analyzers.config import DEFAULT, DetectorConfig
 from fleetscope.analyzers.core import analyze, job_summaries, node_verdicts, one_finding_per_incident
 from fleetscope.analyzers.features import Features
 from fleetscope.analyzers.findings import Finding
-from fleetscope.analyzers.report import GoodputAccount, JobStateSpan, Report
+from fleetscope.analyzers.goodput import accounts_of
+from fleetscope.analyzers.report import JobStateSpan, Report
 from fleetscope.analyzers.signals.failure_causes import CAUSE_PRIORITY, base_cause
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.errors import FleetscopeError, NoData
@@ -110,6 +116,9 @@ def plan_chunks(
 #: Kinds of which one-shot analysis gives one finding per node unless it can name the GPU (the
 #: detectors fold the rest into it): a node-wide finding and a GPU's on that node are one subject.
 PER_NODE = ("failing_node", "straggler", "monitoring_gap", "membership_change")
+#: Kinds whose findings stay open once found (failing_node: none of its signals clears without a
+#: reset): a later chunk that no longer sees the cause does not end them, as one-shot analysis does not.
+LATCHED = ("failing_node",)
 #: Kinds of one finding per job.
 PER_JOB = ("mfu_drop", "job_hang")
 
@@ -165,7 +174,6 @@ def analyze_chunked(
         prefetch = len(plan) > PREFETCH_OVER_CHUNKS
     carry = Carry()
     merged: list[Finding] = []
-    goodput: dict[str, GoodputAccount] = {}
     states: dict[str, list[JobStateSpan]] = {}
     last: Report | None = None
     empty: list[tuple[int, float, float]] = []
@@ -187,8 +195,7 @@ def analyze_chunked(
                 continue
             release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
-            merged = merge_findings(merged, report, own_start, load_start)
-            goodput = add_accounts(goodput, report.goodput)
+            merged = merge_findings(merged, report, own_start, load_start, cfg)
             states = add_states(states, report, own_start)
             if report.carry is not None:
                 carry = carry.merge(report.carry)
@@ -202,22 +209,25 @@ def analyze_chunked(
         )
     if empty:
         say_skipped("chunks", empty, len(plan))
-    return _whole(last, start, merged, goodput, carry, cfg, states)
+    return _whole(last, start, np.array(carry.grid), step, merged, carry, cfg, states)
 
 
 def _whole(
     last: Report,
     start: float,
+    times: np.ndarray,
+    step: float,
     merged: list[Finding],
-    goodput: dict[str, GoodputAccount],
     carry: Carry,
     cfg: DetectorConfig,
     states: dict[str, list[JobStateSpan]],
 ) -> Report:
-    """The window's report: the last chunk's state, with the merged findings, summed goodput and
-    each job's states over every chunk."""
+    """The window's report: the last chunk's state, with the merged findings, the goodput
+    accounts of the whole window (on its grid ``times``) from the jobs' carried counters, and each
+    job's states over every chunk."""
     merged = one_finding_per_incident(merged, cfg.hang_lookback_s)
     merged.sort(key=lambda f: (f.start, f.kind, f.node or "", f.gpu or ""))
+    goodput = accounts_of(carry.traces, merged, times, step, carry.window_nodes, cfg)
     signals = last.signals
     jobs = last.jobs if signals is None else job_summaries(signals, merged)
     for job, summary in jobs.items():
@@ -229,7 +239,8 @@ def _whole(
         nodes=last.nodes if signals is None else node_verdicts(signals.features, merged),
         jobs=jobs,
         goodput=goodput,
-        next_carry=carry,
+        # the jobs' counters are spent (the account is made); the rest goes on to a next window
+        next_carry=dataclasses.replace(carry, traces={}, grid=()),
         # one chunk (no lead-in): its signals cover the window, for the plots
         window_signals=signals if last.start == start else None,
     )
@@ -265,7 +276,11 @@ def analyze_one_chunk(frames: Frames, config: DetectorConfig | None = None) -> R
 
 
 def merge_findings(
-    merged: list[Finding], report: Report, own_start: float, load_start: float
+    merged: list[Finding],
+    report: Report,
+    own_start: float,
+    load_start: float,
+    config: DetectorConfig = DEFAULT,
 ) -> list[Finding]:
     """The findings so far with one more chunk's (module docstring).
 
@@ -276,21 +291,23 @@ def merge_findings(
       edge of the data (a node absent to the end looked gone), and this chunk saw its onset with more data
       after it, as one-shot analysis would.
     * One that began before the view and is not found again ends at ``own_start`` when the chunk
-      holds its subject, and stays open when it does not (a lost GPU stays lost).
+      holds its subject, and stays open when it does not (a lost GPU stays lost) or is of a
+      :data:`LATCHED` kind (a node found failing stays so, whether or not it came back).
     * The chunk's membership findings about a node that an earlier chunk found failing, and its
-      hang of a job with a node found failing before, are that failure seen again (the detectors
-      fold them so within one window; here the cause lies before the chunk's view).
+      hang of a job with a node found failing at most the hang look-back before it (to a rate window
+      after), are that failure seen again (the detectors fold them so within one window; here the
+      cause lies before the chunk's view). A hang long after a failure is a hang of its own.
     """
     feat = report.features
     present = _subjects_present(feat) if feat is not None else None
     live = [f for f in merged if f.end is None or f.end >= load_start]
-    failing = {m.node for m in live if m.kind == "failing_node" and m.severity == "critical"}
+    failing = [m for m in live if m.kind == "failing_node" and m.severity == "critical"]
     continued: set[int] = set()
     added: list[Finding] = []
     for f in report.findings:
         m = next((x for x in live if id(x) not in continued and _same_subject(x, f)), None)
         if m is None:
-            if not _explained_before(f, failing, report.signals):
+            if not _explained_before(f, failing, report.signals, config):
                 added.append(f)
             continue
         continued.add(id(m))
@@ -301,7 +318,7 @@ def merge_findings(
             continue
         if m.end is None and m.start > load_start + _context(m):
             withdrawn.add(id(m))
-        elif m.end is None and present is not None and _holds(present, m):
+        elif m.end is None and present is not None and _holds(present, m) and m.kind not in LATCHED:
             m.end = own_start
     return [m for m in merged if id(m) not in withdrawn] + added
 
@@ -325,7 +342,8 @@ def _continue(m: Finding, f: Finding, load_start: float) -> None:
         m.severity = f.severity
     if f.score is not None and (m.score is None or f.score > m.score):
         m.score = f.score
-    m.evidence = {**f.evidence, **m.evidence}
+    # The evidence too: read where the onset was seen with the most data after it.
+    m.evidence = {**m.evidence, **f.evidence} if seen_onset else {**f.evidence, **m.evidence}
 
 
 def _context(f: Finding) -> float:
@@ -344,11 +362,21 @@ def _specificity(f: Finding) -> int:
     return len(CAUSE_PRIORITY) + 1
 
 
-def _explained_before(f: Finding, failing: set[str | None], signals: Signals | None) -> bool:
+def _explained_before(
+    f: Finding, failing: list[Finding], signals: Signals | None, config: DetectorConfig
+) -> bool:
+    """Is ``f`` a failure found before (``failing``) seen again (:func:`merge_findings`)?"""
     if f.kind in ("membership_change", "monitoring_gap"):
-        return f.node in failing
+        return f.node in {m.node for m in failing}
     if f.kind == "job_hang" and f.job_id is not None and signals is not None:
-        return bool(failing & signals.job_nodes(f.job_id))
+        nodes = signals.job_nodes(f.job_id)
+        lo, hi = f.start - config.hang_lookback_s, f.start + config.rate_window_s
+        causes = [m for m in failing if m.node in nodes and lo <= m.start <= hi]
+        for m in causes:  # as the hang detector marks the failure it folds a hang into
+            no_progress = f.evidence.get("no_progress")
+            if no_progress is not None:
+                m.evidence.setdefault("hang", no_progress)
+        return bool(causes)
     return False
 
 
@@ -376,56 +404,40 @@ def _holds(present: dict[str, set], f: Finding) -> bool:
     return True
 
 
-def add_accounts(
-    total: dict[str, GoodputAccount], more: dict[str, GoodputAccount]
-) -> dict[str, GoodputAccount]:
-    """Two goodput accounts of one job over adjacent spans, as one."""
-    out = dict(total)
-    for job, b in more.items():
-        a = out.get(job)
-        if a is None:
-            out[job] = b
-            continue
-        out[job] = _sum_account(a, b)
-    return out
-
-
-def _sum_account(a: GoodputAccount, b: GoodputAccount) -> GoodputAccount:
-    whole = a.whole_gpu_seconds + b.whole_gpu_seconds
-    parts = {
-        k: a.gpu_seconds.get(k, 0.0) + b.gpu_seconds.get(k, 0.0) for k in {*a.gpu_seconds, *b.gpu_seconds}
-    }
-    span = (a.end - a.start) + (b.end - b.start)
-    out = dataclasses.replace(
-        b,
-        start=min(a.start, b.start),
-        end=max(a.end, b.end),
-        whole_gpu_seconds=whole,
-        gpu_seconds=parts,
-        gpus=(a.gpus * (a.end - a.start) + b.gpus * (b.end - b.start)) / span if span > 0 else b.gpus,
-        restarts=a.restarts + b.restarts,
-        inputs={k: a.inputs.get(k, False) or b.inputs.get(k, False) for k in {*a.inputs, *b.inputs}},
-        items=[*a.items, *b.items],
-    )
-    useful = parts.get("productive", 0.0) + parts.get("slowdown", 0.0)
-    out.effective_training_ratio = useful / whole if whole else 0.0
-    out.goodput_ratio = parts.get("productive", 0.0) / whole if whole else 0.0
-    return out
-
-
 def add_states(
     states: dict[str, list[JobStateSpan]], report: Report, own_start: float
 ) -> dict[str, list[JobStateSpan]]:
     """Each job's states so far, with a chunk's from ``own_start`` on (its lead-in is the chunk
-    before's, except a stall that began there: the chunk before could not prove it yet)."""
+    before's, except a stall or an absence that began there: the chunk before could not prove it
+    yet, its last row reading as the row before it until its scrape lands; and a stall the chunk
+    before saw no end of, which this chunk's hindsight makes a pause)."""
     out = {job: list(spans) for job, spans in states.items()}
     for job, summary in report.jobs.items():
         spans = out.setdefault(job, [])
         for s in summary.states:
             if s.end is not None and s.end <= own_start:
                 continue
+            last = spans[-1] if spans else None
+            if (
+                s.state == "running"
+                and s.start < own_start
+                and last is not None
+                and last.state == "stalled"
+                and last.start >= s.start
+                and (last.end is None or last.end >= own_start)
+            ):
+                # The stall the chunk before saw no end of was a pause in this chunk's hindsight
+                # (a checkpoint or a restore that its pause time closed, signals/jobs.py): running.
+                spans.pop()
+                before = spans[-1] if spans else None
+                if before is not None and before.state == "running" and before.end == last.start:
+                    spans[-1] = JobStateSpan("running", before.start, s.end)
+                else:
+                    spans.append(JobStateSpan("running", last.start, s.end))
+                continue
             start = max(s.start, own_start)
-            if s.state == "stalled" and s.start < own_start and spans and spans[-1].state == "running":
+            proven_late = s.state in ("stalled", "down") and s.start < own_start
+            if proven_late and spans and spans[-1].state == "running":
                 start = max(s.start, spans[-1].start)
             if spans and spans[-1].state == s.state and (spans[-1].end is None or spans[-1].end >= start):
                 spans[-1] = JobStateSpan(s.state, spans[-1].start, s.end)

@@ -218,10 +218,13 @@ class ArchiveSource:
     def span(self, start: float | None = None, end: float | None = None, step: float | None = None) -> Span:
         """The one-shot grid of the window: its step and phase from the archive's first samples
         (or the ``start`` asked for), read from a probe of its first :data:`PROBE_SAMPLES` steps."""
-        from fleetscope.window.archive.read import archive_span, load_parquet
+        from fleetscope.window.archive.read import archive_span, load_parquet, recorded_grid_start
 
         first, last, own_step = archive_span(self.path)
         end = last if end is None else end
+        recorded = recorded_grid_start(self.path, step) if start is None else None
+        if recorded is not None:  # a converted recording: the grid its one-shot load places
+            return Span.of(recorded, end, step or own_step)
         probe_end = min(end, (first if start is None else start) + (PROBE_SAMPLES + 2) * (step or own_step))
         try:
             probe = load_parquet(self.path, self.metrics, step=step, start=start, end=probe_end)

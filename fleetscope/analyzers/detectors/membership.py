@@ -122,7 +122,8 @@ class MembershipDetector(Detector):
                 else:
                     continue
                 end = None if b >= T - 2 and kind == "membership_change" else float(times[min(b + 1, T - 1)])
-                start = float(times[b + 1]) if cause == "node_joined" else float(times[a])
+                joined = cause == "node_joined"
+                start = float(times[b + 1]) if joined else float(times[a])
                 out.append(
                     Finding(
                         kind=kind,
@@ -131,7 +132,11 @@ class MembershipDetector(Detector):
                         start=start,
                         end=end if cause != "node_joined" else start,
                         cause=cause,
-                        evidence={"series": text, "confirmed_at": fmt_time(times[min(a + need - 1, T - 1)])},
+                        # a join is known when the series begins (not from the window's start)
+                        evidence={
+                            "series": text,
+                            "confirmed_at": fmt_time(start if joined else times[min(a + need - 1, T - 1)]),
+                        },
                         action=action,
                     )
                 )

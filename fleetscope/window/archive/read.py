@@ -125,6 +125,22 @@ def _one_line(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @_one_line
+def recorded_grid_start(path: str | Path, step: float | None) -> float | None:
+    """The first grid time a one-shot load of the recording this archive was converted from
+    places (its phase between the nodes' scrapes, from every metric's first samples: the writer
+    keeps it), at ``step`` (None: the recording's own); None when unknown, or at another step."""
+    _pf, meta = _open(Path(path))
+    recorded = meta.get("grid_start")
+    if not recorded or (step is not None and abs(step - float(recorded["step"])) > 1e-9):
+        return None
+    span = meta.get("span")
+    start = float(recorded["start"])
+    if isinstance(span, list) and len(span) == 2 and not float(span[0]) - 1e-3 <= start <= float(span[1]):
+        return None  # stray stamps before the bulk: the loader drops them and places its own grid
+    return start
+
+
+@_one_line
 def archive_span(path: str | Path) -> ArchiveSpan:
     """The archive's span and step from its footer alone (no data page is read).
 
@@ -259,6 +275,13 @@ def _check_times(path: Path, meta: dict[str, Any]) -> None:
         raise FleetscopeError(f"{path}: the archive's span is malformed")
     if spacing is not None and not (finite(spacing) and spacing > 0):
         raise FleetscopeError(f"{path}: the archive's sample spacing is malformed")
+    recorded = meta.get("grid_start")
+    if recorded is not None and not (
+        isinstance(recorded, dict)
+        and all(finite(recorded.get(k)) for k in ("start", "step"))
+        and recorded["step"] > 0
+    ):
+        raise FleetscopeError(f"{path}: the archive's grid start is malformed")
 
 
 def _check_columns(path: Path, pa: Any, schema: Any, version: int) -> None:

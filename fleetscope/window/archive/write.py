@@ -77,8 +77,9 @@ from fleetscope.window.frames import (
     make_grid,
     say_skipped,
 )
+from fleetscope.window.grid import grid_start, round_step
 from fleetscope.window.prometheus import PrometheusAccess, no_series_error, raw_from_prometheus
-from fleetscope.window.samples import SpacingSample
+from fleetscope.window.samples import PHASE_SAMPLES, PHASE_SERIES, SpacingSample
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,11 @@ class ArchiveWriter:
         self.metrics: dict[str, dict[str, Any]] = {}
         self.ids: dict[str, dict[tuple, int]] = {}  # metric -> label set -> its __series__
         self.spacing = SpacingSample()  # of the first series written
+        #: The first sample times of each metric's first series, and the first time: the phase of
+        #: the grid a one-shot load of the recording places (samples.frames_from_raw), so a
+        #: chunked analysis of the converted recording plans on that grid (``grid_start``).
+        self.phase: dict[str, list[Any]] = {}
+        self.first_time = float("inf")
         self.source, self.grid, self.window = source, grid, window
         self.rows = 0
         self.skipped = 0  # samples with a non-finite time or value (no exporter writes them)
@@ -167,6 +173,10 @@ class ArchiveWriter:
             key = tuple(sorted(s.labels.items()))
             sid.append(ids.setdefault(key, len(ids)))
             self.spacing.add(s.times)
+        phase = self.phase.setdefault(name, [])
+        for s in kept[: max(PHASE_SERIES - len(phase), 0)]:
+            phase.append(s.times[:PHASE_SAMPLES].copy())
+        self.first_time = min(self.first_time, min(float(s.times.min()) for s in kept))
         order = sorted(range(len(kept)), key=sid.__getitem__)  # stable: by __series__
         kept, sid = [kept[k] for k in order], [sid[k] for k in order]
         self._write_metric(np, name, kept, np.array(sid, dtype=np.int32))
@@ -313,6 +323,12 @@ class ArchiveWriter:
             meta["grid"] = {"start": self.grid[0], "end": self.grid[1], "step": self.grid[2]}
         else:
             meta["spacing"] = self.spacing.value()
+            if self.phase and self.first_time < float("inf"):
+                import numpy as np
+
+                step = round_step(meta["spacing"])
+                phase = np.concatenate([t for ts in self.phase.values() for t in ts])
+                meta["grid_start"] = {"start": grid_start(phase, self.first_time, step), "step": step}
         try:
             self.writer.add_key_value_metadata({META_KEY: strictjson.dumps(meta).encode()})
             self.writer.close()
