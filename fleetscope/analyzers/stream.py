@@ -196,7 +196,7 @@ def analyze_chunked(
             release_freed()  # the load's own scratch, before the detectors' (memory.py)
             report = analyze(frames, cfg, carry=carry, own_start=own_start)
             merged = merge_findings(merged, report, own_start, load_start, cfg)
-            states = add_states(states, report, own_start)
+            states = add_states(states, report, own_start, step)
             if report.carry is not None:
                 carry = carry.merge(report.carry)
             last = report
@@ -405,12 +405,12 @@ def _holds(present: dict[str, set], f: Finding) -> bool:
 
 
 def add_states(
-    states: dict[str, list[JobStateSpan]], report: Report, own_start: float
+    states: dict[str, list[JobStateSpan]], report: Report, own_start: float, step: float
 ) -> dict[str, list[JobStateSpan]]:
     """Each job's states so far, with a chunk's from ``own_start`` on (its lead-in is the chunk
     before's, except a stall or an absence that began there: the chunk before could not prove it
-    yet, its last row reading as the row before it until its scrape lands; and a stall the chunk
-    before saw no end of, which this chunk's hindsight makes a pause)."""
+    yet, its last row (``own_start - step``) reading as the row before it until its scrape lands;
+    and a stall the chunk before saw no end of, which this chunk's hindsight makes a pause)."""
     out = {job: list(spans) for job, spans in states.items()}
     for job, summary in report.jobs.items():
         spans = out.setdefault(job, [])
@@ -439,6 +439,8 @@ def add_states(
             proven_late = s.state in ("stalled", "down") and s.start < own_start
             if proven_late and spans and spans[-1].state == "running":
                 start = max(s.start, spans[-1].start)
+            elif own_start - step <= s.start < own_start and spans and spans[-1].start <= s.start:
+                start = s.start  # the chunk before's last row, read as the row before it (hedged)
             if spans and spans[-1].state == s.state and (spans[-1].end is None or spans[-1].end >= start):
                 spans[-1] = JobStateSpan(s.state, spans[-1].start, s.end)
                 continue
