@@ -262,15 +262,23 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         fd = request.fileno()
-        try:
-            self._finish_request(request, client_address)
-        finally:
-            # Before the socket is closed (shutdown_request), so its descriptor is never reused
-            # while the admission still knows it.
-            if self._admission is not None:
-                self._admission.release(fd)
+        released = False
 
-    def _finish_request(self, request: Any, client_address: Any) -> None:
+        def release() -> None:
+            # Before the socket is closed (by the TLS socket, or shutdown_request), so its
+            # descriptor number, which the next accepted connection may get, is never released
+            # on that connection's behalf.
+            nonlocal released
+            if not released and self._admission is not None:
+                self._admission.release(fd)
+            released = True
+
+        try:
+            self._finish_request(request, client_address, release)
+        finally:
+            release()
+
+    def _finish_request(self, request: Any, client_address: Any, release: Callable[[], None]) -> None:
         # TLS handshakes run here, in the request's own thread, so a client that never completes
         # one cannot block the accept loop.
         if self.ssl_context is None:
@@ -279,13 +287,19 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
         request.settimeout(self.head_deadline)
         try:
             # wrap_socket takes over the descriptor; shutdown_request then finds it detached.
-            tls = self.ssl_context.wrap_socket(request, server_side=True)
+            tls = self.ssl_context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
         except (OSError, ssl.SSLError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address, exc)
+            log.debug("TLS setup with %s failed: %s", client_address, exc)
             return
         try:
+            try:
+                tls.do_handshake()
+            except (OSError, ssl.SSLError) as exc:
+                log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                return
             super().finish_request(tls, client_address)
         finally:
+            release()
             tls.close()
 
     def shutdown_request(self, request: Any) -> None:

@@ -41,6 +41,7 @@ WINDOW, STEP, INTERVAL = 900.0, 15.0, 30.0
 def prom(tmp_path_factory):
     spec = ScenarioSpec(
         name="flaky",
+        family="classic",  # the name alone would pick the issue-37 family "flaky"
         nodes=3,
         duration_s=2400,
         seed=5,
