@@ -24,7 +24,7 @@ def test_idle_connections_of_one_address_leave_the_api_answering() -> None:
     server = uvicorn.Server(uvicorn.Config(app, **server_options()))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    assert wait_until(lambda: server.started, 10)
+    assert wait_until(lambda: server.started, 60)
     port = sock.getsockname()[1]
     idle: list[socket.socket] = []
     try:
@@ -60,7 +60,7 @@ def test_four_flooding_addresses_leave_the_token_holders_answered(tmp_path) -> N
     server = uvicorn.Server(uvicorn.Config(app, **server_options(token)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    assert wait_until(lambda: server.started, 10)
+    assert wait_until(lambda: server.started, 60)
     port = sock.getsockname()[1]
     admission = HeadDeadlineProtocol.admission
     cut_before = admission.cut
