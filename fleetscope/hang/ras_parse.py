@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleetscope.hang.safe_pickle import UnsafePickle, read_bounded
+
 #: The RAS client protocol version fleetscope speaks (NCCL's NCCL_RAS_CLIENT_PROTOCOL).
 RAS_PROTOCOL = 2
 #: NCCL's default RAS listen address (``NCCL_RAS_ADDR``).
@@ -448,14 +450,9 @@ def load_reports(path: str | Path, limit: int = MAX_REPORT_BYTES) -> tuple[list[
     """The reports of one file (bounded; :class:`RasParseError` with the reason if unusable)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise RasParseError("is not a regular file")
-        if size > limit:
-            raise RasParseError(f"is {size} bytes, over the {limit}-byte limit")
-        data = p.read_bytes()[: limit + 1]
-    except OSError as exc:
-        raise RasParseError(f"cannot read it: {exc.strerror}") from None
+        data = read_bounded(p, limit)
+    except UnsafePickle as exc:  # the bounded reader's refusal: too big, not a regular file, unreadable
+        raise RasParseError(str(exc)) from None
     if not data.strip():
         raise RasParseError("is empty")
     try:
