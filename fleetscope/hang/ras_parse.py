@@ -49,6 +49,8 @@ NCCL_RESULTS: dict[int, str] = {
     6: "ncclRemoteError",
     7: "ncclInProgress",
 }
+#: ``init_state`` values that are no error: ncclSuccess, and ncclInProgress (still initialising).
+INIT_STATES_OK = (0, 7)
 
 
 def status_request(verbose: bool = False, timeout_s: int = 5) -> str:
@@ -77,6 +79,11 @@ class RasRank:
     #: NCCL op name -> collectives launched (``collOpCount``); empty in a text report
     counts: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def flagged(self) -> bool:
+        """An error flag is set: ``async_error``, ``abort_flag`` or an ``init_state`` that is an error."""
+        return bool(self.async_error or self.abort_flag or self.init_state not in INIT_STATES_OK)
+
 
 @dataclass
 class RasMissing:
@@ -89,6 +96,11 @@ class RasMissing:
     nvml_dev: int | None = None
     unresponsive: bool = True
     considered_dead: bool = False
+
+
+def rank_gpu(r: RasRank | RasMissing) -> int | None:
+    """The GPU of a rank as RAS gives it: ``nvml_dev``, else ``cuda_dev``."""
+    return r.nvml_dev if r.nvml_dev is not None else r.cuda_dev
 
 
 @dataclass
