@@ -24,8 +24,9 @@ from fleetscope.hang.safe_pickle import UnsafePickle, read_bounded
 
 #: The RAS client protocol version fleetscope speaks (NCCL's NCCL_RAS_CLIENT_PROTOCOL).
 RAS_PROTOCOL = 2
-#: NCCL's default RAS listen address (``NCCL_RAS_ADDR``).
-DEFAULT_RAS_ADDR = "localhost:28028"
+#: NCCL's default RAS listen port and address (``NCCL_RAS_ADDR``).
+DEFAULT_RAS_PORT = 28028
+DEFAULT_RAS_ADDR = f"localhost:{DEFAULT_RAS_PORT}"
 CLIENT_HANDSHAKE = f"CLIENT PROTOCOL {RAS_PROTOCOL}\n"
 SERVER_HANDSHAKE = f"SERVER PROTOCOL {RAS_PROTOCOL}"
 #: Largest report read (a 100k-rank job's JSON is tens of MB).
