@@ -17,6 +17,7 @@ from fleetscope import contract as c
 from fleetscope.alerts.config import Thresholds
 from fleetscope.alerts.model import Alert, Case, Fire, InputSeries, Labels
 from fleetscope.alerts.testdata import HOST, JOB, rank
+from fleetscope.times import parse_duration
 
 _COMM = "0x4e0104c2022fa2f9"
 _WHO = (
@@ -47,9 +48,8 @@ def alerts(cfg: Thresholds) -> tuple[Alert, ...]:
         f"and {on_op} ({m} == {m} offset {w})"
         for m in (c.NCCL_RAS_COLLECTIVES_MAX, c.NCCL_RAS_COLLECTIVES_MIN)
     )
-    stepping = (
-        f"unless on (job_id) (time() - max by (job_id) ({c.TRAINING_LAST_STEP_TIMESTAMP}) < {_secs(w)})"
-    )
+    last_step = f"time() - max by (job_id) ({c.TRAINING_LAST_STEP_TIMESTAMP})"
+    stepping = f"unless on (job_id) ({last_step} < {int(parse_duration(w))})"
     op = {"op": "AllReduce"}
     missing = c.NCCL_RAS_RANK_MISSING
     behind = _labels(**op, **_who(13))
@@ -115,8 +115,3 @@ def alerts(cfg: Thresholds) -> tuple[Alert, ...]:
             ),
         ),
     )
-
-
-def _secs(window: str) -> int:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return int(window[:-1]) * units[window[-1]]

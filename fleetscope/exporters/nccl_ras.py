@@ -257,6 +257,8 @@ class NcclRasCollector(Collector):
                 self._last[t] = _Last(time.monotonic(), None)
         for t in [t for t in self._last if t not in targets]:
             del self._last[t]
+        for t in [t for t, th in self._running.items() if t not in targets and not th.is_alive()]:
+            del self._running[t]  # a job that is gone: its finished query is not kept
 
     # ------------------------------------------------------------------ series
     def collect(self) -> Iterable[MetricFamily]:

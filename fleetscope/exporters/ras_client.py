@@ -18,7 +18,7 @@ from __future__ import annotations
 import socket
 import time
 
-from fleetscope.hang.ras_parse import CLIENT_HANDSHAKE, SERVER_HANDSHAKE
+from fleetscope.hang.ras_parse import CLIENT_HANDSHAKE, DEFAULT_RAS_PORT, SERVER_HANDSHAKE
 
 #: Longest reply line to a command (NCCL's own are under 100 characters).
 MAX_LINE = 4096
@@ -37,7 +37,7 @@ class RasQueryError(Exception):
 def parse_address(text: str) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``host`` (NCCL's default port 28028) -> (host, port)."""
     text = text.strip()
-    host, port = text, "28028"
+    host, port = text, str(DEFAULT_RAS_PORT)
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleetscope import contract as c
-from fleetscope.hang.ras_parse import OP_NAMES, CountGroup, RasComm, RasMissing, RasRank, RasReport
+from fleetscope.hang.ras_parse import OP_NAMES, CountGroup, RasComm, RasMissing, RasRank, RasReport, rank_gpu
 from fleetscope.labels import cap
 
 #: The ``op`` label of a text report from before NCCL 2.26, whose counts are not broken down by op.
@@ -44,10 +44,6 @@ class RasSeries:
         self.rows.setdefault(metric, []).append((labels, float(value)))
 
 
-def _flagged(r: RasRank) -> bool:
-    return bool(r.async_error or r.abort_flag or r.init_state not in (0, 7))
-
-
 def _text(value: object, out: RasSeries) -> str:
     text, was_cut = cap("" if value is None else str(value))
     out.cut += was_cut
@@ -55,7 +51,7 @@ def _text(value: object, out: RasSeries) -> str:
 
 
 def _who(r: RasRank | RasMissing, out: RasSeries) -> Labels:
-    gpu = r.nvml_dev if r.nvml_dev is not None else r.cuda_dev
+    gpu = rank_gpu(r)
     rank = "" if r.rank is None or r.rank < 0 else str(r.rank)
     return (rank, _text(r.host, out), "" if gpu is None else str(gpu))
 
@@ -104,7 +100,7 @@ def _text_ops(comm: RasComm) -> dict[str, _Op]:
 
 
 def _order(comm: RasComm, ops: dict[str, _Op]) -> tuple[int, int, int, str]:
-    trouble = bool(comm.missing) or any(_flagged(r) for r in comm.ranks)
+    trouble = bool(comm.missing) or any(r.flagged for r in comm.ranks)
     skew = any(o.n_behind for o in ops.values())
     return (-int(trouble), -int(skew), -(comm.size or len(comm.ranks)), comm.key)
 
@@ -140,7 +136,7 @@ def report_series(report: RasReport, max_communicators: int = DEFAULT_MAX_COMMUN
         out.add(c.NCCL_RAS_COMM_MISSING_RANKS, cl, len(comm.missing))
         is_dead = [m.considered_dead or (m.host, m.pid) in dead for m in comm.missing]
         out.add(c.NCCL_RAS_COMM_DEAD_RANKS, cl, sum(is_dead))
-        out.add(c.NCCL_RAS_COMM_ERROR_RANKS, cl, sum(_flagged(r) for r in comm.ranks))
+        out.add(c.NCCL_RAS_COMM_ERROR_RANKS, cl, sum(r.flagged for r in comm.ranks))
         pairs = zip(comm.missing, is_dead, strict=True)
         missing = sorted(pairs, key=lambda x: (x[0].rank is None, x[0].rank or 0))
         for m, d in missing[: c.NCCL_RAS_MAX_NAMED_RANKS]:

@@ -16,7 +16,7 @@ from fleetscope.hang.fr_load import load_dir
 from fleetscope.hang.fr_reason import analyze_dumps
 from fleetscope.hang.model import REASONS, Hang, HangResult, RankRef
 from fleetscope.hang.ras_parse import RasMissing, RasParseError, RasRank, RasReport, load_reports
-from fleetscope.hang.ras_reason import DEFAULT_CONFIRM_S, analyze_reports
+from fleetscope.hang.ras_reason import DEFAULT_CONFIRM_S, analyze_reports, rank_ref
 
 
 def _ras_places(reports: list[RasReport]) -> dict[int, RankRef]:
@@ -30,8 +30,7 @@ def _ras_places(reports: list[RasReport]) -> dict[int, RankRef]:
         members: list[RasRank | RasMissing] = [*world.ranks, *world.missing]
         for r in members:
             if r.rank is not None and r.rank >= 0:
-                dev = r.nvml_dev if r.nvml_dev is not None else r.cuda_dev
-                out[r.rank] = RankRef(r.rank, r.host, r.pid, None if dev is None else str(dev))
+                out[r.rank] = rank_ref(r)
         return out
     return {}
 

@@ -379,17 +379,11 @@ def _where(waits: list[_Wait]) -> tuple[str, int, str]:
     """The (group, seq, op) most waiters are blocked in on this rank; ties: the earliest created."""
     by: dict[tuple[str, int, str], set[int]] = defaultdict(set)
     first: dict[tuple[str, int, str], int] = {}
-    for w in waits:
-        if w.why in ("launched", "completed"):
-            continue
+    named = [w for w in waits if w.why not in ("launched", "completed")]
+    for w in named or waits:  # waits by name first; only ops everyone launched: those
         k = (w.group, w.seq, w.op)
         by[k].add(w.waiter)
         first[k] = min(first.get(k, w.time_ns), w.time_ns)
-    if not by:
-        for w in waits:
-            k = (w.group, w.seq, w.op)
-            by[k].add(w.waiter)
-            first[k] = min(first.get(k, w.time_ns), w.time_ns)
     return min(by, key=lambda k: (-len(by[k]), first[k], k))
 
 

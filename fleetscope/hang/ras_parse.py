@@ -20,10 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleetscope.hang.safe_pickle import UnsafePickle, read_bounded
+
 #: The RAS client protocol version fleetscope speaks (NCCL's NCCL_RAS_CLIENT_PROTOCOL).
 RAS_PROTOCOL = 2
-#: NCCL's default RAS listen address (``NCCL_RAS_ADDR``).
-DEFAULT_RAS_ADDR = "localhost:28028"
+#: NCCL's default RAS listen port and address (``NCCL_RAS_ADDR``).
+DEFAULT_RAS_PORT = 28028
+DEFAULT_RAS_ADDR = f"localhost:{DEFAULT_RAS_PORT}"
 CLIENT_HANDSHAKE = f"CLIENT PROTOCOL {RAS_PROTOCOL}\n"
 SERVER_HANDSHAKE = f"SERVER PROTOCOL {RAS_PROTOCOL}"
 #: Largest report read (a 100k-rank job's JSON is tens of MB).
@@ -47,6 +50,8 @@ NCCL_RESULTS: dict[int, str] = {
     6: "ncclRemoteError",
     7: "ncclInProgress",
 }
+#: ``init_state`` values that are no error: ncclSuccess, and ncclInProgress (still initialising).
+INIT_STATES_OK = (0, 7)
 
 
 def status_request(verbose: bool = False, timeout_s: int = 5) -> str:
@@ -75,6 +80,11 @@ class RasRank:
     #: NCCL op name -> collectives launched (``collOpCount``); empty in a text report
     counts: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def flagged(self) -> bool:
+        """An error flag is set: ``async_error``, ``abort_flag`` or an ``init_state`` that is an error."""
+        return bool(self.async_error or self.abort_flag or self.init_state not in INIT_STATES_OK)
+
 
 @dataclass
 class RasMissing:
@@ -87,6 +97,11 @@ class RasMissing:
     nvml_dev: int | None = None
     unresponsive: bool = True
     considered_dead: bool = False
+
+
+def rank_gpu(r: RasRank | RasMissing) -> int | None:
+    """The GPU of a rank as RAS gives it: ``nvml_dev``, else ``cuda_dev``."""
+    return r.nvml_dev if r.nvml_dev is not None else r.cuda_dev
 
 
 @dataclass
@@ -448,14 +463,9 @@ def load_reports(path: str | Path, limit: int = MAX_REPORT_BYTES) -> tuple[list[
     """The reports of one file (bounded; :class:`RasParseError` with the reason if unusable)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise RasParseError("is not a regular file")
-        if size > limit:
-            raise RasParseError(f"is {size} bytes, over the {limit}-byte limit")
-        data = p.read_bytes()[: limit + 1]
-    except OSError as exc:
-        raise RasParseError(f"cannot read it: {exc.strerror}") from None
+        data = read_bounded(p, limit)
+    except UnsafePickle as exc:  # the bounded reader's refusal: too big, not a regular file, unreadable
+        raise RasParseError(str(exc)) from None
     if not data.strip():
         raise RasParseError("is empty")
     try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from fleetscope.hang.model import Confidence, Hang, RankRef, Reason
 from fleetscope.hang.ras_parse import (
+    INIT_STATES_OK,
     NCCL_RESULTS,
     OP_NAMES,
     CountGroup,
@@ -29,6 +30,7 @@ from fleetscope.hang.ras_parse import (
     RasMissing,
     RasRank,
     RasReport,
+    rank_gpu,
 )
 
 #: Default time a skew must stay frozen to be confirmed (``--confirm``): RAS declares a silent
@@ -36,8 +38,9 @@ from fleetscope.hang.ras_parse import (
 DEFAULT_CONFIRM_S = 60.0
 
 
-def _ref(r: RasRank | RasMissing) -> RankRef:
-    dev = r.nvml_dev if r.nvml_dev is not None else r.cuda_dev
+def rank_ref(r: RasRank | RasMissing) -> RankRef:
+    """A rank RAS names, with its host, process and GPU."""
+    dev = rank_gpu(r)
     return RankRef(rank=r.rank, host=r.host, pid=r.pid, gpu=None if dev is None else str(dev))
 
 
@@ -110,7 +113,7 @@ def _flags(r: RasRank) -> list[str]:
         bits.append(f"async_error={r.async_error} ({NCCL_RESULTS.get(r.async_error, '?')})")
     if r.abort_flag:
         bits.append("abort_flag")
-    if r.init_state not in (0, 7):
+    if r.init_state not in INIT_STATES_OK:
         bits.append(f"init_state={r.init_state} ({NCCL_RESULTS.get(r.init_state, '?')})")
     return bits
 
@@ -126,19 +129,19 @@ def _missing_hang(tl: _Timeline, comm: RasComm, confirm_s: float) -> Hang:
     size = comm.size or "?"
     ev = [f"RAS has no data from {len(comm.missing)} of {size} ranks ({states})"]
     ev.append("RAS declares a silent peer dead after 60 s" if dead else why)
-    who = [_ref(m) for m in comm.missing]
+    who = [rank_ref(m) for m in comm.missing]
     return _hang(comm, "nccl:collective", None, who, "dead", dead or ok, "high" if dead else "medium", ev)
 
 
 def _flag_hang(tl: _Timeline, comm: RasComm, flagged: list[RasRank], confirm_s: float) -> Hang:
     ids = {r.rank for r in flagged}
     held = tl.held_for(
-        lambda rep: (c := _comm(rep, comm)) is not None and ids <= {r.rank for r in c.ranks if _flags(r)}
+        lambda rep: (c := _comm(rep, comm)) is not None and ids <= {r.rank for r in c.ranks if r.flagged}
     )
     ok, why = _confirm(held, confirm_s)
     ev = [f"rank {r.rank}: {', '.join(_flags(r))}" for r in flagged]
     return _hang(
-        comm, "nccl:collective", None, [_ref(r) for r in flagged], "unknown", ok, "medium", [*ev, why]
+        comm, "nccl:collective", None, [rank_ref(r) for r in flagged], "unknown", ok, "medium", [*ev, why]
     )
 
 
@@ -159,7 +162,7 @@ def _skew_hangs(tl: _Timeline, comm: RasComm, confirm_s: float) -> list[Hang]:
         at = ", ".join(f"{r.rank} at #{counts[r.rank]}" for r in behind[:16])
         n_ahead = len(counts) - len(behind)
         ev = [f"{op}: {n_ahead} rank(s) launched up to #{top}; rank(s) {at} never launched #{low + 1}"]
-        who = [_ref(r) for r in behind]
+        who = [rank_ref(r) for r in behind]
         out.append(
             _hang(comm, _op(op), low + 1, who, "not_launched", ok, "high" if ok else "medium", [*ev, why])
         )
@@ -193,7 +196,7 @@ def _json_comm(tl: _Timeline, comm: RasComm, confirm_s: float) -> tuple[list[Han
     hangs: list[Hang] = []
     if comm.missing:
         hangs.append(_missing_hang(tl, comm, confirm_s))
-    flagged = [r for r in comm.ranks if _flags(r)]
+    flagged = [r for r in comm.ranks if r.flagged]
     if flagged:
         hangs.append(_flag_hang(tl, comm, flagged, confirm_s))
     skew = _skew_hangs(tl, comm, confirm_s)
@@ -212,7 +215,7 @@ def _text_skew(
     listed = [r for g in behind_groups for r in g.ranks]
     n_behind = sum(g.n for g in behind_groups)
     ev = [f"{g.n} rank(s) launched up to {op or 'collective'} #{g.count}" for g in groups]
-    named = [_ref(r) for r in listed]
+    named = [rank_ref(r) for r in listed]
     conf: Confidence = "medium"
     if len(listed) < n_behind:
         ahead = {r.rank for g in groups if g.count == top for r in g.ranks}
@@ -245,7 +248,7 @@ def _text_comm(tl: _Timeline, comm: RasComm, confirm_s: float) -> tuple[list[Han
         ev = [
             f"RAS: missing communicator data from rank(s) {ids}" + (" (its process is dead)" if dead else "")
         ]
-        who = [_ref(m) for m in comm.missing]
+        who = [rank_ref(m) for m in comm.missing]
         hangs.append(
             _hang(comm, "nccl:collective", None, who, "dead", dead, "high" if dead else "medium", ev)
         )
@@ -259,7 +262,16 @@ def _text_comm(tl: _Timeline, comm: RasComm, confirm_s: float) -> tuple[list[Han
         if status == "ABORT" and ranks:
             ev = [f"{n} rank(s) aborted their communicator"]
             hangs.append(
-                _hang(comm, "nccl:collective", None, [_ref(r) for r in ranks], "unknown", False, "medium", ev)
+                _hang(
+                    comm,
+                    "nccl:collective",
+                    None,
+                    [rank_ref(r) for r in ranks],
+                    "unknown",
+                    False,
+                    "medium",
+                    ev,
+                )
             )
     if comm.status_groups and not any(s == "ABORT" for s, _, _ in comm.status_groups):
         mix = ", ".join(f"{n} {s}" for s, n, _ in comm.status_groups)
@@ -305,5 +317,5 @@ def _dead_processes(reports: list[RasReport], hangs: list[Hang]) -> list[Hang]:
         state = "considered dead" if d.considered_dead else "unreachable"
         ev = [f"RAS: process {d.pid} on node {d.host} (GPU {d.nvml_dev}) is {state}"]
         conf: Confidence = "high" if d.considered_dead else "medium"
-        out.append(_hang(None, "nccl:collective", None, [_ref(d)], "dead", d.considered_dead, conf, ev))
+        out.append(_hang(None, "nccl:collective", None, [rank_ref(d)], "dead", d.considered_dead, conf, ev))
     return out

@@ -275,14 +275,16 @@ def _dead(
     feat: Features,
     job: str,
     h: RasHang,
+    at: tuple[str, str | None],
     ev: dict[str, str],
     end: float | None,
     near: list[Finding],
     span: tuple[int, int],
 ) -> Finding | None:
     """A dead rank on one of the job's nodes: that node's failing_node finding (an earlier one
-    carries the RAS evidence instead; the XID that killed the rank is the cause when there is one)."""
-    node, gpu = _place(feat, job, h.ranks[0])
+    carries the RAS evidence instead; the XID that killed the rank is the cause when there is one).
+    ``at``: the rank's (node, GPU)."""
+    node, gpu = at
     if near:
         for f in near:
             for k, v in ev.items():
@@ -316,13 +318,12 @@ def _ras_findings(signals: Signals, job: str, prior: Sequence[Finding]) -> list[
         end = _end(signals, job, h.confirmed)
         failing = [f for f in [*prior, *out] if f.kind == "failing_node" and f.node in nodes
                    and times[lo] <= f.start <= times[hi]]  # fmt: skip
-        if h.reason == "not_launched" or (
-            h.reason == "dead" and _place(feat, job, h.ranks[0])[0] not in nodes
-        ):
+        dead_at = _place(feat, job, h.ranks[0]) if h.reason == "dead" else None
+        if h.reason == "not_launched" or (dead_at is not None and dead_at[0] not in nodes):
             out.append(_job_hang(feat, job, h, ev, end))
-        elif h.reason == "dead":
-            node = _place(feat, job, h.ranks[0])[0]
-            found = _dead(feat, job, h, ev, end, [f for f in failing if f.node == node], (lo, hi))
+        elif dead_at is not None:
+            near = [f for f in failing if f.node == dead_at[0]]
+            found = _dead(feat, job, h, dead_at, ev, end, near, (lo, hi))
             out.extend([found] if found is not None else [])
         elif failing:  # a dead rank or a failing node explains why nothing completes
             for f in failing:

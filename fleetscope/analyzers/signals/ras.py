@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetscope import contract as c
-from fleetscope.window.frames import Frames
+from fleetscope.window.frames import Frames, MetricFrame
 
 _COMM_KEY = (c.NODE_LABEL, "job_id", c.NCCL_RAS_COMM_LABEL)
 _OP_KEY = (*_COMM_KEY, c.NCCL_RAS_OP_LABEL)
@@ -46,37 +46,43 @@ class RasHang:
     detail: str = ""
 
 
-def _rows(frames: Frames, metric: str, job: str, key: tuple[str, ...]) -> dict[tuple[str, ...], np.ndarray]:
+def _job_frame(frames: Frames, metric: str, job: str) -> MetricFrame | None:
+    """The series of ``metric`` that belong to ``job`` (None: the metric has no job label)."""
     f = frames.get(metric)
     if not len(f) or "job_id" not in f.labels:
+        return None
+    return f.select(job_id=job)
+
+
+def _key(f: MetricFrame, j: int, key: tuple[str, ...]) -> tuple[str, ...]:
+    row = f.labels.iloc[j]
+    return tuple(str(row.get(k, "")) for k in key)
+
+
+def _rank(f: MetricFrame, j: int) -> RasRank:
+    """The rank a series names (its ``rank``, ``rank_host`` and ``rank_gpu`` labels)."""
+    rank, host, gpu = _key(f, j, ("rank", c.NCCL_RAS_RANK_HOST_LABEL, c.NCCL_RAS_RANK_GPU_LABEL))
+    return RasRank(int(rank) if rank.isdigit() else None, host, gpu)
+
+
+def _rows(frames: Frames, metric: str, job: str, key: tuple[str, ...]) -> dict[tuple[str, ...], np.ndarray]:
+    f = _job_frame(frames, metric, job)
+    if f is None:
         return {}
-    out: dict[tuple[str, ...], np.ndarray] = {}
-    for j in range(len(f)):
-        row = f.labels.iloc[j]
-        if str(row["job_id"]) != job:
-            continue
-        out[tuple(str(row.get(k, "")) for k in key)] = f.values[:, j]
-    return out
+    return {_key(f, j, key): f.values[:, j] for j in range(len(f))}
 
 
 def _who(
     frames: Frames, metric: str, job: str, key: tuple[str, ...], i: int
 ) -> list[tuple[tuple[str, ...], RasRank, float]]:
-    f = frames.get(metric)
-    out: list[tuple[tuple[str, ...], RasRank, float]] = []
-    if not len(f) or "job_id" not in f.labels:
-        return out
-    for j in range(len(f)):
-        row = f.labels.iloc[j]
-        v = f.values[i, j]
-        if str(row["job_id"]) != job or np.isnan(v):
-            continue
-        k = tuple(str(row.get(x, "")) for x in key)
-        rank = str(row.get("rank", ""))
-        who = RasRank(int(rank) if rank.isdigit() else None, str(row.get(c.NCCL_RAS_RANK_HOST_LABEL, "")),
-                      str(row.get(c.NCCL_RAS_RANK_GPU_LABEL, "")))  # fmt: skip
-        out.append((k, who, float(v)))
-    return out
+    f = _job_frame(frames, metric, job)
+    if f is None:
+        return []
+    return [
+        (_key(f, j, key), _rank(f, j), float(f.values[i, j]))
+        for j in range(len(f))
+        if not np.isnan(f.values[i, j])
+    ]
 
 
 def _frozen_since(x: np.ndarray, i: int) -> int:
@@ -143,13 +149,10 @@ def _frozen(frames: Frames, job: str, k: int, moving: np.ndarray) -> list[RasHan
 def _missing(frames: Frames, job: str, k: int) -> list[RasHang]:
     """Ranks RAS considers dead, or that stayed missing for ``k`` steps."""
     out: list[RasHang] = []
-    missing = frames.get(c.NCCL_RAS_RANK_MISSING)
-    if not len(missing) or "job_id" not in missing.labels:
+    missing = _job_frame(frames, c.NCCL_RAS_RANK_MISSING, job)
+    if missing is None:
         return out
     for j in range(len(missing)):
-        row = missing.labels.iloc[j]
-        if str(row["job_id"]) != job:
-            continue
         x = missing.values[:, j]
         seen = np.nonzero(~np.isnan(x))[0]
         if not seen.size:
@@ -158,10 +161,8 @@ def _missing(frames: Frames, job: str, k: int) -> list[RasHang]:
         hit = next((i for i in seen if x[i] >= 2 or (i - onset >= k and not np.isnan(x[i - k]))), None)
         if hit is None:
             continue
-        rank = str(row.get("rank", ""))
-        who = RasRank(int(rank) if rank.isdigit() else None, str(row.get(c.NCCL_RAS_RANK_HOST_LABEL, "")),
-                      str(row.get(c.NCCL_RAS_RANK_GPU_LABEL, "")))  # fmt: skip
+        who = _rank(missing, j)
         state = "considered dead by RAS" if x[hit] >= 2 else "unresponsive"
-        comm = str(row.get(c.NCCL_RAS_COMM_LABEL, ""))
+        (comm,) = _key(missing, j, (c.NCCL_RAS_COMM_LABEL,))
         out.append(RasHang("dead", onset, int(hit), comm, None, [who], f"missing from RAS: {state}"))
     return out
