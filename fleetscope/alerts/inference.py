@@ -43,7 +43,7 @@ _POD_TARGET = {"model_name": MODEL, **_TARGET}
 _POD_IP = "10.5.137.115"
 _POD = {"namespace": "serve", "pod": "llama-0", c.INSTANCE_LABEL: f"{_POD_IP}:8000", "job": "serve/vllm"}
 _NODE = "ip-10-1-0-12"
-_ENGINE_LABEL = c.VLLM_V1_EXTRA_LABELS[0]
+_ENGINE_LABEL = c.VLLM_ENGINE_LABEL
 
 
 # ---- SLI expressions (the dashboards read the recorded names) --------------------------------
@@ -76,7 +76,7 @@ def replica_node() -> str:
 
 def kv_cache_usage() -> str:
     """KV-cache use (0-1) of each vLLM replica, V1 or V0 spelling: its fullest engine."""
-    return f"max without ({_ENGINE_LABEL}) ({queries.vllm_kv_cache_usage()})"
+    return queries.vllm_per_replica(queries.vllm_kv_cache_usage())
 
 
 def wedged(cfg: Thresholds) -> str:
