@@ -30,7 +30,7 @@ def _through_descriptor(path: str) -> bool:
     """Whether ``path``, or a link on the way to its target, names an open descriptor."""
     p = os.path.abspath(path)
     for _ in range(_MAX_LINKS):
-        if p.startswith(_DESCRIPTOR_PREFIXES) or p in ("/dev/stdout", "/dev/stderr", "/dev/fd"):
+        if p.startswith(_DESCRIPTOR_PREFIXES) or p == "/dev/fd":
             return True
         try:
             link = os.readlink(p)
@@ -73,7 +73,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        install(tmp, target)
+        _rename(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -92,14 +92,20 @@ def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
     """Put the finished temporary file ``tmp`` at ``path``: renamed over a regular file or a new
     path (keeping an old file's permissions), else copied through and removed."""
     target, atomic = output_target(path)
-    if not atomic:
-        try:
-            with open(tmp, "rb") as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    if atomic:
+        _rename(tmp, target)
         return
+    try:
+        with open(tmp, "rb") as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _rename(tmp: str | os.PathLike[str], target: Path) -> None:
+    """Rename ``tmp`` over ``target`` (resolved by :func:`output_target`), keeping an old file's
+    permissions, else giving a new one the umask's."""
     with contextlib.suppress(OSError):  # keep the old file's permissions where there was one
         os.chmod(tmp, os.stat(target).st_mode & 0o7777)
     if not target.exists():

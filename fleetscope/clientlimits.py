@@ -111,9 +111,8 @@ class Admission:
         self.authenticated_limit = max(1, authenticated_limit)
         self.open = 0
         self.authenticated = 0
-        #: Connections cut to make room, and newcomers refused because no one was waiting.
+        #: Connections cut to make room (a refused newcomer is counted by the server that refuses it).
         self.cut = 0
-        self.refused = 0
         self._state: dict[Hashable, str] = {}
         self._waiting: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
         self._lock = threading.Lock()
@@ -124,7 +123,6 @@ class Admission:
         with self._lock:
             if self.open >= self.open_limit:
                 if not self._waiting:
-                    self.refused += 1
                     return False
                 victim, victim_cut = self._waiting.popitem(last=False)
                 self._state[victim] = _CUT

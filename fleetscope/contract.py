@@ -1143,8 +1143,10 @@ def _histogram(name: str, help: str, unit: str, labels: tuple[str, ...], origin:
 # engine: vllm/v1/metrics/loggers.py (default from v0.8). prometheus_client adds ``_total`` to
 # counters. Every series carries ``model_name``; V1 adds ``engine`` (the engine-core index).
 VLLM_LABELS: tuple[str, ...] = ("model_name",)
+#: The V1 engine-core index: a data-parallel pod has several engines, one replica.
+VLLM_ENGINE_LABEL = "engine"
 #: Label keys the V1 engine adds to every series.
-VLLM_V1_EXTRA_LABELS: tuple[str, ...] = ("engine",)
+VLLM_V1_EXTRA_LABELS: tuple[str, ...] = (VLLM_ENGINE_LABEL,)
 #: Values of ``finished_reason`` on ``vllm:request_success_total`` (V1 FinishReason; V0 the same
 #: first three strings; ``error`` and ``repetition`` are on the page of vLLM 0.32.0, recorded in
 #: tests/fixtures/inference). ``abort`` counts client disconnects too, so it is no error signal;

@@ -173,6 +173,11 @@ def vllm_kv_cache_usage(matchers: str = "") -> str:
     return vllm_either(contract.VLLM_KV_CACHE_USAGE, contract.VLLM_GPU_CACHE_USAGE, matchers)
 
 
+def vllm_per_replica(expr: str, how: str = "max") -> str:
+    """``expr`` (per vLLM engine) per replica: a pod's or target's engines aggregated by ``how``."""
+    return f"{how} without ({contract.VLLM_ENGINE_LABEL}) ({expr})"
+
+
 def vllm_itl_bucket(matchers: str = "") -> str:
     """Inter-token latency buckets, V1 (inter_token_latency) or V0/early V1 (time_per_output_token)."""
     return vllm_either(

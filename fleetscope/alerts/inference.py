@@ -43,7 +43,7 @@ _POD_TARGET = {"model_name": MODEL, **_TARGET}
 _POD_IP = "10.5.137.115"
 _POD = {"namespace": "serve", "pod": "llama-0", c.INSTANCE_LABEL: f"{_POD_IP}:8000", "job": "serve/vllm"}
 _NODE = "ip-10-1-0-12"
-_ENGINE_LABEL = c.VLLM_V1_EXTRA_LABELS[0]
+_ENGINE_LABEL = c.VLLM_ENGINE_LABEL
 
 
 # ---- SLI expressions (the dashboards read the recorded names) --------------------------------
@@ -76,7 +76,7 @@ def replica_node() -> str:
 
 def kv_cache_usage() -> str:
     """KV-cache use (0-1) of each vLLM replica, V1 or V0 spelling: its fullest engine."""
-    return f"max without ({_ENGINE_LABEL}) ({queries.vllm_kv_cache_usage()})"
+    return queries.vllm_per_replica(queries.vllm_kv_cache_usage())
 
 
 def wedged(cfg: Thresholds) -> str:
@@ -178,6 +178,11 @@ def _http(minutes: int, *failing: tuple[float, int]) -> tuple[InputSeries, ...]:
 
 # Wedge cases: 15 s samples (a usual scrape), 42 of them; the engine stops at 5 minutes (sample 20).
 _WEDGE_AT = "7m"  # two minutes after the stop
+
+
+def _wedge_case(name: str, series: tuple[InputSeries, ...], *fires: Fire) -> Case:
+    """A wedge case: evaluated at :data:`_WEDGE_AT` over 15 s samples."""
+    return Case(name, series, _WEDGE_AT, fires, interval="15s")
 
 
 def _v1(metric: str, values: str, where: dict[str, str] | None = None, **extra: str) -> InputSeries:
@@ -450,55 +455,41 @@ def group(cfg: Thresholds) -> Group:
             "engine is stopped or hung (alive, not serving). Take it out of the load balancer and "
             "restart it.",
             cases=(
-                Case(
+                _wedge_case(
                     "the engine stopped two minutes ago, 20 requests running",
                     _engine_run(*_STOPPED),
-                    _WEDGE_AT,
-                    (Fire(named, 20),),
-                    interval="15s",
+                    Fire(named, 20),
                 ),
-                Case(
+                _wedge_case(
                     "a data-parallel pod on a pod IP: both engines stopped, one alert on the node's name",
                     (*_engine_run(*_STOPPED, _POD), *_engine_run(*_STOPPED, _POD, engine="1"), _pod_gpu()),
-                    _WEDGE_AT,
-                    (Fire(pod, 40),),
-                    interval="15s",
+                    Fire(pod, 40),
                 ),
-                Case(
+                _wedge_case(
                     "a data-parallel pod: one engine still, the other serving",
                     (*_engine_run(*_STOPPED, _POD), *_engine_run(*_SERVING, _POD, engine="1"), _pod_gpu()),
-                    _WEDGE_AT,
-                    interval="15s",
                 ),
-                Case(
+                _wedge_case(
                     "saturated but progressing: a full batch, a growing queue, tokens out",
                     (
                         *_engine_run("256x41", "0+3000x41", "0+10x41"),
                         _v1(c.VLLM_NUM_REQUESTS_WAITING, "0+10x41"),
                     ),
-                    _WEDGE_AT,
-                    interval="15s",
                 ),
-                Case(
+                _wedge_case(
                     "starved: the router stopped sending it requests, nothing in flight",
                     _engine_run("12x20 0x21", "0+500x20 10000x21", "0+2x20 40x21"),
-                    _WEDGE_AT,
-                    interval="15s",
                 ),
-                Case(
+                _wedge_case(
                     "a restart: the old pod's series gone, the new pod's first two samples",
                     (
                         *_engine_run("12x20 _x21", "0+500x20 _x21", "0+2x20 _x21", _POD),
                         *_engine_run("_x26 5 5 _x13", "_x26 0 1500 _x13", "_x26 0 0 _x13", restarted),
                     ),
-                    _WEDGE_AT,
-                    interval="15s",
                 ),
-                Case(
+                _wedge_case(
                     "a new pod's first sample, requests already running",
                     _engine_run("_x27 5 _x13", "_x27 0 _x13", "_x27 0 _x13", restarted),
-                    _WEDGE_AT,
-                    interval="15s",
                 ),
             ),
         ),

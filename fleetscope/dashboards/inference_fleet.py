@@ -22,18 +22,11 @@ UID = "fleetscope-inference-fleet"
 W = "$__rate_interval"
 MODEL = "model_name"
 QUANTILES = (0.5, 0.95, 0.99)
-#: vLLM V1's engine-core index: a data-parallel pod has several, one replica.
-ENGINE_LABEL = c.VLLM_V1_EXTRA_LABELS[0]
-
-
-def per_replica(expr: str, how: str = "max") -> str:
-    """``expr`` (per vLLM engine) per replica: a pod's or target's engines aggregated by ``how``."""
-    return f"{how} without ({ENGINE_LABEL}) ({expr})"
 
 
 def replicas_count(running: str) -> str:
     """How many replicas (pods or targets, not engines) report ``running``."""
-    return f"count({per_replica(running, 'group')})"
+    return f"count({queries.vllm_per_replica(running, 'group')})"
 
 
 #: Template variable matchers: vLLM names the model ``model_name``, TGI (at scrape) and Triton
@@ -181,7 +174,7 @@ def build(cfg: Thresholds) -> g.Dashboard:
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_RUNNING)})", f"{model} running"),
                 (f"sum by ({MODEL}) ({on(c.VLLM_NUM_REQUESTS_WAITING)})", f"{model} waiting"),
             ], "short", "Running: in the batch; waiting: queued for admission.", min_value=0),
-            timeseries("KV-cache use per replica", [(per_replica(queries.vllm_kv_cache_usage(f"{{{VLLM}}}")), replica)],  # noqa: E501
+            timeseries("KV-cache use per replica", [(queries.vllm_per_replica(queries.vllm_kv_cache_usage(f"{{{VLLM}}}")), replica)],  # noqa: E501
                        f"The fullest engine of each replica; the KvCacheSaturated alert fires above "
                        f"{cfg.inference_kv_cache_full_ratio:.0%} while the replica preempts.", min_value=0,
                        max_value=1),

@@ -13,9 +13,10 @@ from __future__ import annotations
 import grafanalib.core as g
 
 from fleetscope import contract as c
+from fleetscope import queries
 from fleetscope.alerts.config import Thresholds
 from fleetscope.dashboards.common import dashboard, label_var, stat, table, timeseries
-from fleetscope.dashboards.inference_fleet import VLLM, per_replica, query_var, replica_gpus, replicas_count
+from fleetscope.dashboards.inference_fleet import VLLM, query_var, replica_gpus, replicas_count
 
 UID = "fleetscope-inference-replica"
 W = "$__rate_interval"
@@ -74,7 +75,8 @@ def build(cfg: Thresholds) -> g.Dashboard:
         return f"histogram_quantile({q}, sum by ({by}, le) ({rates}))"
 
     itl_rates = f"{rate_on_replica(itl_new)} or {rate_on_replica(itl_old)}"
-    kv = per_replica(f"({on_replica(c.VLLM_KV_CACHE_USAGE)} or {on_replica(c.VLLM_GPU_CACHE_USAGE)})")
+    kv_either = f"({on_replica(c.VLLM_KV_CACHE_USAGE)} or {on_replica(c.VLLM_GPU_CACHE_USAGE)})"
+    kv = queries.vllm_per_replica(kv_either)
     gen = f"sum by (model_name) ({rate_on_replica(c.VLLM_GENERATION_TOKENS)})"
     gpus = gpus_of(c.DCGM_FI_DEV_GPU_UTIL)
     watts = gpus_of(c.DCGM_FI_DEV_POWER_USAGE)

@@ -96,13 +96,10 @@ def start_simulator(args: argparse.Namespace, procs: Processes) -> Path:
     targets_file = procs.workdir / "targets.json"
     targets_file.unlink(missing_ok=True)  # a kept --workdir may hold the last run's
     inference = getattr(args, "workload", "training") == "inference"
-    if inference:
+    if inference or args.fault.startswith("hang_"):
+        spec = inference_scenario(args) if inference else hang_scenario(args)
         scenario = procs.workdir / "scenario.json"
-        scenario.write_text(strictjson.dumps(inference_scenario(args), indent=1) + "\n")
-        what = ["--scenario", str(scenario)]
-    elif args.fault.startswith("hang_"):
-        scenario = procs.workdir / "scenario.json"
-        scenario.write_text(strictjson.dumps(hang_scenario(args), indent=1) + "\n")
+        scenario.write_text(strictjson.dumps(spec, indent=1) + "\n")
         what = ["--scenario", str(scenario)]
     else:
         what = [

@@ -7,7 +7,7 @@ analysis (:meth:`~fleetscope.service.views.View.answer`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -36,6 +36,25 @@ def _whole(request: Request, key: str, members: Callable[[View], dict]) -> Respo
     if v is None:
         return live.unavailable(snap)
     return v.answer(snap, key, lambda: members(v))
+
+
+def _per_job(
+    request: Request,
+    job_id: str,
+    key: str,
+    table: Callable[[View], Mapping[str, Any]],
+    members: Callable[[View, Any], dict],
+) -> Response:
+    """An answer about one job, from its entry in ``table`` (404 when it has none), cached under
+    ``(key, job_id)``."""
+    live = _live(request)
+    snap, v = live.read()
+    if v is None:
+        return live.unavailable(snap)
+    entry = table(v).get(job_id)
+    if entry is None:
+        return json_response({"detail": "unknown job"}, status=404)
+    return v.answer(snap, (key, job_id), lambda: members(v, entry))
 
 
 # Handlers are ``async``: they only read memory, and a sync handler would cost a thread hop.
@@ -115,14 +134,7 @@ async def models(request: Request) -> Response:
 )
 async def job_goodput(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
     """Where the job's GPU-hours went in the window, who cost them, and the checkpoint advice."""
-    live = _live(request)
-    snap, v = live.read()
-    if v is None:
-        return live.unavailable(snap)
-    account = v.goodput.get(job_id)
-    if account is None:
-        return json_response({"detail": "unknown job"}, status=404)
-    return v.answer(snap, ("goodput", job_id), lambda: {"goodput": account})
+    return _per_job(request, job_id, "goodput", lambda v: v.goodput, lambda v, account: {"goodput": account})
 
 
 @router.get(
@@ -132,17 +144,12 @@ async def job_goodput(request: Request, job_id: Annotated[str, Path(pattern=JOB_
 )
 async def job(request: Request, job_id: Annotated[str, Path(pattern=JOB_PATTERN)]) -> Response:
     """One job: MFU, tokens/s, step time, straggler ranks and every rank's score."""
-    live = _live(request)
-    snap, v = live.read()
-    if v is None:
-        return live.unavailable(snap)
-    summary = v.jobs.get(job_id)
-    if summary is None:
-        return json_response({"detail": "unknown job"}, status=404)
-    return v.answer(
-        snap,
-        ("job", job_id),
-        lambda: {
+    return _per_job(
+        request,
+        job_id,
+        "job",
+        lambda v: v.jobs,
+        lambda v, summary: {
             "job": summary,
             "scores": v.scores.get(job_id, []),
             "findings": [d for f, d in zip(v.findings, v.finding_dicts, strict=True) if f.job_id == job_id],

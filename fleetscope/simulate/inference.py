@@ -492,11 +492,11 @@ class InferenceModel(ClusterModel):
         out = super().series()
         attr = ("pod", "namespace", "container")
         node_i = c.GPU_LABELS.index(c.NODE_LABEL)
+        now = (*self.pods, *self.restarting.tolist())  # the pods' attribution, for every GPU series
         for name, s in list(out.items()):
             if s.labels[: len(c.GPU_LABELS)] != c.GPU_LABELS:
                 continue
             hit = self._attr_cache.get(name)
-            now = (*self.pods, *self.restarting.tolist())
             if hit is None or hit[0] is not s.keys or hit[1] != now:
                 pods = [self.pod_of.get(self._slot_at(k[node_i], k[0]), "") for k in s.keys]
                 keys = [k + (p, NAMESPACE, "vllm") for k, p in zip(s.keys, pods, strict=True)]

@@ -174,21 +174,23 @@ def histogram_quantile(q: float, bounds: np.ndarray, cum: np.ndarray) -> np.ndar
         return np.where(total > 0, out, np.nan)
 
 
-def _quantile_of(
-    frames: Frames, hist: c.Histogram | None, index: dict[Replica, int], w: int, q: float
-) -> np.ndarray:
+def _quantiles_of(
+    frames: Frames, hist: c.Histogram | None, index: dict[Replica, int], w: int, *qs: float
+) -> list[np.ndarray]:
+    """The quantiles ``qs`` of ``hist`` per grid time and replica (its buckets' increase over the
+    last ``w`` grid steps, computed once for all of them)."""
     T, R = len(frames.times), len(index)
     if hist is None:
-        return np.full((T, R), np.nan)
+        return [np.full((T, R), np.nan) for _ in qs]
     cum, les = _per_replica(frames, hist.bucket, index, "sum", ("le",))
     if not les:
-        return np.full((T, R), np.nan)
+        return [np.full((T, R), np.nan) for _ in qs]
     bounds = np.array([_le_key(v[0]) for v in les])
     inc = _window(cum, w)
     top = inc[..., -1]
     # Buckets are cumulative; a bucket missing from one scrape must not make them decrease.
     inc = np.maximum.accumulate(np.nan_to_num(inc), axis=2)
-    return np.where(np.isnan(top), np.nan, histogram_quantile(q, bounds, inc))
+    return [np.where(np.isnan(top), np.nan, histogram_quantile(q, bounds, inc)) for q in qs]
 
 
 def _replicas(frames: Frames) -> list[Replica]:
@@ -325,6 +327,8 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
     finished = increase_steps(gauge(c.VLLM_REQUEST_SUCCESS))
     http_all, http_5xx = _http_per_replica(frames, replicas)
     answered_ok = np.nan_to_num(http_all) - np.nan_to_num(http_5xx)
+    itl_p95, itl_p99 = _quantiles_of(frames, itl_hist, index, w, 0.95, 0.99)
+    (ttft_p95,) = _quantiles_of(frames, ttft, index, w, 0.95)
     return ServingSignals(
         replicas=replicas,
         present=~np.isnan(running),
@@ -336,8 +340,8 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
         request_rate=requests,
         prompt_per_request=prompt_per_request,
         itl_mean=itl_mean,
-        itl_p95=_quantile_of(frames, itl_hist, index, w, 0.95),
-        ttft_p95=_quantile_of(frames, ttft, index, w, 0.95),
+        itl_p95=itl_p95,
+        ttft_p95=ttft_p95,
         gpus=_replica_gpus(frames, replicas),
         nodes=_replica_nodes(frames, replicas),
         tokens=tokens,
@@ -345,5 +349,5 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
         http_all=http_all,
         http_5xx=http_5xx,
         stalled=stalled_steps(running, tokens, finished, answered_ok),
-        itl_p99_last=_ffill(_quantile_of(frames, itl_hist, index, w, 0.99)),
+        itl_p99_last=_ffill(itl_p99),
     )
