@@ -45,14 +45,12 @@ from fleetscope.analyzers.signals.hardware import slowdown_cause
 from fleetscope.analyzers.signals.network import NetTrouble
 from fleetscope.analyzers.signals.roles import RolePeers
 from fleetscope.analyzers.signals.runs import runs_with_persistence
-from fleetscope.analyzers.signals.simultaneity import Workload, workload_slowness
+from fleetscope.analyzers.signals.simultaneity import WORKLOAD_CAUSE, Workload, workload_slowness
 from fleetscope.analyzers.signals.slowness import Slowness
 from fleetscope.analyzers.signals.window_signals import Signals
 
 #: Causes the GPU's own hardware names (against a rank merely waiting for one).
 _HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie", "ecc_correctable")
-#: The cause of a job-level info finding: slowness that moved between replicas' roles.
-WORKLOAD = "workload_imbalance"
 
 
 _ACTIONS = {
@@ -65,7 +63,7 @@ _ACTIONS = {
     "replays and errors with nvidia-smi -q -d PCIE, lspci -vv)",
     "ecc_correctable": "drain after the job's next checkpoint; its memory corrects errors at a high rate: "
     "run dcgmi diag -r 3 and check nvidia-smi -q -d ECC,ROW_REMAPPER",
-    WORKLOAD: "no hardware fault: the job's own work is unevenly spread (MoE expert load, sequence "
+    WORKLOAD_CAUSE: "no hardware fault: the job's own work is unevenly spread (MoE expert load, sequence "
     "lengths); tune the router's load balancing (auxiliary loss, capacity factor) or the data packing",
     "network": "drain after the job's next checkpoint; check the EFA device (fi_info, efa hw_counters) and "
     "its cabling; restart the job without this node if retransmits persist",
@@ -550,7 +548,7 @@ def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
                 start=float(feat.times[a]),
                 end=None if b >= last - 2 else float(feat.times[b]),
                 score=None,
-                cause=WORKLOAD,
+                cause=WORKLOAD_CAUSE,
                 evidence={
                     "imbalance": "; ".join(parts),
                     "pattern": "slow on the same role of several replicas at once, on "
@@ -558,7 +556,7 @@ def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
                     "(MoE routing, data), not a fault",
                     "confirmed_at": fmt_time(feat.times[min(spans[0].a + feat.persistence_steps - 1, last)]),
                 },
-                action=_ACTIONS[WORKLOAD],
+                action=_ACTIONS[WORKLOAD_CAUSE],
             )
         )
     return out

@@ -32,6 +32,10 @@ from fleetscope.analyzers.signals.roles import RolePeers, layout_positions
 from fleetscope.analyzers.signals.runs import runs_with_persistence
 from fleetscope.window.frames import iter_runs
 
+#: The cause that names such slowness: the straggler detector's job-level info finding, and the MFU
+#: drop it explains.
+WORKLOAD_CAUSE = "workload_imbalance"
+
 
 @dataclass(frozen=True)
 class Imbalance:
