@@ -194,7 +194,7 @@ def _drop(
                 )
             )
     else:
-        shares = _phase_shares(feat, job)
+        shares = _phase_shares(signals, job)
         if shares:
             ba, bb = idx[segs[base_i][0]], idx[segs[base_i][1] - 1]
             d = {ph: _mean_range(s, a, b) - _mean_range(s, ba, bb) for ph, s in shares.items()}
@@ -252,7 +252,7 @@ def _typical_step_dropped(
     """
     feat = signals.features
     r = feat.ranks
-    cols = r.keys["job_id"].to_numpy() == job
+    cols = signals.job_columns(job)
     work = r.flops if unit == "MFU" else r.tokens
     secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
     done = np.nansum(np.nan_to_num(work[:, cols]), axis=1)
@@ -308,9 +308,10 @@ def _mean_range(x: np.ndarray, a: int, b: int) -> float:
     return v if np.isfinite(v) else 0.0
 
 
-def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
+def _phase_shares(signals: Signals, job: str) -> dict[str, np.ndarray]:
+    feat = signals.features
     r = feat.ranks
-    cols = r.keys["job_id"].to_numpy() == job
+    cols = signals.job_columns(job)
     if not r.phases:
         return {}
     # Shares of the training step only: checkpoint and evaluation time are pauses (masked from the

@@ -562,9 +562,10 @@ def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
     return out
 
 
-def _step_change(feat: Features, node: str, a: int, b: int) -> dict[str, str]:
+def _step_change(signals: Signals, node: str, a: int, b: int) -> dict[str, str]:
     """The step time of the node's job over a..b against before: every collective waits for the
     node's network, so every rank's step (and communication) time grows."""
+    feat = signals.features
     r = feat.ranks
     if not r.steps.size:
         return {}
@@ -572,7 +573,7 @@ def _step_change(feat: Features, node: str, a: int, b: int) -> dict[str, str]:
     if not on.any():
         return {}
     job = str(r.keys["job_id"].to_numpy()[on][0])
-    cols = r.keys["job_id"].to_numpy().astype(str) == job
+    cols = signals.job_columns(job)
     secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
     steps = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=1)
 
@@ -681,7 +682,7 @@ class StragglerDetector(Detector):
                         b,
                         None,
                         "network",
-                        {**nev, **_step_change(feat, node, a, b)},
+                        {**nev, **_step_change(signals, node, a, b)},
                         confirm=a + q - 1,
                     )
                 )
