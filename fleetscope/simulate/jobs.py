@@ -308,13 +308,9 @@ class RealisticModel(ClusterModel):
         host = np.zeros(n)
         if gc and spec.gc_every_s > 0 and rng.random() < job.t0 / spec.gc_every_s:
             host[rng.integers(0, n)] = spec.gc_s * (0.5 + rng.random())
-        if S == 1:
-            pp_idle = np.zeros(n)
-            T = float(np.max(data + host + comp + opt)) + comm
-        else:
-            span = float(np.max(comp)) * (M + S - 1) / M
-            pp_idle = span - comp
-            T = float(np.max(data + host)) + span + comm + float(np.max(opt))
+        T = _lockstep(comp, data, host, opt, comm, S, M)
+        # A pipeline stage idles in the bubbles: the slowest stage's compute span less its own.
+        pp_idle = np.zeros(n) if S == 1 else float(np.max(comp)) * (M + S - 1) / M - comp
         wait = np.maximum(T - comm - data - host - comp - opt - pp_idle, 0.0)
         share = job.stage / (S - 1) if S > 1 else np.zeros(n)
         ph = {
@@ -967,7 +963,7 @@ def _lockstep(
     comp: np.ndarray, data: np.ndarray, host: np.ndarray, opt: np.ndarray, comm: float, S: int, M: int
 ) -> float:
     """The step time of ranks in lock-step (every rank waits for the slowest; pipeline stages with
-    their bubbles), as :meth:`RealisticModel._step` computes it."""
+    their bubbles): :meth:`RealisticModel._step`'s, and its fault-free reference."""
     if S == 1:
         return float(np.max(data + host + comp + opt)) + comm
     return float(np.max(data + host)) + float(np.max(comp)) * (M + S - 1) / M + comm + float(np.max(opt))
