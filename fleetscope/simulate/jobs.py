@@ -988,7 +988,7 @@ def check_training_spec(spec: ScenarioSpec) -> None:
     for f in spec.faults:
         if f.kind != "moe_imbalance":
             continue
-        on = [j for j in spec.jobs if j.first_node <= f.node < j.first_node + (j.nodes or spec.nodes)]
-        ep = on[0].expert_parallel if on else spec.expert_parallel
+        on = spec.job_on(f.node)
+        ep = spec.expert_parallel if on is None else on.expert_parallel
         if ep < 2:
             raise FleetscopeError("moe_imbalance needs a job with expert_parallel of 2 or more")
