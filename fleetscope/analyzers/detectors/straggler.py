@@ -251,6 +251,12 @@ def _rank_flags(
     return soft, hard, by_role, learnt
 
 
+def _strong_steps(feat: Features) -> int:
+    """Grid steps that confirm a slow period with strong evidence: ``strong_confirm_steps``, never
+    more than ``persistence_s`` asks of any period."""
+    return max(1, min(feat.persistence_steps, feat.config.strong_confirm_steps))
+
+
 def _large(sl: Slowness, bar: float, noise: float) -> np.ndarray:
     """Per grid time and rank: the GPU's timed work (compute or forward, medians over the rate
     window, not a gauge's moment) at least ``bar`` x its peers', and that excess at least twice the
@@ -285,7 +291,7 @@ def _episodes(
     gauge's moment is no median (a HW slowdown bit for 45 s at a load change is normal).
     """
     p = feat.persistence_steps
-    q = max(1, min(p, feat.config.strong_confirm_steps)) if quick else max(1, p // 3)
+    q = _strong_steps(feat) if quick else max(1, p // 3)
     w = feat.rate_window_steps
     ql = max(q, min(p, w))  # a large slowdown without evidence: held for one rate window
     runs = runs_with_persistence(soft, p, bridge=w)
@@ -294,8 +300,9 @@ def _episodes(
     flagged = np.zeros(len(soft), dtype=bool)
     for a, b in runs + hard_runs + large_runs:
         flagged[a : b + 1] = True
+    hard_need = q if quick else p  # the hardware's evidence, in all
     confirm: dict[int, int] = {}
-    for rs, need in ((runs, p), (large_runs, ql), (hard_runs, q if quick else p)):
+    for rs, need in ((runs, p), (large_runs, ql), (hard_runs, hard_need)):
         for a, _ in rs:
             confirm[a] = min(confirm.get(a, a + need - 1), a + need - 1)
     gap = max(1, round(feat.config.episode_gap_s / feat.step))
@@ -306,7 +313,7 @@ def _episodes(
         else:
             merged.append((a, b, confirm[a]))
     # Sustained or repeated: a blip shorter than its confirmation is not a straggler.
-    need = (q if quick else p) if hard_runs else ql if large_runs else p
+    need = hard_need if hard_runs else ql if large_runs else p
     return [
         (a, b, float(flagged[a : b + 1].mean()), k) for a, b, k in merged if flagged[a : b + 1].sum() >= need
     ]
@@ -657,7 +664,7 @@ class StragglerDetector(Detector):
         findings.extend(_workload_findings(feat, workload))
         # Network: node-level; it replaces the node's own rank findings that it explains. The EFA
         # counters are the hardware's own evidence: confirmed within two scrape windows.
-        q = max(1, min(feat.persistence_steps, feat.config.strong_confirm_steps))
+        q = _strong_steps(feat)
         for node, (flag, nev) in net.items():
             for a, b in runs_with_persistence(flag, q, bridge=feat.rate_window_steps):
                 t0, t1 = float(feat.times[a]), float(feat.times[b])
