@@ -43,6 +43,7 @@ from fleetscope.simulate.model import (
     COMM_S,
     COMPUTE_S,
     DATA_S,
+    EFA_PACKET_BYTES,
     MAX_SM_CLOCK,
     OPT_S,
     TOKENS_PER_STEP,
@@ -802,7 +803,7 @@ class RealisticModel(ClusterModel):
         per_dev = (node_steps * STEP_BYTES + node_eval * 2e6 * dt)[:, None] / E * np.ones((1, E))
         per_dev *= 1 + rng.normal(0, 0.02, per_dev.shape)
         base = self.node_present[:, None].astype(float)
-        pkts = per_dev / 8800
+        pkts = per_dev / EFA_PACKET_BYTES
         for name, v in (
             ("tx_bytes", per_dev),
             ("rx_bytes", per_dev),
@@ -822,7 +823,7 @@ class RealisticModel(ClusterModel):
         for node, dev, sev, precursor in eff["bad_efa"]:
             p = pkts[node, dev] + 2e5 * dt / 15
             self.efa["retrans_pkts"][node, dev] += p * (0.03 + 0.1 * sev)
-            self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * 8800
+            self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * EFA_PACKET_BYTES
             burst = 4.0 if precursor else 1.0
             self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * burst * dt / 15)
             self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * burst * dt / 15)
@@ -857,11 +858,11 @@ class RealisticModel(ClusterModel):
             if senders:
                 each = dropped / len(senders)
                 self.efa["retrans_pkts"][senders, dev] += each
-                self.efa["retrans_bytes"][senders, dev] += each * 8800
+                self.efa["retrans_bytes"][senders, dev] += each * EFA_PACKET_BYTES
         for nodes, share in eff["congestion"]:
             here = [n for n in nodes if self.node_present[n]]
             self.efa["retrans_pkts"][here] += pkts[here] * share
-            self.efa["retrans_bytes"][here] += pkts[here] * share * 8800
+            self.efa["retrans_bytes"][here] += pkts[here] * share * EFA_PACKET_BYTES
 
     def _missing(self, dt: float) -> set[int]:
         """Nodes whose scrape is missing now: an exporter gap, or a random missed scrape."""
