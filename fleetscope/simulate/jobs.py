@@ -43,6 +43,7 @@ from fleetscope.simulate.model import (
     COMM_S,
     COMPUTE_S,
     DATA_S,
+    EFA_PACKET_BYTES,
     MAX_SM_CLOCK,
     OPT_S,
     TOKENS_PER_STEP,
@@ -308,13 +309,9 @@ class RealisticModel(ClusterModel):
         host = np.zeros(n)
         if gc and spec.gc_every_s > 0 and rng.random() < job.t0 / spec.gc_every_s:
             host[rng.integers(0, n)] = spec.gc_s * (0.5 + rng.random())
-        if S == 1:
-            pp_idle = np.zeros(n)
-            T = float(np.max(data + host + comp + opt)) + comm
-        else:
-            span = float(np.max(comp)) * (M + S - 1) / M
-            pp_idle = span - comp
-            T = float(np.max(data + host)) + span + comm + float(np.max(opt))
+        T = _lockstep(comp, data, host, opt, comm, S, M)
+        # A pipeline stage idles in the bubbles: the slowest stage's compute span less its own.
+        pp_idle = np.zeros(n) if S == 1 else float(np.max(comp)) * (M + S - 1) / M - comp
         wait = np.maximum(T - comm - data - host - comp - opt - pp_idle, 0.0)
         share = job.stage / (S - 1) if S > 1 else np.zeros(n)
         ph = {
@@ -806,7 +803,7 @@ class RealisticModel(ClusterModel):
         per_dev = (node_steps * STEP_BYTES + node_eval * 2e6 * dt)[:, None] / E * np.ones((1, E))
         per_dev *= 1 + rng.normal(0, 0.02, per_dev.shape)
         base = self.node_present[:, None].astype(float)
-        pkts = per_dev / 8800
+        pkts = per_dev / EFA_PACKET_BYTES
         for name, v in (
             ("tx_bytes", per_dev),
             ("rx_bytes", per_dev),
@@ -826,7 +823,7 @@ class RealisticModel(ClusterModel):
         for node, dev, sev, precursor in eff["bad_efa"]:
             p = pkts[node, dev] + 2e5 * dt / 15
             self.efa["retrans_pkts"][node, dev] += p * (0.03 + 0.1 * sev)
-            self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * 8800
+            self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * EFA_PACKET_BYTES
             burst = 4.0 if precursor else 1.0
             self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * burst * dt / 15)
             self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * burst * dt / 15)
@@ -861,11 +858,11 @@ class RealisticModel(ClusterModel):
             if senders:
                 each = dropped / len(senders)
                 self.efa["retrans_pkts"][senders, dev] += each
-                self.efa["retrans_bytes"][senders, dev] += each * 8800
+                self.efa["retrans_bytes"][senders, dev] += each * EFA_PACKET_BYTES
         for nodes, share in eff["congestion"]:
             here = [n for n in nodes if self.node_present[n]]
             self.efa["retrans_pkts"][here] += pkts[here] * share
-            self.efa["retrans_bytes"][here] += pkts[here] * share * 8800
+            self.efa["retrans_bytes"][here] += pkts[here] * share * EFA_PACKET_BYTES
 
     def _missing(self, dt: float) -> set[int]:
         """Nodes whose scrape is missing now: an exporter gap, or a random missed scrape."""
@@ -967,7 +964,7 @@ def _lockstep(
     comp: np.ndarray, data: np.ndarray, host: np.ndarray, opt: np.ndarray, comm: float, S: int, M: int
 ) -> float:
     """The step time of ranks in lock-step (every rank waits for the slowest; pipeline stages with
-    their bubbles), as :meth:`RealisticModel._step` computes it."""
+    their bubbles): :meth:`RealisticModel._step`'s, and its fault-free reference."""
     if S == 1:
         return float(np.max(data + host + comp + opt)) + comm
     return float(np.max(data + host)) + float(np.max(comp)) * (M + S - 1) / M + comm + float(np.max(opt))
@@ -992,7 +989,7 @@ def check_training_spec(spec: ScenarioSpec) -> None:
     for f in spec.faults:
         if f.kind != "moe_imbalance":
             continue
-        on = [j for j in spec.jobs if j.first_node <= f.node < j.first_node + (j.nodes or spec.nodes)]
-        ep = on[0].expert_parallel if on else spec.expert_parallel
+        on = spec.job_on(f.node)
+        ep = spec.expert_parallel if on is None else on.expert_parallel
         if ep < 2:
             raise FleetscopeError("moe_imbalance needs a job with expert_parallel of 2 or more")

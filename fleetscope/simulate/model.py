@@ -39,6 +39,8 @@ STEP_TYPICAL_S = 4.3
 #: MFU of a healthy job (typical H100 BF16: 35-45%, docs/design.md#mfu-and-peak-flops).
 NOMINAL_MFU = 0.40
 TOKENS_PER_STEP = 4 * 4096  # per rank: micro-batches x sequence length
+#: Bytes per EFA packet the simulator counts: packets = bytes / this, for sent and resent alike.
+EFA_PACKET_BYTES = 8800
 MAX_SM_CLOCK = 1980.0
 RESTART_WARMUP_S = 60.0
 #: Checkpoint bytes a node writes per second of a checkpoint (its Lustre write burst).
@@ -469,7 +471,7 @@ class ClusterModel:
             np.add.at(node_steps, self.slot_node, in_job * done)
             per_dev = node_steps[:, None] / self.gpn * 2.4e9 / self.E * np.ones((1, self.E))
             per_dev *= 1 + rng.normal(0, 0.02, per_dev.shape)
-            pkts = per_dev / 8800
+            pkts = per_dev / EFA_PACKET_BYTES
             base = self.node_present[:, None].astype(float)
             self.efa["tx_bytes"] += per_dev * base
             self.efa["rx_bytes"] += per_dev * base
@@ -487,7 +489,7 @@ class ClusterModel:
             for node, dev, sev in eff["bad_efa"]:  # type: ignore[union-attr]
                 p = pkts[node, dev] + 2e5 * dt / 15
                 self.efa["retrans_pkts"][node, dev] += p * (0.03 + 0.1 * sev)
-                self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * 8800
+                self.efa["retrans_bytes"][node, dev] += p * (0.03 + 0.1 * sev) * EFA_PACKET_BYTES
                 self.efa["retrans_timeout_events"][node, dev] += rng.poisson(3 * dt / 15)
                 self.efa["impaired_remote_conn_events"][node, dev] += rng.poisson(2 * dt / 15)
                 self.efa["unresponsive_remote_events"][node, dev] += rng.poisson(0.3 * dt / 15)

@@ -214,6 +214,14 @@ class ScenarioSpec:
         """True when the spec runs the realistic model (every family but ``classic``)."""
         return self.family != "classic"
 
+    def job_on(self, node: int) -> JobSpec | None:
+        """The job of :attr:`jobs` that runs on ``node`` at the start (None: no listed job does, so
+        the one job shaped by the spec's own fields)."""
+        for j in self.jobs:
+            if j.first_node <= node < j.first_node + (j.nodes or self.nodes):
+                return j
+        return None
+
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise FleetscopeError("a cluster needs at least one node with one GPU")

@@ -74,10 +74,8 @@ def training_rules(f: FaultSpec) -> list[tuple[str, str, str, bool]]:
 
 def _job_of(spec: ScenarioSpec, node: int) -> tuple[str, int]:
     """(job id, first node) of the job running on ``node`` at the start."""
-    for j in spec.jobs:
-        if j.first_node <= node < j.first_node + (j.nodes or spec.nodes):
-            return j.job_id, j.first_node
-    return spec.job_id, 0
+    j = spec.job_on(node)
+    return (spec.job_id, 0) if j is None else (j.job_id, j.first_node)
 
 
 def _expected(

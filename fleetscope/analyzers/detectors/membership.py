@@ -130,7 +130,7 @@ class MembershipDetector(Detector):
                         severity="info",
                         node=node,
                         start=start,
-                        end=end if cause != "node_joined" else start,
+                        end=start if joined else end,
                         cause=cause,
                         # a join is known when the series begins (not from the window's start)
                         evidence={

@@ -34,6 +34,7 @@ from fleetscope.analyzers.carry import Carry
 from fleetscope.analyzers.detectors.base import Detection, Detector
 from fleetscope.analyzers.features import Features, fmt_time
 from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.signals.simultaneity import WORKLOAD_CAUSE
 from fleetscope.analyzers.signals.window_signals import Signals
 from fleetscope.window.frames import rolling_sum
 
@@ -48,11 +49,9 @@ _ACTIONS = {
     "without the node whose link is degraded",
     "storage": "checkpoints take longer than usual: check the FSx for Lustre throughput and capacity",
     "unknown": "compare the step phase breakdown before and after the change point",
-    "workload_imbalance": "no hardware fault: the job's work is unevenly spread (MoE expert load, sequence "
+    WORKLOAD_CAUSE: "no hardware fault: the job's work is unevenly spread (MoE expert load, sequence "
     "lengths); tune the router's load balancing or the data packing",
 }
-#: The straggler detector's job-level info cause for slowness that moved between replicas' roles.
-WORKLOAD = "workload_imbalance"
 
 
 def binary_segmentation(x: np.ndarray, min_size: int, penalty: float) -> list[int]:
@@ -172,7 +171,7 @@ def _drop(
     slow = [f for f in overlapping if f.severity != "info"]
     # Slowness that moved between replicas' roles (MoE routing, data) explains a drop as the job's own
     # work: reported as info, never blamed on the network (docs/design.md#simultaneity-is-structure).
-    workload = [f for f in overlapping if f.cause == WORKLOAD]
+    workload = [f for f in overlapping if f.cause == WORKLOAD_CAUSE]
     if failing:
         cause = "failing_node"
         ev["failing_node"] = ", ".join(sorted({f"{f.node} gpu {f.gpu} ({f.cause})" for f in failing}))
@@ -195,7 +194,7 @@ def _drop(
                 )
             )
     else:
-        shares = _phase_shares(feat, job)
+        shares = _phase_shares(signals, job)
         if shares:
             ba, bb = idx[segs[base_i][0]], idx[segs[base_i][1] - 1]
             d = {ph: _mean_range(s, a, b) - _mean_range(s, ba, bb) for ph, s in shares.items()}
@@ -211,18 +210,18 @@ def _drop(
         if workload and cause in ("unknown", "network"):
             # The replicas wait for the hot role in their collectives, so the communication share
             # grows: that is the imbalance, not the network (no node's EFA counters say otherwise).
-            cause = WORKLOAD
-            ev[WORKLOAD] = workload[0].evidence.get("imbalance", "")
+            cause = WORKLOAD_CAUSE
+            ev[WORKLOAD_CAUSE] = workload[0].evidence.get("imbalance", "")
     # A baseline carried from earlier chunks of a streamed window has no steps here to compare with
     # (this chunk's best segment is inside the drop): the drop was measured from it there.
     if (
-        cause in ("unknown", WORKLOAD)
+        cause in ("unknown", WORKLOAD_CAUSE)
         and own_base
         and not _typical_step_dropped(signals, job, unit, a, b, segs, idx, base_i)
     ):
         return None
     ev["confirmed_at"] = fmt_time(times[min(a + max(1, int(cfg.mfu_min_drop_s / feat.step)) - 1, last)])
-    sev = "critical" if lvl <= base * 0.5 else "info" if cause == WORKLOAD else "warning"
+    sev = "critical" if lvl <= base * 0.5 else "info" if cause == WORKLOAD_CAUSE else "warning"
     node, gpu = (
         _culprit(failing or slow) if cause in ("failing_node", "straggler", "network") else (None, None)
     )
@@ -253,7 +252,7 @@ def _typical_step_dropped(
     """
     feat = signals.features
     r = feat.ranks
-    cols = r.keys["job_id"].to_numpy() == job
+    cols = signals.job_columns(job)
     work = r.flops if unit == "MFU" else r.tokens
     secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
     done = np.nansum(np.nan_to_num(work[:, cols]), axis=1)
@@ -309,9 +308,10 @@ def _mean_range(x: np.ndarray, a: int, b: int) -> float:
     return v if np.isfinite(v) else 0.0
 
 
-def _phase_shares(feat: Features, job: str) -> dict[str, np.ndarray]:
+def _phase_shares(signals: Signals, job: str) -> dict[str, np.ndarray]:
+    feat = signals.features
     r = feat.ranks
-    cols = r.keys["job_id"].to_numpy() == job
+    cols = signals.job_columns(job)
     if not r.phases:
         return {}
     # Shares of the training step only: checkpoint and evaluation time are pauses (masked from the

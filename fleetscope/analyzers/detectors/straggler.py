@@ -45,14 +45,12 @@ from fleetscope.analyzers.signals.hardware import slowdown_cause
 from fleetscope.analyzers.signals.network import NetTrouble
 from fleetscope.analyzers.signals.roles import RolePeers
 from fleetscope.analyzers.signals.runs import runs_with_persistence
-from fleetscope.analyzers.signals.simultaneity import Workload, workload_slowness
+from fleetscope.analyzers.signals.simultaneity import WORKLOAD_CAUSE, Workload, workload_slowness
 from fleetscope.analyzers.signals.slowness import Slowness
 from fleetscope.analyzers.signals.window_signals import Signals
 
 #: Causes the GPU's own hardware names (against a rank merely waiting for one).
 _HARDWARE_CAUSES = ("thermal_throttle", "power_brake", "hw_slowdown", "pcie", "ecc_correctable")
-#: The cause of a job-level info finding: slowness that moved between replicas' roles.
-WORKLOAD = "workload_imbalance"
 
 
 _ACTIONS = {
@@ -65,7 +63,7 @@ _ACTIONS = {
     "replays and errors with nvidia-smi -q -d PCIE, lspci -vv)",
     "ecc_correctable": "drain after the job's next checkpoint; its memory corrects errors at a high rate: "
     "run dcgmi diag -r 3 and check nvidia-smi -q -d ECC,ROW_REMAPPER",
-    WORKLOAD: "no hardware fault: the job's own work is unevenly spread (MoE expert load, sequence "
+    WORKLOAD_CAUSE: "no hardware fault: the job's own work is unevenly spread (MoE expert load, sequence "
     "lengths); tune the router's load balancing (auxiliary loss, capacity factor) or the data packing",
     "network": "drain after the job's next checkpoint; check the EFA device (fi_info, efa hw_counters) and "
     "its cabling; restart the job without this node if retransmits persist",
@@ -253,6 +251,12 @@ def _rank_flags(
     return soft, hard, by_role, learnt
 
 
+def _strong_steps(feat: Features) -> int:
+    """Grid steps that confirm a slow period with strong evidence: ``strong_confirm_steps``, never
+    more than ``persistence_s`` asks of any period."""
+    return max(1, min(feat.persistence_steps, feat.config.strong_confirm_steps))
+
+
 def _large(sl: Slowness, bar: float, noise: float) -> np.ndarray:
     """Per grid time and rank: the GPU's timed work (compute or forward, medians over the rate
     window, not a gauge's moment) at least ``bar`` x its peers', and that excess at least twice the
@@ -287,7 +291,7 @@ def _episodes(
     gauge's moment is no median (a HW slowdown bit for 45 s at a load change is normal).
     """
     p = feat.persistence_steps
-    q = max(1, min(p, feat.config.strong_confirm_steps)) if quick else max(1, p // 3)
+    q = _strong_steps(feat) if quick else max(1, p // 3)
     w = feat.rate_window_steps
     ql = max(q, min(p, w))  # a large slowdown without evidence: held for one rate window
     runs = runs_with_persistence(soft, p, bridge=w)
@@ -296,8 +300,9 @@ def _episodes(
     flagged = np.zeros(len(soft), dtype=bool)
     for a, b in runs + hard_runs + large_runs:
         flagged[a : b + 1] = True
+    hard_need = q if quick else p  # the hardware's evidence, in all
     confirm: dict[int, int] = {}
-    for rs, need in ((runs, p), (large_runs, ql), (hard_runs, q if quick else p)):
+    for rs, need in ((runs, p), (large_runs, ql), (hard_runs, hard_need)):
         for a, _ in rs:
             confirm[a] = min(confirm.get(a, a + need - 1), a + need - 1)
     gap = max(1, round(feat.config.episode_gap_s / feat.step))
@@ -308,7 +313,7 @@ def _episodes(
         else:
             merged.append((a, b, confirm[a]))
     # Sustained or repeated: a blip shorter than its confirmation is not a straggler.
-    need = (q if quick else p) if hard_runs else ql if large_runs else p
+    need = hard_need if hard_runs else ql if large_runs else p
     return [
         (a, b, float(flagged[a : b + 1].mean()), k) for a, b, k in merged if flagged[a : b + 1].sum() >= need
     ]
@@ -550,7 +555,7 @@ def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
                 start=float(feat.times[a]),
                 end=None if b >= last - 2 else float(feat.times[b]),
                 score=None,
-                cause=WORKLOAD,
+                cause=WORKLOAD_CAUSE,
                 evidence={
                     "imbalance": "; ".join(parts),
                     "pattern": "slow on the same role of several replicas at once, on "
@@ -558,15 +563,16 @@ def _workload_findings(feat: Features, workload: Workload) -> list[Finding]:
                     "(MoE routing, data), not a fault",
                     "confirmed_at": fmt_time(feat.times[min(spans[0].a + feat.persistence_steps - 1, last)]),
                 },
-                action=_ACTIONS[WORKLOAD],
+                action=_ACTIONS[WORKLOAD_CAUSE],
             )
         )
     return out
 
 
-def _step_change(feat: Features, node: str, a: int, b: int) -> dict[str, str]:
+def _step_change(signals: Signals, node: str, a: int, b: int) -> dict[str, str]:
     """The step time of the node's job over a..b against before: every collective waits for the
     node's network, so every rank's step (and communication) time grows."""
+    feat = signals.features
     r = feat.ranks
     if not r.steps.size:
         return {}
@@ -574,7 +580,7 @@ def _step_change(feat: Features, node: str, a: int, b: int) -> dict[str, str]:
     if not on.any():
         return {}
     job = str(r.keys["job_id"].to_numpy()[on][0])
-    cols = r.keys["job_id"].to_numpy().astype(str) == job
+    cols = signals.job_columns(job)
     secs = np.nansum(np.nan_to_num(r.step_seconds[:, cols]), axis=1)
     steps = np.nansum(np.nan_to_num(r.steps[:, cols]), axis=1)
 
@@ -658,7 +664,7 @@ class StragglerDetector(Detector):
         findings.extend(_workload_findings(feat, workload))
         # Network: node-level; it replaces the node's own rank findings that it explains. The EFA
         # counters are the hardware's own evidence: confirmed within two scrape windows.
-        q = max(1, min(feat.persistence_steps, feat.config.strong_confirm_steps))
+        q = _strong_steps(feat)
         for node, (flag, nev) in net.items():
             for a, b in runs_with_persistence(flag, q, bridge=feat.rate_window_steps):
                 t0, t1 = float(feat.times[a]), float(feat.times[b])
@@ -683,7 +689,7 @@ class StragglerDetector(Detector):
                         b,
                         None,
                         "network",
-                        {**nev, **_step_change(feat, node, a, b)},
+                        {**nev, **_step_change(signals, node, a, b)},
                         confirm=a + q - 1,
                     )
                 )

@@ -62,7 +62,7 @@ def node_network_trouble(feat: Features) -> NetTrouble:
         ratio = re_rate / tx_rate
     busy_link = np.nan_to_num(tx_rate) >= cfg.efa_min_tx_pps
     bad = (busy_link & (np.nan_to_num(ratio) >= cfg.retrans_ratio)) | (ev * 60 >= cfg.efa_events_per_min)
-    rx_bad, rx_ev = _receive_side(feat, lab, aligned, re_rate)
+    rx_bad, rx_ev = _receive_side(feat, lab, aligned, re_rate, ratio)
     bad = bad | rx_bad
     for j, (node, dev) in enumerate(idx):
         if not bad[:, j].any():
@@ -79,10 +79,11 @@ def node_network_trouble(feat: Features) -> NetTrouble:
 
 
 def _receive_side(
-    feat: Features, lab, aligned, re_rate: np.ndarray
+    feat: Features, lab, aligned, re_rate: np.ndarray, send_ratio: np.ndarray
 ) -> tuple[np.ndarray, dict[int, dict[str, str]]]:
     """Per grid time and device column: the device drops what it receives (see the module
-    docstring), and the evidence of each such device."""
+    docstring), and the evidence of each such device. ``re_rate`` and ``send_ratio``: every
+    device's retransmit rate and its retransmits over what it sent, as the send side computed them."""
     cfg = feat.config
     bad = np.zeros(re_rate.shape, dtype=bool)
     evidence: dict[int, dict[str, str]] = {}
@@ -121,9 +122,7 @@ def _receive_side(
                 f"{np.nanmax(np.nan_to_num(peer[flag])):.2%})"
             }
             if srd:
-                tx = aligned(c.EFA_TX_PKTS)
-                tx_rate = rate(tx, feat.step, feat.rate_window_steps)
-                sender = np.where(others[None, :], re_rate / tx_rate, np.nan)[flag]
+                sender = np.where(others[None, :], send_ratio, np.nan)[flag]
                 worst = float(np.nanmax(sender)) if np.isfinite(sender).any() else float("nan")
                 ev["senders' retrans_pkts/tx_pkts"] = (
                     f"at most {worst:.2%} each (threshold {cfg.retrans_ratio:.1%}): the receiver drops, "

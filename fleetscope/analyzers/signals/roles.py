@@ -32,7 +32,7 @@ from fleetscope.window.frames import row_codes
 #: cannot say which of the two is the odd one.
 MIN_ROLE_PEERS = 2
 #: Layout labels that place a rank inside its replica (all but ``data_parallel_rank``).
-_POSITION = (
+POSITION_LABELS = (
     c.PIPELINE_STAGE_LABEL,
     c.TENSOR_PARALLEL_RANK_LABEL,
     c.CONTEXT_PARALLEL_RANK_LABEL,
@@ -128,7 +128,7 @@ def layout_positions(feat: Features) -> dict[tuple[str, str], tuple[str, ...]]:
     cols = f.labels.columns if len(f) else ()
     if c.DATA_PARALLEL_RANK_LABEL not in cols or c.PIPELINE_STAGE_LABEL not in cols:
         return {}
-    keys = [k for k in _POSITION if k in cols]
+    keys = [k for k in POSITION_LABELS if k in cols]
     out: dict[tuple[str, str], tuple[str, ...]] = {}
     for row in zip(
         f.column("job_id"),

@@ -28,9 +28,13 @@ import numpy as np
 
 from fleetscope import contract as c
 from fleetscope.analyzers.features import Features
-from fleetscope.analyzers.signals.roles import RolePeers, layout_positions
+from fleetscope.analyzers.signals.roles import POSITION_LABELS, RolePeers, layout_positions
 from fleetscope.analyzers.signals.runs import runs_with_persistence
 from fleetscope.window.frames import iter_runs
+
+#: The cause that names such slowness: the straggler detector's job-level info finding, and the MFU
+#: drop it explains.
+WORKLOAD_CAUSE = "workload_imbalance"
 
 
 @dataclass(frozen=True)
@@ -130,16 +134,7 @@ def _role_labels(feat: Features, roles: RolePeers, ids: list[tuple[str, ...]]) -
     """Per rank column: its role in words (the expert-parallel rank where the layout has one)."""
     pos = layout_positions(feat)
     info = feat.frames.get(c.TRAINING_INFO)
-    cols = [
-        k
-        for k in (
-            c.PIPELINE_STAGE_LABEL,
-            c.TENSOR_PARALLEL_RANK_LABEL,
-            c.CONTEXT_PARALLEL_RANK_LABEL,
-            c.EXPERT_PARALLEL_RANK_LABEL,
-        )
-        if len(info) and k in info.labels.columns
-    ]
+    cols = [k for k in POSITION_LABELS if len(info) and k in info.labels.columns]
     names = {
         c.PIPELINE_STAGE_LABEL: "pipeline stage",
         c.TENSOR_PARALLEL_RANK_LABEL: "tensor-parallel rank",
