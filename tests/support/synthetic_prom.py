@@ -1,0 +1,689 @@
+"""A synthetic Prometheus HTTP API for a simulated fleet of any size (benchmarks and tests).
+
+The simulator's model (:mod:`fleetscope.simulate`) is a time-stepped state machine: a node's
+samples at time t come from every tick before t (counters, checkpoints, restarts, the random
+stream shared by all nodes), so one node cannot be computed on its own at an arbitrary time. So
+a **tile** of T nodes is simulated once over the whole time range (:class:`Tile`), and fleet node
+``i`` is tile node ``i % T`` in copy ``k = i // T``, with its identity renamed (:class:`Fleet`):
+``Hostname`` (and ``instance``) become ``node_name(i)``, ``job_id`` gets the suffix ``-k`` (copy
+0 keeps the tile's names), a GPU's ``UUID`` its copy in the last hex digits. Values are the
+tile's: every copy of a node reports the same samples. Memory is the tile's samples plus the
+fleet's layout (host names are computed, not stored); nothing grows per copy.
+
+The server (:class:`SyntheticPrometheus`, a threaded ``http.server``) answers ``/api/v1/query``,
+``/api/v1/query_range`` and ``/api/v1/series`` (GET or form POST, like Prometheus), plus
+``/api/v1/status/buildinfo`` and ``/-/ready``, in Prometheus' JSON layout: ``matrix`` results
+sorted by labels, timestamps as seconds with milliseconds, values as strings (Go's shortest
+formatting), 400 ``bad_data`` for anything outside the PromQL subset of
+:mod:`tests.support.promql_subset`. Semantics are Prometheus 2.x's (the version the tests run):
+range selectors and the 5-minute lookback are closed intervals ``[t - d, t]``,
+``last_over_time`` keeps ``__name__``, aggregations keep only their ``by`` labels.
+
+Evaluation works on the tile: a selector picks tile series (its non-identity matchers tested
+once per tile series) and, per tile node, the copies selected by its ``Hostname`` matchers (a
+``=~`` of literals is looked up name by name, so a shard's 500-node matcher costs O(its nodes));
+each tile series' points are computed and formatted once per query and reused by every copy.
+
+``/synthetic/stats`` (GET) returns what was answered so far: queries by endpoint, samples
+answered (points in the answers), samples scanned (raw samples the selectors covered, what a
+real Prometheus reads from its TSDB), answer bytes; ``?reset=1`` zeroes them.
+
+Run alone: ``python -m tests.support.synthetic_prom --fleet-nodes 4096 --tile-nodes 128`` prints
+one JSON line with its URL once it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fleetscope import contract as c  # noqa: E402
+from fleetscope.simulate.spec import ScenarioSpec, node_name  # noqa: E402
+from tests.support.promql_subset import (  # noqa: E402
+    Aggregate,
+    Expr,
+    LastOverTime,
+    Matcher,
+    PromQLError,
+    Selector,
+    parse,
+    selector_of,
+)
+
+JOB_LABEL = "job_id"
+UUID_LABEL = "UUID"
+INSTANCE_LABEL = "instance"
+#: Labels whose values name a node's identity: renamed per copy.
+RENAMED = frozenset((c.NODE_LABEL, JOB_LABEL, UUID_LABEL, INSTANCE_LABEL))
+#: Prometheus' default ``--query.lookback-delta``, for bare vector selectors.
+LOOKBACK_MS = 300_000
+#: Prometheus refuses range queries of more points per series.
+MAX_POINTS = 11_000
+#: Functions that keep ``__name__`` (Prometheus 2.x).
+KEEPS_NAME = frozenset(("last_over_time",))
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+# ---------------------------------------------------------------------- formatting (Prometheus')
+def format_value(v: float) -> str:
+    """A sample value as Prometheus writes it (Go ``strconv`` shortest, ``'f'`` between 1e-6 and
+    1e21, ``'e'`` outside; ``NaN``, ``+Inf``, ``-Inf``)."""
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "+Inf" if v > 0 else "-Inf"
+    a = abs(v)
+    if a == 0 or 1e-6 <= a < 1e21:
+        r = repr(v)
+        if "e" in r:
+            return np.format_float_positional(v, unique=True, trim="-")
+        return r[:-2] if r.endswith(".0") else r
+    return repr(v)  # Python's and Go's shortest exponent forms agree (1e-07, 1.5e+21)
+
+
+def format_time(ms: int) -> str:
+    """A timestamp as Prometheus writes it: seconds, and ``.ddd`` when there are milliseconds."""
+    sign, ms = ("-", -ms) if ms < 0 else ("", ms)
+    s, frac = divmod(ms, 1000)
+    return f"{sign}{s}.{frac:03d}" if frac else f"{sign}{s}"
+
+
+def _labels_json(pairs: Pairs) -> str:
+    return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------- the tile
+@dataclass
+class TileSeries:
+    name: str
+    pairs: Pairs  # sorted by label name, without __name__, no empty values
+    node: int | None  # tile node index (None: no Hostname)
+    times: np.ndarray  # int64 ms, increasing
+    values: np.ndarray
+
+
+@dataclass
+class Tile:
+    """Every series of a simulated ``spec`` (T nodes) over its whole duration."""
+
+    nodes: int
+    series: list[TileSeries]
+    by_metric: dict[str, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, s in enumerate(self.series):
+            self.by_metric.setdefault(s.name, []).append(i)
+
+    @classmethod
+    def simulate(cls, spec: ScenarioSpec) -> Tile:
+        from fleetscope.simulate.record import simulate
+
+        rec = simulate(spec)
+        hosts = {node_name(i): i for i in range(spec.nodes)}
+        out: list[TileSeries] = []
+        for name in rec.metric_names():
+            label_names = rec.labels[name]
+            for key, (t, v) in rec.series_of(name).items():
+                if not len(t):
+                    continue
+                pairs = tuple(sorted((k, x) for k, x in zip(label_names, key, strict=True) if x != ""))
+                host = dict(pairs).get(c.NODE_LABEL)
+                ms = np.round(np.asarray(t, float) * 1000).astype(np.int64)
+                out.append(TileSeries(name, pairs, hosts.get(host) if host else None, ms, np.asarray(v, float)))
+        return cls(spec.nodes, out)
+
+    def families(self) -> Iterator[tuple[str, Iterator[tuple[Pairs, np.ndarray, np.ndarray]]]]:
+        """The tile as the exposition writer reads it (times in seconds)."""
+        for name, ids in self.by_metric.items():
+            yield name, ((self.series[i].pairs, self.series[i].times / 1000.0, self.series[i].values) for i in ids)
+
+
+# ---------------------------------------------------------------------- the fleet
+_HOST = re.compile(r"ip-10-1-(\d+)-(\d+)")
+
+
+def node_index(host: str) -> int | None:
+    """The index of a ``node_name`` (None when ``host`` is not one)."""
+    m = _HOST.fullmatch(host)
+    if m is None:
+        return None
+    i = int(m.group(1)) * 200 + int(m.group(2)) - 10
+    return i if i >= 0 and node_name(i) == host else None
+
+
+class Fleet:
+    """``nodes`` nodes made of copies of ``tile`` (module docstring)."""
+
+    def __init__(self, tile: Tile, nodes: int) -> None:
+        if nodes < 1:
+            raise ValueError("a fleet needs at least one node")
+        self.tile, self.nodes, self.T = tile, nodes, tile.nodes
+
+    def copies_of(self, t: int) -> int:
+        """How many copies of tile node ``t`` the fleet holds."""
+        return max(0, (self.nodes - t + self.T - 1) // self.T)
+
+    def families(self) -> Iterator[tuple[str, Iterator[tuple[Pairs, np.ndarray, np.ndarray]]]]:
+        """Every series of the fleet, renamed, as the exposition writer reads them (times in
+        seconds): what a real Prometheus is backfilled with to check the synthetic one."""
+        tile = self.tile
+        for name, ids in tile.by_metric.items():
+            yield name, (
+                (self.renamed(s.pairs, k), s.times / 1000.0, s.values)
+                for s in (tile.series[i] for i in ids)
+                for k in (range(1) if s.node is None else range(self.copies_of(s.node)))
+            )
+
+    # -- renaming
+    def rename(self, label: str, value: str, k: int) -> str:
+        if k == 0 or label not in RENAMED:
+            return value
+        if label == c.NODE_LABEL:
+            t = node_index(value)
+            return value if t is None else node_name(k * self.T + t)
+        if label == INSTANCE_LABEL:
+            host, sep, port = value.rpartition(":")
+            t = node_index(host) if sep else None
+            return value if t is None else f"{node_name(k * self.T + t)}:{port}"
+        if label == JOB_LABEL:
+            return f"{value}-{k}"
+        return f"{value[:-4]}{(int(value[-4:], 16) + k) % 0x10000:04x}" if len(value) > 4 else f"{value}-{k}"
+
+    def renamed(self, pairs: Pairs, k: int) -> Pairs:
+        if k == 0:
+            return pairs
+        return tuple((n, self.rename(n, v, k)) for n, v in pairs)
+
+    # -- selection
+    def selection(self, host_matchers: list[Matcher]) -> tuple[dict[int, range | set[int]], bool]:
+        """Per tile node, the copies the ``Hostname`` matchers select; and whether series without
+        a Hostname pass them."""
+        nodeless = all(m.matches("") for m in host_matchers)
+        if not host_matchers:
+            return {t: range(self.copies_of(t)) for t in range(self.T) if self.copies_of(t)}, True
+        first = next((m for m in host_matchers if m.op == "=" or (m.op == "=~" and m.literals is not None)), None)
+        if first is not None:
+            names: Iterable[str] = [first.value] if first.op == "=" else first.literals or ()
+            candidates: Iterable[int] = (i for h in names if (i := node_index(h)) is not None and i < self.nodes)
+        else:
+            candidates = range(self.nodes)  # a real regex or a negative matcher: every node tested
+        out: dict[int, set[int]] = {}
+        for i in candidates:
+            host = node_name(i)
+            if all(m.matches(host) for m in host_matchers):
+                out.setdefault(i % self.T, set()).add(i // self.T)
+        return dict(out), nodeless
+
+
+@dataclass
+class Answer:
+    """One evaluated query: its series (labels, formatted points, point count), samples scanned."""
+
+    series: list[tuple[Pairs, str, int]]
+    scanned: int
+
+
+class Evaluator:
+    """Evaluates a parsed query over a :class:`Fleet` on a grid of millisecond times."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def evaluate(self, expr: Expr, start_ms: int, end_ms: int, step_ms: int) -> Answer:
+        grid = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
+        times = [format_time(int(x)) for x in grid]
+        sel = selector_of(expr)
+        range_ms = expr_range(expr)
+        keep_name = not isinstance(_strip_aggregates(expr), LastOverTime) or "last_over_time" in KEEPS_NAME
+        picked, copies, scanned = self._select(sel, int(grid[0]) - range_ms, int(grid[-1]))
+        fleet, tile = self.fleet, self.fleet.tile
+        values: dict[int, np.ndarray] = {}
+
+        def value_of(i: int) -> np.ndarray:
+            v = values.get(i)
+            if v is None:
+                s = tile.series[i]
+                idx = np.searchsorted(s.times, grid, side="right") - 1
+                ok = (idx >= 0) & (s.times[np.maximum(idx, 0)] >= grid - range_ms)
+                v = values[i] = np.where(ok, s.values[np.maximum(idx, 0)], np.nan)
+            return v
+
+        def points(v: np.ndarray) -> tuple[str, int]:
+            ok = np.nonzero(~np.isnan(v))[0]
+            return ",".join(f'[{times[j]},"{format_value(x)}"]' for j, x in zip(ok.tolist(), v[ok].tolist(), strict=True)), len(ok)
+
+        out: list[tuple[Pairs, str, int]] = []
+        if not isinstance(expr, Aggregate):
+            for i in picked:
+                s = tile.series[i]
+                text, n = points(value_of(i))
+                if not n:
+                    continue
+                pairs = (("__name__", s.name), *s.pairs) if keep_name else s.pairs
+                pairs = tuple(sorted(pairs))
+                for k in copies(i):
+                    out.append((fleet.renamed(pairs, k), text, n))
+        else:
+            out = self._aggregate(expr, picked, copies, value_of, points)
+        out.sort(key=lambda row: row[0])
+        return Answer(out, scanned)
+
+    def _aggregate(self, expr: Aggregate, picked, copies, value_of, points) -> list[tuple[Pairs, str, int]]:
+        if isinstance(expr.inner, Aggregate):
+            raise PromQLError("nested aggregations are outside the synthetic subset")
+        tile, fleet = self.fleet.tile, self.fleet
+        by = set(expr.by)
+        groups: dict[Pairs, dict[int | None, list[int]]] = {}
+        for i in picked:
+            s = tile.series[i]
+            key = tuple(p for p in s.pairs if p[0] in by) + (
+                (("__name__", s.name),) if "__name__" in by else ()
+            )
+            groups.setdefault(tuple(sorted(key)), {}).setdefault(s.node, []).append(i)
+        reduce, combine = _AGGREGATORS[expr.op]
+        memo: dict[tuple[Pairs, tuple], np.ndarray] = {}
+        texts: dict[tuple[Pairs, tuple], tuple[str, int]] = {}
+        merged: dict[Pairs, np.ndarray] = {}
+        out: list[tuple[Pairs, str, int]] = []
+        for key, by_node in groups.items():
+            dependent = any(n in RENAMED for n, _ in key)
+            per_copy: dict[int, list[int | None]] = {}
+            for node, ids in by_node.items():
+                for k in copies(ids[0]):
+                    per_copy.setdefault(k, []).append(node)
+            for k, nodes in per_copy.items():
+                mk = (key, tuple(sorted(nodes, key=lambda n: -1 if n is None else n)))
+                part = memo.get(mk)
+                if part is None:
+                    part = memo[mk] = reduce([value_of(i) for n in nodes for i in by_node[n]])
+                if dependent:
+                    text = texts.get(mk)
+                    if text is None:
+                        text = texts[mk] = points(part)
+                    if text[1]:
+                        out.append((fleet.renamed(key, k), *text))
+                else:
+                    merged[key] = part if key not in merged else combine(merged[key], part)
+        for key, part in merged.items():
+            text, n = points(part)
+            if n:
+                out.append((key, text, n))
+        return out
+
+    def _select(self, sel: Selector, first_ms: int, last_ms: int):
+        """The tile series the selector picks, a function giving the copies of each, and the raw
+        samples they hold in [first_ms, last_ms] over all copies."""
+        tile, fleet = self.fleet.tile, self.fleet
+        names = [m for m in sel.matchers if m.label == "__name__"]
+        hosts = [m for m in sel.matchers if m.label == c.NODE_LABEL]
+        renamed = [m for m in sel.matchers if m.label in RENAMED and m.label != c.NODE_LABEL]
+        other = [m for m in sel.matchers if m.label not in RENAMED and m.label != "__name__"]
+        exact = next((m for m in names if m.op == "=" or (m.op == "=~" and m.literals is not None)), None)
+        if exact is not None:
+            metrics = [exact.value] if exact.op == "=" else sorted(exact.literals or ())
+        else:
+            metrics = list(tile.by_metric)
+        metrics = [n for n in metrics if n in tile.by_metric and all(m.matches(n) for m in names)]
+        chosen, nodeless = fleet.selection(hosts)
+        picked: list[int] = []
+        scanned = 0
+        for name in metrics:
+            for i in tile.by_metric[name]:
+                s = tile.series[i]
+                if s.node is not None and s.node not in chosen:
+                    continue
+                if s.node is None and not nodeless:
+                    continue
+                labels = dict(s.pairs)
+                if not all(m.matches(labels.get(m.label, "")) for m in other):
+                    continue
+                picked.append(i)
+                n_in = int(np.searchsorted(s.times, last_ms, "right") - np.searchsorted(s.times, first_ms, "left"))
+                scanned += n_in * (1 if s.node is None else len(chosen[s.node]))
+
+        def copies(i: int) -> Iterable[int]:
+            s = tile.series[i]
+            ks: Iterable[int] = (0,) if s.node is None else chosen[s.node]
+            if renamed:
+                labels = dict(s.pairs)
+                ks = [
+                    k
+                    for k in ks
+                    if all(m.matches(fleet.rename(m.label, labels.get(m.label, ""), k)) for m in renamed)
+                ]
+            return sorted(ks) if isinstance(ks, set) else ks
+
+        if renamed:
+            picked = [i for i in picked if copies(i)]
+        return picked, copies, scanned
+
+    def series(self, sel: Selector, first_ms: int, last_ms: int) -> list[Pairs]:
+        """``/api/v1/series``: the label sets (with ``__name__``) holding a sample in the range."""
+        picked, copies, _ = self._select(sel, first_ms, last_ms)
+        out = []
+        for i in picked:
+            s = self.fleet.tile.series[i]
+            if np.searchsorted(s.times, last_ms, "right") - np.searchsorted(s.times, first_ms, "left") <= 0:
+                continue
+            pairs = tuple(sorted((("__name__", s.name), *s.pairs)))
+            out.extend(self.fleet.renamed(pairs, k) for k in copies(i))
+        out.sort()
+        return out
+
+
+def _strip_aggregates(expr: Expr) -> Expr:
+    while isinstance(expr, Aggregate):
+        expr = expr.inner
+    return expr
+
+
+def expr_range(expr: Expr) -> int:
+    inner = _strip_aggregates(expr)
+    return inner.range_ms if isinstance(inner, LastOverTime) else LOOKBACK_MS
+
+
+def _stack(vs: list[np.ndarray]) -> np.ndarray:
+    return np.vstack(vs)
+
+
+def _nan_reduce(fn):
+    def reduce(vs: list[np.ndarray]) -> np.ndarray:
+        a = _stack(vs)
+        present = ~np.isnan(a)
+        with np.errstate(all="ignore"):
+            r = fn(np.where(present, a, _IDENTITY[fn]), axis=0)
+        return np.where(present.any(axis=0), r, np.nan)
+
+    return reduce
+
+
+_IDENTITY = {np.max: -np.inf, np.min: np.inf, np.sum: 0.0}
+
+
+def _count(vs: list[np.ndarray]) -> np.ndarray:
+    n = (~np.isnan(_stack(vs))).sum(axis=0).astype(float)
+    return np.where(n > 0, n, np.nan)
+
+
+def _group(vs: list[np.ndarray]) -> np.ndarray:
+    return np.where((~np.isnan(_stack(vs))).any(axis=0), 1.0, np.nan)
+
+
+def _nan_combine(fn):
+    def combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(a), b, np.where(np.isnan(b), a, fn(a, b)))
+
+    return combine
+
+
+_AGGREGATORS = {
+    "max": (_nan_reduce(np.max), _nan_combine(np.maximum)),
+    "min": (_nan_reduce(np.min), _nan_combine(np.minimum)),
+    "sum": (_nan_reduce(np.sum), _nan_combine(np.add)),
+    "count": (_count, _nan_combine(np.add)),
+    "group": (_group, _nan_combine(np.maximum)),
+}
+
+
+# ---------------------------------------------------------------------- the HTTP API
+@dataclass
+class Stats:
+    """What the server has answered (``/synthetic/stats``)."""
+
+    queries: dict[str, int] = field(default_factory=dict)
+    samples_answered: int = 0
+    samples_scanned: int = 0
+    series_answered: int = 0
+    bytes_answered: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, endpoint: str, samples: int, scanned: int, series: int, nbytes: int) -> None:
+        with self.lock:
+            self.queries[endpoint] = self.queries.get(endpoint, 0) + 1
+            self.samples_answered += samples
+            self.samples_scanned += scanned
+            self.series_answered += series
+            self.bytes_answered += nbytes
+
+    def snapshot(self, reset: bool = False) -> dict:
+        with self.lock:
+            doc = {
+                "queries": dict(self.queries),
+                "samples_answered": self.samples_answered,
+                "samples_scanned": self.samples_scanned,
+                "series_answered": self.series_answered,
+                "bytes_answered": self.bytes_answered,
+            }
+            if reset:
+                self.queries, self.samples_answered, self.samples_scanned = {}, 0, 0
+                self.series_answered = self.bytes_answered = 0
+        return doc
+
+
+class BadData(Exception):
+    """A request Prometheus answers with 400 ``bad_data``."""
+
+
+def parse_time_param(text: str) -> int:
+    """A ``time``/``start``/``end`` parameter (seconds or RFC 3339) in milliseconds."""
+    try:
+        return round(float(text) * 1000)
+    except ValueError:
+        pass
+    try:
+        return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        raise BadData(f'cannot parse "{text}" to a valid timestamp') from None
+
+
+def parse_step_param(text: str) -> int:
+    try:
+        ms = round(float(text) * 1000)
+    except ValueError:
+        try:
+            from tests.support.promql_subset import parse_duration
+
+            ms = parse_duration(text)
+        except PromQLError:
+            raise BadData(f'cannot parse "{text}" to a valid duration') from None
+    if ms <= 0:
+        raise BadData("zero or negative query resolution step widths are not accepted. Try a positive integer")
+    return ms
+
+
+class SyntheticPrometheus:
+    """``SyntheticPrometheus(fleet).start()`` serves the fleet on ``url`` until :meth:`stop`."""
+
+    def __init__(self, fleet: Fleet, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.fleet, self.evaluator, self.stats = fleet, Evaluator(fleet), Stats()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                self._answer(parts.path, parse_qs(parts.query))
+
+            def do_POST(self) -> None:
+                parts = urlsplit(self.path)
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n).decode("utf-8", "replace") if n else ""
+                params = parse_qs(parts.query)
+                for k, v in parse_qs(body).items():
+                    params.setdefault(k, []).extend(v)
+                self._answer(parts.path, params)
+
+            def _answer(self, path: str, params: dict[str, list[str]]) -> None:
+                status, body = server.handle(path, params)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> SyntheticPrometheus:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="synthetic-prom", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> SyntheticPrometheus:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the API
+    def handle(self, path: str, params: dict[str, list[str]]) -> tuple[int, bytes]:
+        one = {k: v[-1] for k, v in params.items() if v}
+        try:
+            if path == "/api/v1/query_range":
+                return 200, self._query_range(one)
+            if path == "/api/v1/query":
+                return 200, self._query(one)
+            if path == "/api/v1/series":
+                return 200, self._series(params, one)
+            if path == "/api/v1/status/buildinfo":
+                return 200, _success({"version": "2.42.0-synthetic", "revision": "synthetic"})
+            if path == "/synthetic/stats":
+                return 200, json.dumps(self.stats.snapshot(reset=one.get("reset") == "1")).encode()
+            if path in ("/-/ready", "/-/healthy"):
+                return 200, b"Prometheus Server is Ready.\n"
+            return 404, b'{"status":"error","errorType":"not_found","error":"not found"}'
+        except (BadData, PromQLError) as exc:
+            doc = {"status": "error", "errorType": "bad_data", "error": str(exc)}
+            return 400, json.dumps(doc).encode()
+
+    def _expr(self, one: dict[str, str]) -> Expr:
+        if "query" not in one:
+            raise BadData('1:1: parse error: no expression found in input')
+        return parse(one["query"])
+
+    def _query_range(self, one: dict[str, str]) -> bytes:
+        for p in ("start", "end", "step"):
+            if p not in one:
+                raise BadData(f'invalid parameter "{p}": missing')
+        start, end, step = parse_time_param(one["start"]), parse_time_param(one["end"]), parse_step_param(one["step"])
+        if end < start:
+            raise BadData('invalid parameter "end": end timestamp must not be before start time')
+        if (end - start) // step + 1 > MAX_POINTS:
+            raise BadData(
+                "exceeded maximum resolution of 11,000 points per timeseries. "
+                "Try decreasing the query resolution (?step=XX)"
+            )
+        ans = self.evaluator.evaluate(self._expr(one), start, end, step)
+        body = (
+            '{"status":"success","data":{"resultType":"matrix","result":['
+            + ",".join(f'{{"metric":{_labels_json(p)},"values":[{text}]}}' for p, text, _ in ans.series)
+            + "]}}"
+        ).encode()
+        self.stats.add("query_range", sum(n for *_, n in ans.series), ans.scanned, len(ans.series), len(body))
+        return body
+
+    def _query(self, one: dict[str, str]) -> bytes:
+        at = parse_time_param(one["time"]) if "time" in one else round(datetime.now().timestamp() * 1000)
+        ans = self.evaluator.evaluate(self._expr(one), at, at, 1000)
+        body = (
+            '{"status":"success","data":{"resultType":"vector","result":['
+            + ",".join(f'{{"metric":{_labels_json(p)},"value":{text}}}' for p, text, _ in ans.series)
+            + "]}}"
+        ).encode()
+        self.stats.add("query", len(ans.series), ans.scanned, len(ans.series), len(body))
+        return body
+
+    def _series(self, params: dict[str, list[str]], one: dict[str, str]) -> bytes:
+        matches = params.get("match[]") or []
+        if not matches:
+            raise BadData("no match[] parameter provided")
+        first = parse_time_param(one["start"]) if "start" in one else -(2**62)
+        last = parse_time_param(one["end"]) if "end" in one else 2**62
+        found: set[Pairs] = set()
+        for text in matches:
+            expr = parse(text)
+            if not isinstance(expr, Selector):
+                raise BadData(f"invalid parameter \"match[]\": {text} is not a vector selector")
+            found.update(self.evaluator.series(expr, first, last))
+        rows = sorted(found)
+        body = _success([dict(p) for p in rows])
+        self.stats.add("series", 0, 0, len(rows), len(body))
+        return body
+
+
+def _success(data: object) -> bytes:
+    return json.dumps({"status": "success", "data": data}, separators=(",", ":")).encode()
+
+
+# ---------------------------------------------------------------------- the benchmark's fleet
+def bench_tile_spec(tile_nodes: int, job_nodes: int, start: float, seconds: float, seed: int = 1) -> ScenarioSpec:
+    """The tile of :mod:`benchmarks.bench_shards`: jobs of ``job_nodes`` nodes, the last
+    ``job_nodes`` nodes job-less, a GPU throttling in the first job a third of the way in."""
+    from fleetscope.simulate.spec import FaultSpec, JobSpec
+
+    jobs = [JobSpec(f"job-{j}", nodes=job_nodes, first_node=j * job_nodes) for j in range(tile_nodes // job_nodes - 1)]
+    return ScenarioSpec(
+        name="realistic_synthetic_tile",
+        nodes=tile_nodes,
+        duration_s=seconds,
+        start=start,
+        seed=seed,
+        jobs=jobs,
+        faults=[FaultSpec(kind="thermal_throttle", at_s=seconds / 3, node=3, gpu=1, slowdown=0.3)],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Serve a synthetic Prometheus for a simulated fleet.")
+    p.add_argument("--fleet-nodes", type=int, required=True)
+    p.add_argument("--tile-nodes", type=int, default=128)
+    p.add_argument("--job-nodes", type=int, default=32)
+    p.add_argument("--start", type=float, default=ScenarioSpec().start)
+    p.add_argument("--seconds", type=float, default=1980.0)
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args(argv)
+    spec = bench_tile_spec(args.tile_nodes, args.job_nodes, args.start, args.seconds)
+    tile = Tile.simulate(spec)
+    server = SyntheticPrometheus(Fleet(tile, args.fleet_nodes), port=args.port).start()
+    print(json.dumps({"url": server.url, "tile_series": len(tile.series)}), flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
