@@ -9,18 +9,35 @@ window, then ``--repeats`` cycles each ``--sliding`` seconds later, each cycle t
 detectors, the page summaries).
 
     .venv/bin/python benchmarks/bench_shards.py --nodes 512 --ladder 8,4,2,1
+
+``--synthetic`` measures without a backfill (docs/benchmarks.md, "Sharded service at 100k GPUs"):
+a synthetic Prometheus (tests/support/synthetic_prom.py, in a process of its own: it shares the
+machine's cores with the measured shard as a real store would not) serves a ``--fleet-nodes``
+fleet made of copies of a ``--tile-nodes`` simulated tile (the same jobs, jobless nodes and
+throttled GPU per tile); the shard count is picked so a shard holds about ``--shard-nodes`` nodes,
+and the shard whose share is closest to that is measured, in a child process of its own (its
+peak RSS is its own), on the same LiveAnalysis path. Per cycle the store's counts (queries and
+samples answered, samples scanned) are read back from the synthetic server; the backend load of
+all shards together is the discovery part times the shard count plus the range queries scaled to
+the whole fleet, at the service's ``--interval``. ``--one-process`` also measures the unsharded
+service over the whole fleet.
+
+    .venv/bin/python benchmarks/bench_shards.py --synthetic --fleet-nodes 4096 --shard-nodes 500
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +116,169 @@ def bench_shard(
     }
 
 
+# ---------------------------------------------------------------------- --synthetic
+def start_synthetic(args, seconds: float) -> tuple[subprocess.Popen, str, dict]:
+    """The synthetic Prometheus in its own process: (it, its URL, what it said on starting)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.support.synthetic_prom",
+        "--fleet-nodes",
+        str(args.fleet_nodes),
+        "--tile-nodes",
+        str(args.tile_nodes),
+        "--job-nodes",
+        str(args.job_nodes),
+        "--seconds",
+        str(seconds),
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.wait()
+        raise SystemExit(f"the synthetic Prometheus did not start (exit {proc.returncode})")
+    info = json.loads(line)
+    info["start_s"] = round(time.perf_counter() - t0, 1)
+    return proc, info.pop("url"), info
+
+
+def store_stats(url: str, reset: bool = True) -> dict:
+    with urllib.request.urlopen(f"{url}/synthetic/stats{'?reset=1' if reset else ''}", timeout=60) as r:
+        return json.loads(r.read())
+
+
+def _in_child(fn, *args):
+    """``fn(*args)`` in a forked child: its result, and the child's own peak RSS (MB)."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_measured, (fn, *args))
+
+
+def _measured(fn, *args):
+    out = fn(*args)
+    return out, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+def closest_shard(url: str, spec, count: int, window: float, want: int) -> tuple[int, dict]:
+    """The shard of ``count`` whose share is closest to ``want`` nodes (the larger on a tie)."""
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.service.shard import Discovery, Shard, share_of
+    from fleetscope.window.prometheus import PrometheusAccess
+    from fleetscope.window.sources import PrometheusSource
+
+    end = spec.start + window
+    rows = Discovery().rows(PrometheusSource(PrometheusAccess(url), LOADED), end - window, end, spec.step_s)
+    shares = [share_of(rows, Shard(k, count)) for k in range(count)]
+    k = min(range(count), key=lambda i: (abs(len(shares[i].nodes) - want), -len(shares[i].nodes)))
+    return k, shares[k].summary()
+
+
+def synthetic_cycles(url: str, spec, shard, window: float, sliding: float, repeats: int) -> dict:
+    """The service's cycles of one shard (None: the unsharded service), with the store's counts."""
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.service.live import LiveAnalysis
+    from fleetscope.service.shard import Shard
+    from fleetscope.window.prometheus import PrometheusAccess
+    from fleetscope.window.sources import PrometheusSource
+
+    source = PrometheusSource(PrometheusAccess(url, timeout=600), LOADED, sliding=True)
+    cycle = LiveAnalysis(source, None, spec.step_s, None if shard is None else Shard(*shard))
+    times, stats = [], []
+    for i in range(repeats + 1):
+        e = spec.start + window + i * sliding
+        store_stats(url)
+        t0 = time.perf_counter()
+        result = cycle(e - window, e)
+        times.append(time.perf_counter() - t0)
+        stats.append(store_stats(url))
+    return {
+        "first_cycle_s": round(times[0], 2),
+        "sliding_cycles_s": [round(t, 2) for t in times[1:]],
+        "sliding_median_s": round(statistics.median(times[1:]), 2),
+        "findings": len(result.report.findings),
+        "share": result.shard,
+        "first_cycle_store": _per_cycle([stats[0]]),
+        "sliding_cycle_store": _per_cycle(stats[1:]),
+        "store_busy_s": [s["busy_s"] for s in stats],
+        "store_peak_rss_mb": stats[-1]["peak_rss_mb"],
+    }
+
+
+def _per_cycle(stats: list[dict]) -> dict:
+    """The store's counts per cycle (the mean over ``stats``), split into discovery (the
+    ``group`` queries) and the range queries of the shard's series."""
+    n = len(stats)
+    out: dict = {}
+    for part, keep in (("discovery", lambda k: k == "group"), ("series", lambda k: k != "group")):
+        out[part] = {
+            f: round(sum(v for s in stats for k, v in s["by_kind"].items() if keep(k) for v in [v[f]]) / n)
+            for f in ("queries", "samples_answered", "samples_scanned", "bytes_answered")
+        }
+    return out
+
+
+def backend_load(row: dict, shards: int, fleet_nodes: int, interval: float) -> dict:
+    """All shards' load on the store per second at ``interval``: every shard asks the discovery
+    its own way (the measured shard's count, times the shards); the range queries scale with the
+    nodes asked for (the measured shard's per node, times the fleet)."""
+    st = row["sliding_cycle_store"]
+    nodes = max(1, (row["share"] or {}).get("nodes", fleet_nodes))
+    scale = fleet_nodes / nodes
+    out = {}
+    for f in ("queries", "samples_answered", "samples_scanned"):
+        disc = st["discovery"][f] * shards
+        ser = st["series"][f] * (shards if f == "queries" else scale)
+        out[f"{f}_per_s"] = round((disc + ser) / interval)
+    return out
+
+
+def synthetic_main(args) -> int:
+    window = args.minutes * 60
+    seconds = window + (args.repeats + 1) * args.sliding
+    spec = _tile_spec(args, seconds)
+    count = max(1, round(args.fleet_nodes / args.shard_nodes))
+    proc, url, info = start_synthetic(args, seconds)
+    head = {"fleet_nodes": args.fleet_nodes, "gpus": args.fleet_nodes * 8, "tile_nodes": args.tile_nodes}
+    print(json.dumps({**head, "shards": count, "synthetic": info}), flush=True)
+    try:
+        rows = []
+        if args.one_process:
+            rows.append(("one process", None, 1))
+        k, _ = _in_child(closest_shard, url, spec, count, window, args.shard_nodes)[0]
+        rows.append((f"shard {k}/{count}", (k, count), count))
+        last = None
+        for label, shard, shards in rows:
+            load0 = os.getloadavg()
+            row, rss = _in_child(synthetic_cycles, url, spec, shard, window, args.sliding, args.repeats)
+            row["backend_all_shards"] = backend_load(row, shards, args.fleet_nodes, args.interval)
+            row.update(
+                measured=label,
+                peak_rss_mb=rss,
+                loadavg=[round(x, 1) for x in (*load0, *os.getloadavg())],
+            )
+            print(json.dumps(row), flush=True)
+            last = row
+    finally:
+        proc.terminate()
+        proc.wait()
+    assert last is not None
+    print(f"median sliding cycle: {last['sliding_median_s']} s", flush=True)
+    return 0
+
+
+def _tile_spec(args, seconds: float):
+    from tests.support.synthetic_prom import bench_tile_spec
+
+    return bench_tile_spec(args.tile_nodes, args.job_nodes, _default_start(), seconds)
+
+
+def _default_start() -> float:
+    from fleetscope.simulate.spec import ScenarioSpec
+
+    return ScenarioSpec().start
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=512)
@@ -107,7 +287,15 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--sliding", type=float, default=30)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--synthetic", action="store_true", help="a synthetic Prometheus, no backfill")
+    p.add_argument("--fleet-nodes", type=int, default=512, help="--synthetic: the fleet's nodes")
+    p.add_argument("--shard-nodes", type=int, default=500, help="--synthetic: about this many nodes a shard")
+    p.add_argument("--tile-nodes", type=int, default=256, help="--synthetic: nodes simulated once, copied")
+    p.add_argument("--interval", type=float, default=30.0, help="--synthetic: the service's --interval")
+    p.add_argument("--one-process", action="store_true", help="--synthetic: also the unsharded service")
     args = p.parse_args()
+    if args.synthetic:
+        return synthetic_main(args)
     window = args.minutes * 60
     ladder = [int(x) for x in args.ladder.split(",")]
     tmp, prom, spec, info = recorded_fleet(

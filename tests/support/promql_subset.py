@@ -59,7 +59,11 @@ class Matcher:
             return value == self.value
         if self.op == "!=":
             return value != self.value
-        hit = value in self.literals if self.literals is not None else bool(self.regex and self.regex.fullmatch(value))
+        hit = (
+            value in self.literals
+            if self.literals is not None
+            else bool(self.regex and self.regex.fullmatch(value))
+        )
         return hit if self.op == "=~" else not hit
 
 
@@ -152,7 +156,7 @@ class _Parser:
         while pos < len(text):
             m = _TOKEN.match(text, pos)
             if m is None or m.end() == pos:
-                raise PromQLError(f"1:{pos + 1}: parse error: unexpected character {text[pos:pos + 1]!r}")
+                raise PromQLError(f"1:{pos + 1}: parse error: unexpected character {text[pos : pos + 1]!r}")
             kind = m.lastgroup or ""
             self.tokens.append((kind, m.group(kind), m.start(kind)))
             pos = m.end()

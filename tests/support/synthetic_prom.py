@@ -38,8 +38,10 @@ import argparse
 import json
 import math
 import re
+import resource
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,6 +80,9 @@ MAX_POINTS = 11_000
 KEEPS_NAME = frozenset(("last_over_time",))
 
 Pairs = tuple[tuple[str, str], ...]
+#: One answered series: its labels, their JSON, its points' JSON (``[t,"v"],...``), their count.
+Row = tuple[Pairs, str, str, int]
+_POINT = '[{},"{}"]'
 
 
 # ---------------------------------------------------------------------- formatting (Prometheus')
@@ -105,7 +110,10 @@ def format_time(ms: int) -> str:
 
 
 def _labels_json(pairs: Pairs) -> str:
-    return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False)
+    return "{" + ",".join(f"{_quote(n)}:{_quote(v)}" for n, v in pairs) + "}"
+
+
+_quote = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------- the tile
@@ -114,16 +122,18 @@ class TileSeries:
     name: str
     pairs: Pairs  # sorted by label name, without __name__, no empty values
     node: int | None  # tile node index (None: no Hostname)
-    times: np.ndarray  # int64 ms, increasing
-    values: np.ndarray
+    row: int  # its row in its metric's matrix (:attr:`Tile.matrix`)
 
 
 @dataclass
 class Tile:
-    """Every series of a simulated ``spec`` (T nodes) over its whole duration."""
+    """Every series of a simulated ``spec`` (T nodes) over its whole duration: per metric one
+    matrix of values (series x the tile's sample times, NaN where a series has no sample)."""
 
     nodes: int
+    times: np.ndarray  # int64 ms, increasing: every time the model was sampled
     series: list[TileSeries]
+    matrix: dict[str, np.ndarray]
     by_metric: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -136,22 +146,37 @@ class Tile:
 
         rec = simulate(spec)
         hosts = {node_name(i): i for i in range(spec.nodes)}
+        times = np.round(np.asarray(rec.times, float) * 1000).astype(np.int64)
         out: list[TileSeries] = []
+        matrix: dict[str, np.ndarray] = {}
         for name in rec.metric_names():
             label_names = rec.labels[name]
-            for key, (t, v) in rec.series_of(name).items():
-                if not len(t):
-                    continue
+            rows = [(key, tv) for key, tv in rec.series_of(name).items() if len(tv[0])]
+            if not rows:
+                continue
+            m = matrix[name] = np.full((len(rows), len(times)), np.nan)
+            for r, (key, (t, v)) in enumerate(rows):
+                m[r, np.searchsorted(times, np.round(np.asarray(t, float) * 1000).astype(np.int64))] = v
                 pairs = tuple(sorted((k, x) for k, x in zip(label_names, key, strict=True) if x != ""))
                 host = dict(pairs).get(c.NODE_LABEL)
-                ms = np.round(np.asarray(t, float) * 1000).astype(np.int64)
-                out.append(TileSeries(name, pairs, hosts.get(host) if host else None, ms, np.asarray(v, float)))
-        return cls(spec.nodes, out)
+                out.append(TileSeries(name, pairs, hosts.get(host) if host else None, r))
+        return cls(spec.nodes, times, out, matrix)
+
+    def samples(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Series ``i``'s sample times (ms) and values."""
+        s = self.series[i]
+        row = self.matrix[s.name][s.row]
+        ok = ~np.isnan(row)
+        return self.times[ok], row[ok]
 
     def families(self) -> Iterator[tuple[str, Iterator[tuple[Pairs, np.ndarray, np.ndarray]]]]:
         """The tile as the exposition writer reads it (times in seconds)."""
         for name, ids in self.by_metric.items():
-            yield name, ((self.series[i].pairs, self.series[i].times / 1000.0, self.series[i].values) for i in ids)
+            yield name, ((self.series[i].pairs, *_seconds(self.samples(i))) for i in ids)
+
+
+def _seconds(tv: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return tv[0] / 1000.0, tv[1]
 
 
 # ---------------------------------------------------------------------- the fleet
@@ -174,6 +199,7 @@ class Fleet:
         if nodes < 1:
             raise ValueError("a fleet needs at least one node")
         self.tile, self.nodes, self.T = tile, nodes, tile.nodes
+        self._tile_host = {node_name(t): t for t in range(self.T)}
 
     def copies_of(self, t: int) -> int:
         """How many copies of tile node ``t`` the fleet holds."""
@@ -184,10 +210,17 @@ class Fleet:
         seconds): what a real Prometheus is backfilled with to check the synthetic one."""
         tile = self.tile
         for name, ids in tile.by_metric.items():
-            yield name, (
-                (self.renamed(s.pairs, k), s.times / 1000.0, s.values)
-                for s in (tile.series[i] for i in ids)
-                for k in (range(1) if s.node is None else range(self.copies_of(s.node)))
+            yield (
+                name,
+                (
+                    (self.renamed(tile.series[i].pairs, k), *_seconds(tile.samples(i)))
+                    for i in ids
+                    for k in (
+                        range(1)
+                        if tile.series[i].node is None
+                        else range(self.copies_of(tile.series[i].node))
+                    )
+                ),
             )
 
     # -- renaming
@@ -195,15 +228,33 @@ class Fleet:
         if k == 0 or label not in RENAMED:
             return value
         if label == c.NODE_LABEL:
-            t = node_index(value)
+            t = self._tile_host.get(value)
             return value if t is None else node_name(k * self.T + t)
         if label == INSTANCE_LABEL:
             host, sep, port = value.rpartition(":")
-            t = node_index(host) if sep else None
+            t = self._tile_host.get(host) if sep else None
             return value if t is None else f"{node_name(k * self.T + t)}:{port}"
         if label == JOB_LABEL:
             return f"{value}-{k}"
         return f"{value[:-4]}{(int(value[-4:], 16) + k) % 0x10000:04x}" if len(value) > 4 else f"{value}-{k}"
+
+    def renamer(self, pairs: Pairs):
+        """A function of copy ``k`` giving ``pairs`` renamed and their JSON: the JSON is written
+        once and only the renamed values are replaced in it per copy."""
+        text0 = _labels_json(pairs)
+        spots = [(j, n, v, f"{_quote(n)}:{_quote(v)}") for j, (n, v) in enumerate(pairs) if n in RENAMED]
+
+        def at(k: int) -> tuple[Pairs, str]:
+            if k == 0 or not spots:
+                return pairs, text0
+            out, text = list(pairs), text0
+            for j, n, v, old in spots:
+                new = self.rename(n, v, k)
+                out[j] = (n, new)
+                text = text.replace(old, f"{_quote(n)}:{_quote(new)}", 1)
+            return tuple(out), text
+
+        return at
 
     def renamed(self, pairs: Pairs, k: int) -> Pairs:
         if k == 0:
@@ -217,10 +268,14 @@ class Fleet:
         nodeless = all(m.matches("") for m in host_matchers)
         if not host_matchers:
             return {t: range(self.copies_of(t)) for t in range(self.T) if self.copies_of(t)}, True
-        first = next((m for m in host_matchers if m.op == "=" or (m.op == "=~" and m.literals is not None)), None)
+        first = next(
+            (m for m in host_matchers if m.op == "=" or (m.op == "=~" and m.literals is not None)), None
+        )
         if first is not None:
             names: Iterable[str] = [first.value] if first.op == "=" else first.literals or ()
-            candidates: Iterable[int] = (i for h in names if (i := node_index(h)) is not None and i < self.nodes)
+            candidates: Iterable[int] = (
+                i for h in names if (i := node_index(h)) is not None and i < self.nodes
+            )
         else:
             candidates = range(self.nodes)  # a real regex or a negative matcher: every node tested
         out: dict[int, set[int]] = {}
@@ -233,9 +288,9 @@ class Fleet:
 
 @dataclass
 class Answer:
-    """One evaluated query: its series (labels, formatted points, point count), samples scanned."""
+    """One evaluated query: its series (:data:`Row`, sorted by labels), samples scanned."""
 
-    series: list[tuple[Pairs, str, int]]
+    series: list[Row]
     scanned: int
 
 
@@ -253,38 +308,33 @@ class Evaluator:
         keep_name = not isinstance(_strip_aggregates(expr), LastOverTime) or "last_over_time" in KEEPS_NAME
         picked, copies, scanned = self._select(sel, int(grid[0]) - range_ms, int(grid[-1]))
         fleet, tile = self.fleet, self.fleet.tile
-        values: dict[int, np.ndarray] = {}
+        values, integral = self._values(picked, grid, range_ms)
 
         def value_of(i: int) -> np.ndarray:
-            v = values.get(i)
-            if v is None:
-                s = tile.series[i]
-                idx = np.searchsorted(s.times, grid, side="right") - 1
-                ok = (idx >= 0) & (s.times[np.maximum(idx, 0)] >= grid - range_ms)
-                v = values[i] = np.where(ok, s.values[np.maximum(idx, 0)], np.nan)
-            return v
+            return values[i]
 
-        def points(v: np.ndarray) -> tuple[str, int]:
-            ok = np.nonzero(~np.isnan(v))[0]
-            return ",".join(f'[{times[j]},"{format_value(x)}"]' for j, x in zip(ok.tolist(), v[ok].tolist(), strict=True)), len(ok)
+        def points(v: np.ndarray, whole: bool = False) -> tuple[str, int]:
+            fmt = _int_text if whole else format_value
+            pts = [_POINT.format(times[j], fmt(x)) for j, x in enumerate(v.tolist()) if x == x]
+            return ",".join(pts), len(pts)
 
-        out: list[tuple[Pairs, str, int]] = []
+        out: list[Row] = []
         if not isinstance(expr, Aggregate):
             for i in picked:
                 s = tile.series[i]
-                text, n = points(value_of(i))
+                text, n = points(values[i], integral[s.name])
                 if not n:
                     continue
                 pairs = (("__name__", s.name), *s.pairs) if keep_name else s.pairs
-                pairs = tuple(sorted(pairs))
+                at = fleet.renamer(tuple(sorted(pairs)))
                 for k in copies(i):
-                    out.append((fleet.renamed(pairs, k), text, n))
+                    out.append((*at(k), text, n))
         else:
             out = self._aggregate(expr, picked, copies, value_of, points)
         out.sort(key=lambda row: row[0])
         return Answer(out, scanned)
 
-    def _aggregate(self, expr: Aggregate, picked, copies, value_of, points) -> list[tuple[Pairs, str, int]]:
+    def _aggregate(self, expr: Aggregate, picked, copies, value_of, points) -> list[Row]:
         if isinstance(expr.inner, Aggregate):
             raise PromQLError("nested aggregations are outside the synthetic subset")
         tile, fleet = self.fleet.tile, self.fleet
@@ -300,9 +350,10 @@ class Evaluator:
         memo: dict[tuple[Pairs, tuple], np.ndarray] = {}
         texts: dict[tuple[Pairs, tuple], tuple[str, int]] = {}
         merged: dict[Pairs, np.ndarray] = {}
-        out: list[tuple[Pairs, str, int]] = []
+        out: list[Row] = []
         for key, by_node in groups.items():
             dependent = any(n in RENAMED for n, _ in key)
+            at = fleet.renamer(key)
             per_copy: dict[int, list[int | None]] = {}
             for node, ids in by_node.items():
                 for k in copies(ids[0]):
@@ -317,14 +368,50 @@ class Evaluator:
                     if text is None:
                         text = texts[mk] = points(part)
                     if text[1]:
-                        out.append((fleet.renamed(key, k), *text))
+                        out.append((*at(k), *text))
                 else:
                     merged[key] = part if key not in merged else combine(merged[key], part)
         for key, part in merged.items():
             text, n = points(part)
             if n:
-                out.append((key, text, n))
+                out.append((key, _labels_json(key), text, n))
         return out
+
+    def _values(
+        self, picked: list[int], grid: np.ndarray, range_ms: int
+    ) -> tuple[dict[int, np.ndarray], dict[str, bool]]:
+        """Each picked series' value at every grid time (the last sample in ``[t - range, t]``,
+        NaN: none), computed a metric at a time on its matrix; and per metric whether every
+        value is a whole number (formatted as one)."""
+        tile = self.fleet.tile
+        by_metric: dict[str, list[int]] = {}
+        for i in picked:
+            by_metric.setdefault(tile.series[i].name, []).append(i)
+        hi = np.searchsorted(tile.times, grid, side="right") - 1
+        lo = np.searchsorted(tile.times, grid - range_ms, side="left")
+        width = int((hi - lo).max(initial=-1)) + 1
+        values: dict[int, np.ndarray] = {}
+        integral: dict[str, bool] = {}
+        for name, ids in by_metric.items():
+            m = tile.matrix[name][[tile.series[i].row for i in ids]]
+            out = np.full((len(ids), len(grid)), np.nan)
+            for d in range(width):
+                idx = hi - d
+                ok = idx >= lo
+                if not ok.any():
+                    continue
+                cand = m[:, np.maximum(idx, 0)]
+                take = np.isnan(out) & ok[None, :]
+                out[take] = cand[take]
+            finite = out[~np.isnan(out)]
+            integral[name] = bool(
+                np.all(np.abs(finite) < 1e15)
+                and np.array_equal(finite, np.floor(finite))
+                and not np.signbit(finite).any()
+            )
+            for r, i in enumerate(ids):
+                values[i] = out[r]
+        return values, integral
 
     def _select(self, sel: Selector, first_ms: int, last_ms: int):
         """The tile series the selector picks, a function giving the copies of each, and the raw
@@ -343,7 +430,9 @@ class Evaluator:
         chosen, nodeless = fleet.selection(hosts)
         picked: list[int] = []
         scanned = 0
+        lo, hi = np.searchsorted(tile.times, first_ms, "left"), np.searchsorted(tile.times, last_ms, "right")
         for name in metrics:
+            held = (~np.isnan(tile.matrix[name][:, lo:hi])).sum(axis=1)
             for i in tile.by_metric[name]:
                 s = tile.series[i]
                 if s.node is not None and s.node not in chosen:
@@ -354,8 +443,7 @@ class Evaluator:
                 if not all(m.matches(labels.get(m.label, "")) for m in other):
                     continue
                 picked.append(i)
-                n_in = int(np.searchsorted(s.times, last_ms, "right") - np.searchsorted(s.times, first_ms, "left"))
-                scanned += n_in * (1 if s.node is None else len(chosen[s.node]))
+                scanned += int(held[s.row]) * (1 if s.node is None else len(chosen[s.node]))
 
         def copies(i: int) -> Iterable[int]:
             s = tile.series[i]
@@ -377,9 +465,11 @@ class Evaluator:
         """``/api/v1/series``: the label sets (with ``__name__``) holding a sample in the range."""
         picked, copies, _ = self._select(sel, first_ms, last_ms)
         out = []
+        tile = self.fleet.tile
         for i in picked:
-            s = self.fleet.tile.series[i]
-            if np.searchsorted(s.times, last_ms, "right") - np.searchsorted(s.times, first_ms, "left") <= 0:
+            s = tile.series[i]
+            t, _ = tile.samples(i)
+            if not ((t >= first_ms) & (t <= last_ms)).any():
                 continue
             pairs = tuple(sorted((("__name__", s.name), *s.pairs)))
             out.extend(self.fleet.renamed(pairs, k) for k in copies(i))
@@ -396,6 +486,10 @@ def _strip_aggregates(expr: Expr) -> Expr:
 def expr_range(expr: Expr) -> int:
     inner = _strip_aggregates(expr)
     return inner.range_ms if isinstance(inner, LastOverTime) else LOOKBACK_MS
+
+
+def _int_text(x: float) -> str:
+    return str(int(x))
 
 
 def _stack(vs: list[np.ndarray]) -> np.ndarray:
@@ -451,15 +545,26 @@ class Stats:
     samples_scanned: int = 0
     series_answered: int = 0
     bytes_answered: int = 0
+    #: Seconds spent answering (summed over the server's threads).
+    busy_s: float = 0.0
+    #: The same counts by the query's outermost operation (``group``, ``max``, ``last_over_time``,
+    #: ``selector``): the service's discovery is its ``group`` query.
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, endpoint: str, samples: int, scanned: int, series: int, nbytes: int) -> None:
+    def add(
+        self, endpoint: str, samples: int, scanned: int, series: int, nbytes: int, kind: str = ""
+    ) -> None:
         with self.lock:
             self.queries[endpoint] = self.queries.get(endpoint, 0) + 1
             self.samples_answered += samples
             self.samples_scanned += scanned
             self.series_answered += series
             self.bytes_answered += nbytes
+            if kind:
+                k = self.by_kind.setdefault(kind, dict.fromkeys(_KIND_FIELDS, 0))
+                for f, v in zip(_KIND_FIELDS, (1, samples, scanned, nbytes), strict=True):
+                    k[f] += v
 
     def snapshot(self, reset: bool = False) -> dict:
         with self.lock:
@@ -469,11 +574,25 @@ class Stats:
                 "samples_scanned": self.samples_scanned,
                 "series_answered": self.series_answered,
                 "bytes_answered": self.bytes_answered,
+                "by_kind": {k: dict(v) for k, v in self.by_kind.items()},
+                "busy_s": round(self.busy_s, 3),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             }
             if reset:
-                self.queries, self.samples_answered, self.samples_scanned = {}, 0, 0
+                self.queries, self.samples_answered, self.samples_scanned, self.by_kind = {}, 0, 0, {}
                 self.series_answered = self.bytes_answered = 0
+                self.busy_s = 0.0
         return doc
+
+
+_KIND_FIELDS = ("queries", "samples_answered", "samples_scanned", "bytes_answered")
+
+
+def kind_of(expr: Expr) -> str:
+    """The outermost operation of a query (:attr:`Stats.by_kind`)."""
+    if isinstance(expr, Aggregate):
+        return expr.op
+    return "last_over_time" if isinstance(expr, LastOverTime) else "selector"
 
 
 class BadData(Exception):
@@ -503,7 +622,9 @@ def parse_step_param(text: str) -> int:
         except PromQLError:
             raise BadData(f'cannot parse "{text}" to a valid duration') from None
     if ms <= 0:
-        raise BadData("zero or negative query resolution step widths are not accepted. Try a positive integer")
+        raise BadData(
+            "zero or negative query resolution step widths are not accepted. Try a positive integer"
+        )
     return ms
 
 
@@ -567,6 +688,14 @@ class SyntheticPrometheus:
 
     # -- the API
     def handle(self, path: str, params: dict[str, list[str]]) -> tuple[int, bytes]:
+        t0 = time.perf_counter()
+        try:
+            return self._handle(path, params)
+        finally:
+            with self.stats.lock:
+                self.stats.busy_s += time.perf_counter() - t0
+
+    def _handle(self, path: str, params: dict[str, list[str]]) -> tuple[int, bytes]:
         one = {k: v[-1] for k, v in params.items() if v}
         try:
             if path == "/api/v1/query_range":
@@ -588,14 +717,18 @@ class SyntheticPrometheus:
 
     def _expr(self, one: dict[str, str]) -> Expr:
         if "query" not in one:
-            raise BadData('1:1: parse error: no expression found in input')
+            raise BadData("1:1: parse error: no expression found in input")
         return parse(one["query"])
 
     def _query_range(self, one: dict[str, str]) -> bytes:
         for p in ("start", "end", "step"):
             if p not in one:
                 raise BadData(f'invalid parameter "{p}": missing')
-        start, end, step = parse_time_param(one["start"]), parse_time_param(one["end"]), parse_step_param(one["step"])
+        start, end, step = (
+            parse_time_param(one["start"]),
+            parse_time_param(one["end"]),
+            parse_step_param(one["step"]),
+        )
         if end < start:
             raise BadData('invalid parameter "end": end timestamp must not be before start time')
         if (end - start) // step + 1 > MAX_POINTS:
@@ -603,24 +736,27 @@ class SyntheticPrometheus:
                 "exceeded maximum resolution of 11,000 points per timeseries. "
                 "Try decreasing the query resolution (?step=XX)"
             )
-        ans = self.evaluator.evaluate(self._expr(one), start, end, step)
+        expr = self._expr(one)
+        ans = self.evaluator.evaluate(expr, start, end, step)
         body = (
             '{"status":"success","data":{"resultType":"matrix","result":['
-            + ",".join(f'{{"metric":{_labels_json(p)},"values":[{text}]}}' for p, text, _ in ans.series)
+            + ",".join(f'{{"metric":{labels},"values":[{text}]}}' for _, labels, text, _ in ans.series)
             + "]}}"
         ).encode()
-        self.stats.add("query_range", sum(n for *_, n in ans.series), ans.scanned, len(ans.series), len(body))
+        samples = sum(n for *_, n in ans.series)
+        self.stats.add("query_range", samples, ans.scanned, len(ans.series), len(body), kind_of(expr))
         return body
 
     def _query(self, one: dict[str, str]) -> bytes:
         at = parse_time_param(one["time"]) if "time" in one else round(datetime.now().timestamp() * 1000)
-        ans = self.evaluator.evaluate(self._expr(one), at, at, 1000)
+        expr = self._expr(one)
+        ans = self.evaluator.evaluate(expr, at, at, 1000)
         body = (
             '{"status":"success","data":{"resultType":"vector","result":['
-            + ",".join(f'{{"metric":{_labels_json(p)},"value":{text}}}' for p, text, _ in ans.series)
+            + ",".join(f'{{"metric":{labels},"value":{text}}}' for _, labels, text, _ in ans.series)
             + "]}}"
         ).encode()
-        self.stats.add("query", len(ans.series), ans.scanned, len(ans.series), len(body))
+        self.stats.add("query", len(ans.series), ans.scanned, len(ans.series), len(body), kind_of(expr))
         return body
 
     def _series(self, params: dict[str, list[str]], one: dict[str, str]) -> bytes:
@@ -633,7 +769,7 @@ class SyntheticPrometheus:
         for text in matches:
             expr = parse(text)
             if not isinstance(expr, Selector):
-                raise BadData(f"invalid parameter \"match[]\": {text} is not a vector selector")
+                raise BadData(f'invalid parameter "match[]": {text} is not a vector selector')
             found.update(self.evaluator.series(expr, first, last))
         rows = sorted(found)
         body = _success([dict(p) for p in rows])
@@ -646,12 +782,17 @@ def _success(data: object) -> bytes:
 
 
 # ---------------------------------------------------------------------- the benchmark's fleet
-def bench_tile_spec(tile_nodes: int, job_nodes: int, start: float, seconds: float, seed: int = 1) -> ScenarioSpec:
+def bench_tile_spec(
+    tile_nodes: int, job_nodes: int, start: float, seconds: float, seed: int = 1
+) -> ScenarioSpec:
     """The tile of :mod:`benchmarks.bench_shards`: jobs of ``job_nodes`` nodes, the last
     ``job_nodes`` nodes job-less, a GPU throttling in the first job a third of the way in."""
     from fleetscope.simulate.spec import FaultSpec, JobSpec
 
-    jobs = [JobSpec(f"job-{j}", nodes=job_nodes, first_node=j * job_nodes) for j in range(tile_nodes // job_nodes - 1)]
+    jobs = [
+        JobSpec(f"job-{j}", nodes=job_nodes, first_node=j * job_nodes)
+        for j in range(tile_nodes // job_nodes - 1)
+    ]
     return ScenarioSpec(
         name="realistic_synthetic_tile",
         nodes=tile_nodes,
