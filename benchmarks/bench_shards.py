@@ -133,7 +133,9 @@ def start_synthetic(args, seconds: float) -> tuple[subprocess.Popen, str, dict]:
         str(seconds),
     ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    # Its stdin is a pipe from here: it ends when this process does, however it ends, and the
+    # server exits with it.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line:
         proc.wait()

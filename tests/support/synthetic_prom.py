@@ -29,7 +29,8 @@ answered (points in the answers), samples scanned (raw samples the selectors cov
 real Prometheus reads from its TSDB), answer bytes; ``?reset=1`` zeroes them.
 
 Run alone: ``python -m tests.support.synthetic_prom --fleet-nodes 4096 --tile-nodes 128`` prints
-one JSON line with its URL once it serves.
+one JSON line with its URL once it serves, and serves until its standard input ends (its parent,
+the benchmark, exited) or it is interrupted.
 """
 
 from __future__ import annotations
@@ -46,17 +47,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: the repository root on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from fleetscope import contract as c  # noqa: E402
-from fleetscope.simulate.spec import ScenarioSpec, node_name  # noqa: E402
-from tests.support.promql_subset import (  # noqa: E402
+from fleetscope import contract as c
+from fleetscope.simulate.spec import ScenarioSpec, node_name
+from tests.support.promql_subset import (
     Aggregate,
     Expr,
     LastOverTime,
@@ -337,15 +334,8 @@ class Evaluator:
     def _aggregate(self, expr: Aggregate, picked, copies, value_of, points) -> list[Row]:
         if isinstance(expr.inner, Aggregate):
             raise PromQLError("nested aggregations are outside the synthetic subset")
-        tile, fleet = self.fleet.tile, self.fleet
-        by = set(expr.by)
-        groups: dict[Pairs, dict[int | None, list[int]]] = {}
-        for i in picked:
-            s = tile.series[i]
-            key = tuple(p for p in s.pairs if p[0] in by) + (
-                (("__name__", s.name),) if "__name__" in by else ()
-            )
-            groups.setdefault(tuple(sorted(key)), {}).setdefault(s.node, []).append(i)
+        fleet = self.fleet
+        groups = self._groups(expr.by, picked)
         reduce, combine = _AGGREGATORS[expr.op]
         memo: dict[tuple[Pairs, tuple], np.ndarray] = {}
         texts: dict[tuple[Pairs, tuple], tuple[str, int]] = {}
@@ -376,6 +366,20 @@ class Evaluator:
             if n:
                 out.append((key, _labels_json(key), text, n))
         return out
+
+    def _groups(
+        self, by_labels: tuple[str, ...], picked: list[int]
+    ) -> dict[Pairs, dict[int | None, list[int]]]:
+        """The tile's aggregation groups: their ``by`` labels -> tile node -> member series."""
+        tile, by = self.fleet.tile, set(by_labels)
+        groups: dict[Pairs, dict[int | None, list[int]]] = {}
+        for i in picked:
+            s = tile.series[i]
+            key = tuple(p for p in s.pairs if p[0] in by) + (
+                (("__name__", s.name),) if "__name__" in by else ()
+            )
+            groups.setdefault(tuple(sorted(key)), {}).setdefault(s.node, []).append(i)
+        return groups
 
     def _values(
         self, picked: list[int], grid: np.ndarray, range_ms: int
@@ -818,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SyntheticPrometheus(Fleet(tile, args.fleet_nodes), port=args.port).start()
     print(json.dumps({"url": server.url, "tile_series": len(tile.series)}), flush=True)
     try:
-        threading.Event().wait()
+        sys.stdin.read()  # until the parent closes it, or dies
     except KeyboardInterrupt:
         pass
     finally:
