@@ -6,7 +6,7 @@ stream shared by all nodes), so one node cannot be computed on its own at an arb
 a **tile** of T nodes is simulated once over the whole time range (:class:`Tile`), and fleet node
 ``i`` is tile node ``i % T`` in copy ``k = i // T``, with its identity renamed (:class:`Fleet`):
 ``Hostname`` (and ``instance``) become ``node_name(i)``, ``job_id`` gets the suffix ``-k`` (copy
-0 keeps the tile's names), a GPU's ``UUID`` its copy in the last hex digits. Values are the
+0 keeps the tile's names), a GPU's ``UUID`` a new one hashed from the tile's and the copy. Values are the
 tile's: every copy of a node reports the same samples. Memory is the tile's samples plus the
 fleet's layout (host names are computed, not stored); nothing grows per copy.
 
@@ -36,6 +36,7 @@ the benchmark, exited) or it is interrupted.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -233,7 +234,8 @@ class Fleet:
             return value if t is None else f"{node_name(k * self.T + t)}:{port}"
         if label == JOB_LABEL:
             return f"{value}-{k}"
-        return f"{value[:-4]}{(int(value[-4:], 16) + k) % 0x10000:04x}" if len(value) > 4 else f"{value}-{k}"
+        h = hashlib.sha1(f"{value}/{k}".encode()).hexdigest()  # UUID: a fresh one per copy
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
     def renamer(self, pairs: Pairs):
         """A function of copy ``k`` giving ``pairs`` renamed and their JSON: the JSON is written
