@@ -202,7 +202,7 @@ def synthetic_cycles(url: str, spec, shard, window: float, sliding: float, repea
         "share": result.shard,
         "first_cycle_store": _per_cycle([stats[0]]),
         "sliding_cycle_store": _per_cycle(stats[1:]),
-        "store_busy_s": [s["busy_s"] for s in stats],
+        "store_cpu_s": [s["cpu_s"] for s in stats],
         "store_peak_rss_mb": stats[-1]["peak_rss_mb"],
     }
 
