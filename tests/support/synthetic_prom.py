@@ -28,7 +28,10 @@ each tile series' points are computed and formatted once per query and reused by
 answered (points in the answers), samples scanned (raw samples the selectors covered, what a
 real Prometheus reads from its TSDB: this server does not pay for them, it evaluates each tile
 series once for all its copies), answer bytes, its CPU seconds and peak RSS; ``?reset=1``
-zeroes them.
+zeroes them. ``scan_ns`` (``--scan-ns``) makes it pay for them as a real store does: that many
+CPU nanoseconds per sample read but not answered (the samples an aggregation such as the
+service's discovery folds away); docs/benchmarks.md gives the figure measured on a real
+Prometheus.
 
 Run alone: ``python -m tests.support.synthetic_prom --fleet-nodes 4096 --tile-nodes 128`` prints
 one JSON line with its URL once it serves, and serves until its standard input ends (its parent,
@@ -639,8 +642,9 @@ def parse_step_param(text: str) -> int:
 class SyntheticPrometheus:
     """``SyntheticPrometheus(fleet).start()`` serves the fleet on ``url`` until :meth:`stop`."""
 
-    def __init__(self, fleet: Fleet, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, fleet: Fleet, host: str = "127.0.0.1", port: int = 0, scan_ns: float = 0.0) -> None:
         self.fleet, self.evaluator, self.stats = fleet, Evaluator(fleet), Stats()
+        self.scan_ns = scan_ns
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -720,6 +724,17 @@ class SyntheticPrometheus:
             raise BadData("1:1: parse error: no expression found in input")
         return parse(one["query"])
 
+    def _charge(self, ans: Answer) -> None:
+        """Spend ``scan_ns`` of CPU per sample a real store reads but does not answer (scanned
+        less answered: what an aggregation folds away), which this server's evaluation of a tile
+        series once for all copies does not pay for. Its own cost per answered sample it pays."""
+        extra = ans.scanned - sum(row[3] for row in ans.series)
+        if self.scan_ns <= 0 or extra <= 0:
+            return
+        until = time.thread_time() + extra * self.scan_ns * 1e-9
+        while time.thread_time() < until:
+            pass
+
     def _query_range(self, one: dict[str, str]) -> bytes:
         for p in ("start", "end", "step"):
             if p not in one:
@@ -738,6 +753,7 @@ class SyntheticPrometheus:
             )
         expr = self._expr(one)
         ans = self.evaluator.evaluate(expr, start, end, step)
+        self._charge(ans)
         body = (
             '{"status":"success","data":{"resultType":"matrix","result":['
             + ",".join(f'{{"metric":{labels},"values":[{text}]}}' for _, labels, text, _ in ans.series)
@@ -751,6 +767,7 @@ class SyntheticPrometheus:
         at = parse_time_param(one["time"]) if "time" in one else round(datetime.now().timestamp() * 1000)
         expr = self._expr(one)
         ans = self.evaluator.evaluate(expr, at, at, 1000)
+        self._charge(ans)
         body = (
             '{"status":"success","data":{"resultType":"vector","result":['
             + ",".join(f'{{"metric":{labels},"value":{text}}}' for _, labels, text, _ in ans.series)
@@ -812,10 +829,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=float, default=ScenarioSpec().start)
     p.add_argument("--seconds", type=float, default=1980.0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument(
+        "--scan-ns", type=float, default=0.0, help="CPU ns spent per sample read but not answered (0: none)"
+    )
     args = p.parse_args(argv)
     spec = bench_tile_spec(args.tile_nodes, args.job_nodes, args.start, args.seconds)
     tile = Tile.simulate(spec)
-    server = SyntheticPrometheus(Fleet(tile, args.fleet_nodes), port=args.port).start()
+    server = SyntheticPrometheus(Fleet(tile, args.fleet_nodes), port=args.port, scan_ns=args.scan_ns).start()
     print(json.dumps({"url": server.url, "tile_series": len(tile.series)}), flush=True)
     try:
         sys.stdin.read()  # until the parent closes it, or dies

@@ -239,3 +239,21 @@ def test_a_simulated_tile_serves_the_service_queries() -> None:
     jobs = {dict(r[0]).get("job_id") for r in ans.series} - {None}
     assert hosts == {node_name(i) for i in range(6)}
     assert jobs == {"a", "a-1", "a-2"}
+
+
+def test_the_store_can_charge_for_samples_it_folds_away() -> None:
+    import time
+
+    server = SyntheticPrometheus(_fleet(4), scan_ns=2e6)  # 2 ms of CPU per sample folded away
+    try:
+        t0 = time.thread_time()
+        params = {"query": ["group by (gpu) (g)"], "start": [str(T0 / 1000)], "end": [str(T0 / 1000 + 60)]}
+        status, _ = server.handle("/api/v1/query_range", {**params, "step": ["60"]})
+        spent = time.thread_time() - t0
+        stats = server.stats.snapshot()
+    finally:
+        server.httpd.server_close()
+    assert status == 200
+    folded = stats["samples_scanned"] - stats["samples_answered"]
+    assert folded == 18 - 2  # 18 samples read (4 nodes' copies), 2 points answered
+    assert spent >= folded * 2e-3
