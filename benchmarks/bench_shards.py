@@ -20,8 +20,9 @@ peak RSS is its own), on the same LiveAnalysis path. Per cycle the store's count
 samples answered, samples scanned) are read back from the synthetic server; the backend load of
 all shards together is the discovery part times the shard count plus the range queries scaled to
 the whole fleet, at the service's ``--interval``. The synthetic store pays its own way for what it
-answers, and burns ``--scan-ns`` CPU nanoseconds per sample it would read but not answer (what
-the discovery's ``group by`` folds away; calibrated on a real Prometheus). ``--one-process``
+answers, and burns ``--scan-series-ns`` and ``--scan-ns`` CPU nanoseconds per series and sample
+it would read but not answer (what the discovery's ``group by`` folds away; calibrated on a real
+Prometheus). ``--one-process``
 also measures the unsharded service over the whole fleet.
 
     .venv/bin/python benchmarks/bench_shards.py --synthetic --fleet-nodes 4096 --shard-nodes 500
@@ -119,11 +120,14 @@ def bench_shard(
 
 
 # ---------------------------------------------------------------------- --synthetic
-#: What a real Prometheus (2.42, this 2-core VM) spends per sample it reads but does not answer:
-#: the discovery query over a backfilled 64-node fleet read 276k samples in 0.10 to 0.14 s
-#: (docs/benchmarks.md, "Sharded service at 100k GPUs"). The synthetic store burns as much CPU,
-#: so the measured shard shares the cores with the store's work as it would with a real one.
-SCAN_NS = 400.0
+#: What a real Prometheus (2.42, this 2-core VM) spends per series and per sample it reads but
+#: does not answer: the all-metrics discovery query over a backfilled 64-node fleet (16,256 series)
+#: took 0.107 s over 3 minutes (276k samples) and 0.18 s over 31 (1.95M samples), so about 5.8 us a
+#: series and 44 ns a sample (docs/benchmarks.md, "Sharded service at 100k GPUs"). The synthetic
+#: store burns as much CPU, so the measured shard shares the cores with the store's work as it
+#: would with a real one.
+SCAN_NS = 44.0
+SCAN_SERIES_NS = 5800.0
 
 
 def start_synthetic(args, seconds: float) -> tuple[subprocess.Popen, str, dict]:
@@ -142,6 +146,8 @@ def start_synthetic(args, seconds: float) -> tuple[subprocess.Popen, str, dict]:
         str(seconds),
         "--scan-ns",
         str(args.scan_ns),
+        "--scan-series-ns",
+        str(args.scan_series_ns),
     ]
     t0 = time.perf_counter()
     # Its stdin is a pipe from here: it ends when this process does, however it ends, and the
@@ -181,7 +187,8 @@ def closest_shard(url: str, spec, count: int, window: float, want: int) -> tuple
     from fleetscope.window.sources import PrometheusSource
 
     end = spec.start + window
-    rows = Discovery().rows(PrometheusSource(PrometheusAccess(url), LOADED), end - window, end, spec.step_s)
+    source = PrometheusSource(PrometheusAccess(url, timeout=600), LOADED)
+    rows = Discovery().rows(source, end - window, end, spec.step_s)
     shares = [share_of(rows, Shard(k, count)) for k in range(count)]
     k = min(range(count), key=lambda i: (abs(len(shares[i].nodes) - want), -len(shares[i].nodes)))
     return k, shares[k].summary()
@@ -226,7 +233,7 @@ def _per_cycle(stats: list[dict]) -> dict:
     for part, keep in (("discovery", lambda k: k == "group"), ("series", lambda k: k != "group")):
         out[part] = {
             f: round(sum(v for s in stats for k, v in s["by_kind"].items() if keep(k) for v in [v[f]]) / n)
-            for f in ("queries", "samples_answered", "samples_scanned", "bytes_answered")
+            for f in ("queries", "samples_answered", "samples_scanned", "bytes_answered", "series_scanned")
         }
     return out
 
@@ -311,6 +318,12 @@ def main() -> int:
         type=float,
         default=SCAN_NS,
         help="--synthetic: the store's CPU ns per sample read but not answered (0: free)",
+    )
+    p.add_argument(
+        "--scan-series-ns",
+        type=float,
+        default=SCAN_SERIES_NS,
+        help="--synthetic: the store's CPU ns per series read but not answered (0: free)",
     )
     args = p.parse_args()
     if args.synthetic:

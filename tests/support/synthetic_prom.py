@@ -28,8 +28,9 @@ each tile series' points are computed and formatted once per query and reused by
 answered (points in the answers), samples scanned (raw samples the selectors covered, what a
 real Prometheus reads from its TSDB: this server does not pay for them, it evaluates each tile
 series once for all its copies), answer bytes, its CPU seconds and peak RSS; ``?reset=1``
-zeroes them. ``scan_ns`` (``--scan-ns``) makes it pay for them as a real store does: that many
-CPU nanoseconds per sample read but not answered (the samples an aggregation such as the
+zeroes them. ``scan_ns`` and ``scan_series_ns`` (``--scan-ns``, ``--scan-series-ns``) make it
+pay for them as a real store does: that many CPU nanoseconds per sample and per series read but
+not answered (the samples an aggregation such as the
 service's discovery folds away); docs/benchmarks.md gives the figure measured on a real
 Prometheus.
 
@@ -296,6 +297,8 @@ class Answer:
 
     series: list[Row]
     scanned: int
+    #: Series the selector read (over all copies).
+    series_read: int = 0
 
 
 class Evaluator:
@@ -310,7 +313,7 @@ class Evaluator:
         sel = selector_of(expr)
         range_ms = expr_range(expr)
         keep_name = not isinstance(_strip_aggregates(expr), LastOverTime) or "last_over_time" in KEEPS_NAME
-        picked, copies, scanned = self._select(sel, int(grid[0]) - range_ms, int(grid[-1]))
+        picked, copies, scanned, read = self._select(sel, int(grid[0]) - range_ms, int(grid[-1]))
         fleet, tile = self.fleet, self.fleet.tile
         values, integral = self._values(picked, grid, range_ms)
 
@@ -336,7 +339,7 @@ class Evaluator:
         else:
             out = self._aggregate(expr, picked, copies, value_of, points)
         out.sort(key=lambda row: row[0])
-        return Answer(out, scanned)
+        return Answer(out, scanned, read)
 
     def _aggregate(self, expr: Aggregate, picked, copies, value_of, points) -> list[Row]:
         if isinstance(expr.inner, Aggregate):
@@ -440,7 +443,7 @@ class Evaluator:
         metrics = [n for n in metrics if n in tile.by_metric and all(m.matches(n) for m in names)]
         chosen, nodeless = fleet.selection(hosts)
         picked: list[int] = []
-        scanned = 0
+        scanned = read = 0
         lo, hi = np.searchsorted(tile.times, first_ms, "left"), np.searchsorted(tile.times, last_ms, "right")
         for name in metrics:
             held = (~np.isnan(tile.matrix[name][:, lo:hi])).sum(axis=1)
@@ -454,7 +457,9 @@ class Evaluator:
                 if not all(m.matches(labels.get(m.label, "")) for m in other):
                     continue
                 picked.append(i)
-                scanned += int(held[s.row]) * (1 if s.node is None else len(chosen[s.node]))
+                n = 1 if s.node is None else len(chosen[s.node])
+                scanned += int(held[s.row]) * n
+                read += n
 
         def copies(i: int) -> Iterable[int]:
             s = tile.series[i]
@@ -470,11 +475,11 @@ class Evaluator:
 
         if renamed:
             picked = [i for i in picked if copies(i)]
-        return picked, copies, scanned
+        return picked, copies, scanned, read
 
     def series(self, sel: Selector, first_ms: int, last_ms: int) -> list[Pairs]:
         """``/api/v1/series``: the label sets (with ``__name__``) holding a sample in the range."""
-        picked, copies, _ = self._select(sel, first_ms, last_ms)
+        picked, copies, *_ = self._select(sel, first_ms, last_ms)
         out = []
         tile = self.fleet.tile
         for i in picked:
@@ -554,6 +559,7 @@ class Stats:
     queries: dict[str, int] = field(default_factory=dict)
     samples_answered: int = 0
     samples_scanned: int = 0
+    series_scanned: int = 0
     series_answered: int = 0
     bytes_answered: int = 0
     #: CPU seconds this process spent since the last reset (answering, and nothing else runs here).
@@ -564,17 +570,27 @@ class Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(
-        self, endpoint: str, samples: int, scanned: int, series: int, nbytes: int, kind: str = ""
+        self,
+        endpoint: str,
+        samples: int,
+        scanned: int,
+        series: int,
+        nbytes: int,
+        kind: str = "",
+        series_read: int = 0,
     ) -> None:
         with self.lock:
             self.queries[endpoint] = self.queries.get(endpoint, 0) + 1
             self.samples_answered += samples
             self.samples_scanned += scanned
+            self.series_scanned += series_read
             self.series_answered += series
             self.bytes_answered += nbytes
             if kind:
                 k = self.by_kind.setdefault(kind, dict.fromkeys(_KIND_FIELDS, 0))
-                for f, v in zip(_KIND_FIELDS, (1, samples, scanned, nbytes), strict=True):
+                for f, v in zip(
+                    _KIND_FIELDS, (1, samples, scanned, nbytes, series_read, series), strict=True
+                ):
                     k[f] += v
 
     def snapshot(self, reset: bool = False) -> dict:
@@ -583,6 +599,7 @@ class Stats:
                 "queries": dict(self.queries),
                 "samples_answered": self.samples_answered,
                 "samples_scanned": self.samples_scanned,
+                "series_scanned": self.series_scanned,
                 "series_answered": self.series_answered,
                 "bytes_answered": self.bytes_answered,
                 "by_kind": {k: dict(v) for k, v in self.by_kind.items()},
@@ -591,12 +608,19 @@ class Stats:
             }
             if reset:
                 self.queries, self.samples_answered, self.samples_scanned, self.by_kind = {}, 0, 0, {}
-                self.series_answered = self.bytes_answered = 0
+                self.series_answered = self.bytes_answered = self.series_scanned = 0
                 self.cpu_from = time.process_time()
         return doc
 
 
-_KIND_FIELDS = ("queries", "samples_answered", "samples_scanned", "bytes_answered")
+_KIND_FIELDS = (
+    "queries",
+    "samples_answered",
+    "samples_scanned",
+    "bytes_answered",
+    "series_scanned",
+    "series_answered",
+)
 
 
 def kind_of(expr: Expr) -> str:
@@ -642,9 +666,16 @@ def parse_step_param(text: str) -> int:
 class SyntheticPrometheus:
     """``SyntheticPrometheus(fleet).start()`` serves the fleet on ``url`` until :meth:`stop`."""
 
-    def __init__(self, fleet: Fleet, host: str = "127.0.0.1", port: int = 0, scan_ns: float = 0.0) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        scan_ns: float = 0.0,
+        scan_series_ns: float = 0.0,
+    ) -> None:
         self.fleet, self.evaluator, self.stats = fleet, Evaluator(fleet), Stats()
-        self.scan_ns = scan_ns
+        self.scan_ns, self.scan_series_ns = scan_ns, scan_series_ns
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -725,13 +756,16 @@ class SyntheticPrometheus:
         return parse(one["query"])
 
     def _charge(self, ans: Answer) -> None:
-        """Spend ``scan_ns`` of CPU per sample a real store reads but does not answer (scanned
-        less answered: what an aggregation folds away), which this server's evaluation of a tile
-        series once for all copies does not pay for. Its own cost per answered sample it pays."""
-        extra = ans.scanned - sum(row[3] for row in ans.series)
-        if self.scan_ns <= 0 or extra <= 0:
+        """Spend ``scan_ns`` of CPU per sample and ``scan_series_ns`` per series that a real store
+        reads but does not answer (what an aggregation folds away), which this server's
+        evaluation of a tile series once for all copies does not pay for. What it answers it
+        pays for itself."""
+        samples = max(0, ans.scanned - sum(row[3] for row in ans.series))
+        series = max(0, ans.series_read - len(ans.series))
+        cost = samples * self.scan_ns + series * self.scan_series_ns
+        if cost <= 0:
             return
-        until = time.thread_time() + extra * self.scan_ns * 1e-9
+        until = time.thread_time() + cost * 1e-9
         while time.thread_time() < until:
             pass
 
@@ -760,7 +794,9 @@ class SyntheticPrometheus:
             + "]}}"
         ).encode()
         samples = sum(n for *_, n in ans.series)
-        self.stats.add("query_range", samples, ans.scanned, len(ans.series), len(body), kind_of(expr))
+        self.stats.add(
+            "query_range", samples, ans.scanned, len(ans.series), len(body), kind_of(expr), ans.series_read
+        )
         return body
 
     def _query(self, one: dict[str, str]) -> bytes:
@@ -773,7 +809,9 @@ class SyntheticPrometheus:
             + ",".join(f'{{"metric":{labels},"value":{text}}}' for _, labels, text, _ in ans.series)
             + "]}}"
         ).encode()
-        self.stats.add("query", len(ans.series), ans.scanned, len(ans.series), len(body), kind_of(expr))
+        self.stats.add(
+            "query", len(ans.series), ans.scanned, len(ans.series), len(body), kind_of(expr), ans.series_read
+        )
         return body
 
     def _series(self, params: dict[str, list[str]], one: dict[str, str]) -> bytes:
@@ -832,10 +870,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--scan-ns", type=float, default=0.0, help="CPU ns spent per sample read but not answered (0: none)"
     )
+    p.add_argument(
+        "--scan-series-ns", type=float, default=0.0, help="CPU ns spent per series read but not answered"
+    )
     args = p.parse_args(argv)
     spec = bench_tile_spec(args.tile_nodes, args.job_nodes, args.start, args.seconds)
     tile = Tile.simulate(spec)
-    server = SyntheticPrometheus(Fleet(tile, args.fleet_nodes), port=args.port, scan_ns=args.scan_ns).start()
+    server = SyntheticPrometheus(
+        Fleet(tile, args.fleet_nodes),
+        port=args.port,
+        scan_ns=args.scan_ns,
+        scan_series_ns=args.scan_series_ns,
+    ).start()
     print(json.dumps({"url": server.url, "tile_series": len(tile.series)}), flush=True)
     try:
         sys.stdin.read()  # until the parent closes it, or dies

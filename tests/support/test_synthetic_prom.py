@@ -244,7 +244,7 @@ def test_a_simulated_tile_serves_the_service_queries() -> None:
 def test_the_store_can_charge_for_samples_it_folds_away() -> None:
     import time
 
-    server = SyntheticPrometheus(_fleet(4), scan_ns=2e6)  # 2 ms of CPU per sample folded away
+    server = SyntheticPrometheus(_fleet(4), scan_ns=2e6, scan_series_ns=5e6)  # 2 ms a sample, 5 a series
     try:
         t0 = time.thread_time()
         params = {"query": ["group by (gpu) (g)"], "start": [str(T0 / 1000)], "end": [str(T0 / 1000 + 60)]}
@@ -256,4 +256,5 @@ def test_the_store_can_charge_for_samples_it_folds_away() -> None:
     assert status == 200
     folded = stats["samples_scanned"] - stats["samples_answered"]
     assert folded == 18 - 2  # 18 samples read (4 nodes' copies), 2 points answered
-    assert spent >= folded * 2e-3
+    assert stats["series_scanned"] == 4
+    assert spent >= folded * 2e-3 + (4 - 1) * 5e-3
