@@ -53,11 +53,11 @@ def live_result(report: Report, share: Share | None = None, history_changed_cell
     what the shard reports (:meth:`Share.report <fleetscope.service.shard.Share.report>`): the
     states are read off the whole analysis first, then everything is cut to the share."""
     signals = report.signals
-    jobs = job_states(signals, report) if signals is not None else {}
-    models = served_models(signals) if signals is not None else []
+    jobs: Mapping[str, Any] = job_states(signals, report) if signals is not None else {}
+    models: Sequence[Mapping[str, Any]] = served_models(signals) if signals is not None else []
     if share is not None:
         report = share.report(report)
-        jobs, models = share.job_states(jobs), list(share.served_models(models))
+        jobs, models = share.job_states(jobs), share.served_models(models)
     return LiveResult(
         report,
         jobs=jobs,
