@@ -32,8 +32,10 @@ A job or model whose nodes all landed on one shard is whole there: that shard ow
 peer the detectors compare. One whose nodes landed on several shards is **split**: each shard
 analyzes its *slice* (its ranks or replicas on the shard's nodes, compared with the slice's peers),
 and its owner is the shard holding most of its nodes (a tie: the first from its hash), whose slice
-gives its job-level verdicts. A shard thus fetches exactly the nodes it owns: the shards' fetches
-are disjoint, and all of them together ask the store what one process asks.
+gives its job-level verdicts. A job or model seen on no node (a replica scraped without
+``Hostname``) is shard 0's, which fetches the series without one. A shard thus fetches exactly the
+nodes it owns: the shards' fetches are disjoint, and all of them together ask the store what one
+process asks.
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ def _owners(
     for key, members in entity_nodes.items():
         kind, _, name = key.partition(":")
         first = owner(key, count)
-        if not members:  # a job or model seen on no node (a replica scraped without Hostname)
-            owners[kind][name] = first
+        if not members:  # seen on no node (a replica scraped without Hostname): where its series go
+            owners[kind][name] = 0
             continue
         held: dict[int, int] = {}
         for node in members:

@@ -333,3 +333,11 @@ def test_identity_series_find_what_all_the_analyzers_series_find() -> None:
         assert {r[0] for r in found} == {r[0] for r in rows(LOADED)} and len(
             {r[0] for r in found}
         ) == spec.nodes
+
+
+def test_a_model_seen_on_no_node_is_shard_0s_where_its_series_go() -> None:
+    rows = [{H: f"n{i}"} for i in range(6)] + [{"model_name": "tgi-only"}]
+    for k in range(3):
+        share = share_of(rows, Shard(k, 3))
+        assert (share.models == ("tgi-only",)) == (k == 0)
+        assert share.served_models([{"model": "tgi-only"}]) == ([{"model": "tgi-only"}] if k == 0 else [])
