@@ -2,7 +2,8 @@
 onto one shard. Two ``fleetscope serve --shard K/2`` and one unsharded, on a real Prometheus holding
 two 4-node jobs with a fault each and a fleet-wide job on all 8 nodes: each shard fetches 4 nodes
 (the older scheme gave one shard all 8), the fleet-wide job is owned by one, and the shards' node and
-GPU findings add up to the unsharded service's, each fault found by exactly one shard."""
+GPU findings add up to the unsharded service's, each fault found by exactly one shard; resized to 3
+shards, they add up again."""
 
 from __future__ import annotations
 
@@ -121,6 +122,21 @@ def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path:
         assert all(o["fleet_nodes"] == NODES and o["bound"] == 5 and o["fleet_jobs"] == 3 for o in owned)
         assert sum(o["jobs"] for o in owned) == 3  # alpha, beta and the fleet-wide job: one owner each
         assert sum(o["split_jobs"] for o in owned) == 1  # the fleet-wide job, owned by one shard
+
+        # Resize to 3 shards (a new StatefulSet size: every pod restarts with the new N): the
+        # placement is computed afresh and the union converges to the same findings again.
+        for s in shards:
+            s.stop()
+        shards[:] = [ServeProcess(prom.url, *FLAGS, "--shard", f"{k}/3", workdir=tmp_path) for k in range(3)]
+        for s in shards:
+            s.start(timeout=60)
+        wait_for(node_findings_add_up, timeout=120, what="the 3 shards' node findings to add up")
+        expected, parts = seen[-1]
+        for node in (node_name(1), node_name(6)):
+            assert sum(1 for p in parts for k in p if k[0] == "failing_node" and k[1] == node) == 1, parts
+        owned = [_get(s, "/api/v1/status")["shard"] for s in shards]
+        assert sum(o["nodes"] for o in owned) == NODES and max(o["nodes"] for o in owned) <= 4, owned
+        assert sum(o["jobs"] for o in owned) == 3
     finally:
         for s in (whole, *shards):
             s.stop()
