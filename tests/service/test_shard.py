@@ -341,3 +341,20 @@ def test_a_model_seen_on_no_node_is_shard_0s_where_its_series_go() -> None:
         share = share_of(rows, Shard(k, 3))
         assert (share.models == ("tgi-only",)) == (k == 0)
         assert share.served_models([{"model": "tgi-only"}]) == ([{"model": "tgi-only"}] if k == 0 else [])
+
+
+def test_every_shard_computes_the_same_placement_whatever_the_row_order() -> None:
+    import random
+
+    rows = _jobs_fleet(512, chain=True)
+    first = place(rows, 8)
+    for seed in range(3):
+        shuffled = list(rows)
+        random.Random(seed).shuffle(shuffled)
+        again = place(shuffled, 8)
+        assert (again.nodes, again.jobs, again.models, again.split_jobs) == (
+            first.nodes,
+            first.jobs,
+            first.models,
+            first.split_jobs,
+        )
