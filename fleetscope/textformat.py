@@ -7,10 +7,23 @@ these so an escaping rule is written once.
 
 from __future__ import annotations
 
+import re
+
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
+
 
 def escape_label_value(value: str) -> str:
     """Escape a label value: backslash, newline and double quote, as the text format requires."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def unescape_label_value(value: str) -> str:
+    """The inverse of :func:`escape_label_value`, in one pass, so ``\\\\n`` (an escaped backslash,
+    then ``n``) stays a backslash and an ``n``; an unknown escape is kept as written."""
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: _UNESCAPED.get(m[1], m[0]), value)
 
 
 def format_number(x: float) -> str:

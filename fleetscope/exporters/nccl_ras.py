@@ -40,6 +40,7 @@ from fleetscope.exporters.ras_client import DEFAULT_MAX_BYTES, RasQueryError, pa
 from fleetscope.exporters.ras_series import DEFAULT_MAX_COMMUNICATORS, RasSeries, report_series
 from fleetscope.hang.ras_parse import RasParseError, parse_reports
 from fleetscope.labels import cap
+from fleetscope.textformat import unescape_label_value
 
 DEFAULT_TIMEOUT = 4.0
 DEFAULT_MIN_INTERVAL = 10.0
@@ -90,10 +91,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _unescape(value: str) -> str:
-    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
 
 
 @dataclass
@@ -205,7 +202,7 @@ class NcclRasCollector(Collector):
                 # A rank file is written by the job: it must not point the exporter elsewhere.
                 self.skip("discovery", f"{path.name}: RAS address {host[:60]!r} is not a loopback one")
                 continue
-            job_id = _unescape(job.group(1))
+            job_id = unescape_label_value(job.group(1))
             out.setdefault(job_id, Target(job_id, host, port))
         return list(out.values())
 

@@ -12,7 +12,8 @@ and what the source noticed.
 With ``shard`` (``--shard K/N``), each cycle first finds the shard's share of the fleet
 (:class:`~fleetscope.service.shard.Discovery`, :func:`~fleetscope.service.shard.share_of`) and
 analyzes a source restricted to its nodes (:meth:`PrometheusSource.restrict`: a new source;
-nothing of the one held is changed).
+nothing of the one held is changed), then keeps of the result only what the shard reports (a split
+job's slice is analyzed on several shards; each reports its nodes' verdicts, its owner the job's).
 """
 
 from __future__ import annotations
@@ -48,12 +49,19 @@ class LiveResult:
 
 def live_result(report: Report, share: Share | None = None, history_changed_cells: int = 0) -> LiveResult:
     """The result of ``report``: its jobs' states and served models from its signals (none when
-    the report has let go of them, or has none: a shard that owned nothing)."""
+    the report has let go of them, or has none: a shard that owned nothing). With ``share``, only
+    what the shard reports (:meth:`Share.report <fleetscope.service.shard.Share.report>`): the
+    states are read off the whole analysis first, then everything is cut to the share."""
     signals = report.signals
+    jobs: Mapping[str, Any] = job_states(signals, report) if signals is not None else {}
+    models: Sequence[Mapping[str, Any]] = served_models(signals) if signals is not None else []
+    if share is not None:
+        report = share.report(report)
+        jobs, models = share.job_states(jobs), share.served_models(models)
     return LiveResult(
         report,
-        jobs=job_states(signals, report) if signals is not None else {},
-        models=served_models(signals) if signals is not None else [],
+        jobs=jobs,
+        models=models,
         shard=None if share is None else share.summary(),
         history_changed_cells=history_changed_cells,
     )

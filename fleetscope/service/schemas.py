@@ -248,7 +248,18 @@ class ShardStatus(BaseModel):
     count: int = Field(description="the shard count N")
     jobs: int | None = Field(description="jobs this shard owned in the last analysis (None before one)")
     models: int | None
-    nodes: int | None
+    nodes: int | None = Field(description="nodes placed on this shard: it reports their verdicts")
+    fetch_nodes: int | None = Field(
+        None, description="nodes whose series this shard fetches (its nodes: the fetches are disjoint)"
+    )
+    bound: int | None = Field(
+        None, description="the most nodes any shard is given, ceil(fleet_nodes / count * 1.25)"
+    )
+    split_jobs: int | None = Field(
+        None,
+        description="of its jobs, those larger than one shard (their ranks analyzed in slices by the "
+        "shards that own their nodes; this one gives their job-level verdicts)",
+    )
     fleet_jobs: int | None = Field(description="jobs of the whole fleet in the last analysis")
     fleet_models: int | None
     fleet_nodes: int | None

@@ -1,50 +1,57 @@
 """One replica's share of the fleet: ``fleetscope serve --shard K/N``.
 
-Every cycle a shard asks the store once which jobs, served models and nodes the window holds (one
-``group by`` query over the minutes since the last cycle, :class:`Discovery`), and owns:
+Every cycle a shard asks the store once which nodes, jobs and served models the window holds (one
+``group by`` over a few *identity* series, :data:`IDENTITY_METRICS`, for the minutes since the last
+cycle, :class:`Discovery`), places them on the N shards (:mod:`fleetscope.service.placement`: every
+node, job and model on exactly one shard, no shard above its bound of ``ceil(F / N * 1.25)``
+nodes), and asks the store only for the series of the nodes placed on it (a ``Hostname=~"..."``
+matcher on every query); series without a ``Hostname`` (an FSx file system, a replica scraped
+without it) go to shard 0.
 
-* each **job**, with every node its ranks ran on in the window;
-* each **served model** (vLLM's ``model_name``), with the nodes of its replicas;
-* each **job-less node** (no rank, no replica in the window);
+Discovery reads identity series only: one per exporter family the analyzers read, each a series
+per GPU, port, rank or replica, so its cost grows with the fleet's nodes, ranks and replicas, not
+with its series (the analyzers load some 70 metrics; every one of them carries the node, job and
+model labels one of these carries for the same node). A node with only some exporters (a
+Trainium node, an idle node, a node whose GPU collector fails) is still found.
 
-whose stable hash (the first 8 bytes of SHA-256 of ``job:<id>``, ``model:<name>`` or
-``node:<Hostname>``, modulo N; never Python's salted ``hash()``) is K. Jobs and models that share
-nodes in the window (a node that ran two jobs one after the other) are one unit, owned by the hash
-of its first job (else its first model), so every series belongs to exactly one shard and every
-detector sees all the peers it compares. The shard then asks the store only for its nodes' series
-(a ``Hostname=~"..."`` matcher on every query); series without a ``Hostname`` (an FSx file system,
-a replica scraped without it) go to shard 0.
-
-The detectors compare a node with the other GPUs of its node, a rank with its job's ranks, a
-replica with its model's replicas: nothing across units, so the union of the shards' findings is
-one process's on the same data. The share is computed afresh every cycle from the store alone,
-so a shard that restarts (its Kubernetes restart is the failover) owns what it owned before: it
-loses nothing and duplicates nothing. No membership protocol: N is configuration, K the pod
-ordinal of a StatefulSet.
+The detectors compare a GPU with the other GPUs of its node, a rank with its job's ranks, a
+replica with its model's replicas. A job or model placed whole on one shard is analyzed there as
+one process would; one larger than a shard's bound (a fleet-wide NCCL test) is *split*: each shard
+analyzes its slice, and reports only what it owns (:meth:`Share.report`): node, GPU and rank
+verdicts by the node's owner, job-level verdicts, job states and models by the owner of the job or
+model. So the union of the shards' findings is one process's wherever nothing is split. The share
+is computed afresh every cycle from the store alone, so a shard that restarts (its Kubernetes
+restart is the failover) owns what it owned before: it loses nothing and duplicates nothing. No
+membership protocol: N is configuration, K the pod ordinal of a StatefulSet.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
+from fleetscope.service.placement import JOB_LABEL, MODEL_LABEL, Placement, owner, place
 from fleetscope.window.frames import lookback_seconds
 from fleetscope.window.sources import PrometheusSource
+
+if TYPE_CHECKING:
+    from fleetscope.analyzers.findings import Finding
+    from fleetscope.analyzers.report import Report
+
+__all__ = ["JOB_LABEL", "MODEL_LABEL", "owner"]
 
 #: The most shards: a replica per 4 nodes of a 16,384-node fleet is already far past any use (a
 #: shard of a 2,048-node fleet's eighth takes 9.7 s a cycle, docs/large-fleets.md).
 MAX_SHARDS = 4096
 #: The environment variable the Helm chart sets to the StatefulSet's replica count.
 SHARDS_ENV = "FLEETSCOPE_SHARDS"
-JOB_LABEL = "job_id"
-MODEL_LABEL = "model_name"
 
 
 @dataclass(frozen=True)
@@ -59,11 +66,6 @@ class Shard:
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
-
-
-def owner(key: str, count: int) -> int:
-    """The shard of ``key`` among ``count``: SHA-256, the same in every process and release."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count
 
 
 def parse_shard(text: str, shards: str | None = None, hostname: str | None = None) -> Shard:
@@ -103,7 +105,12 @@ def _usage(message: str) -> FleetscopeError:
 
 @dataclass(frozen=True)
 class Share:
-    """What one shard owns in one window, and how large the whole fleet is."""
+    """What one shard owns in one window, and how large the whole fleet is.
+
+    ``nodes`` are the nodes placed on this shard: it fetches them and nothing else (the shards'
+    fetches are disjoint), and reports their node, GPU and rank verdicts. ``jobs`` and ``models``
+    are those it owns (reports their job-level verdicts, states and summaries), whole or split.
+    """
 
     shard: Shard
     jobs: tuple[str, ...]
@@ -112,15 +119,25 @@ class Share:
     fleet_jobs: int
     fleet_models: int
     fleet_nodes: int
+    #: The most nodes one shard is given (:func:`fleetscope.service.placement.bound`).
+    bound: int = 0
+    #: The fleet's placement (every shard's; the report's filter reads it).
+    placement: Placement | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict:
         """Plain data for the page and ``/api/v1/status``."""
+        split = self.placement.split_jobs if self.placement is not None else frozenset()
         return {
             "index": self.shard.index,
             "count": self.shard.count,
             "jobs": len(self.jobs),
             "models": len(self.models),
             "nodes": len(self.nodes),
+            # Fetched and owned are the same nodes (disjoint fetches): said apart so a reader
+            # need not know it.
+            "fetch_nodes": len(self.nodes),
+            "bound": self.bound,
+            "split_jobs": sum(1 for j in self.jobs if j in split),
             "fleet_jobs": self.fleet_jobs,
             "fleet_models": self.fleet_models,
             "fleet_nodes": self.fleet_nodes,
@@ -136,6 +153,51 @@ class Share:
             return None
         return f'{c.NODE_LABEL}=~"{_promql_string("|".join(alternatives))}"'
 
+    # ------------------------------------------------------------------ what this shard reports
+    def reports(self, node: str | None, job: str | None = None, model: str | None = None) -> bool:
+        """Whether a verdict about ``node`` (its GPU, a rank on it), of ``job`` or ``model``, is this
+        shard's to report. A job or model placed whole: its owner (it saw every peer, and every
+        node the verdict may name). Else the node's owner (a split job's rank, a GPU). Else (a
+        split job's job-level verdict) the job's or model's owner. What the placement does not
+        know (no placement; a name no identity series carries) stays with whoever found it."""
+        p = self.placement
+        if p is None:
+            return True
+        me = self.shard.index
+        if job and job in p.jobs and job not in p.split_jobs:
+            return p.jobs[job] == me
+        if model and model in p.models and model not in p.split_models:
+            return p.models[model] == me
+        if node and node in p.nodes:
+            return p.nodes[node] == me
+        if job and job in p.jobs:
+            return p.jobs[job] == me
+        if model and model in p.models:
+            return p.models[model] == me
+        return True
+
+    def reports_finding(self, f: Finding) -> bool:
+        """:meth:`reports` of a finding (a model's capacity finding names its model in evidence)."""
+        return self.reports(f.node, f.job_id, f.evidence.get("model") if f.job_id is None else None)
+
+    def report(self, report: Report) -> Report:
+        """``report`` cut to what this shard reports (:meth:`reports`), in place: findings, node
+        verdicts, straggler scores, job summaries and goodput accounts."""
+        report.findings = [f for f in report.findings if self.reports_finding(f)]
+        report.nodes = {n: v for n, v in report.nodes.items() if self.reports(n)}
+        report.straggler_scores = [s for s in report.straggler_scores if self.reports(s.node, s.job_id)]
+        report.jobs = {j: v for j, v in report.jobs.items() if self.reports(None, j)}
+        report.goodput = {j: v for j, v in report.goodput.items() if self.reports(None, j)}
+        return report
+
+    def job_states(self, jobs: Mapping[str, Any]) -> dict[str, Any]:
+        """The jobs' states this shard reports (its jobs' owner's)."""
+        return {j: v for j, v in jobs.items() if self.reports(None, j)}
+
+    def served_models(self, models: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The served models this shard reports (their owner's)."""
+        return [m for m in models if self.reports(None, None, str(m.get("model", "")) or None)]
+
 
 def _regex_literal(text: str) -> str:
     """``text`` as an RE2 literal."""
@@ -146,56 +208,21 @@ def _promql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def share_of(rows: Iterable[dict[str, str]], shard: Shard) -> Share:
-    """The share of ``shard`` from the discovery rows (``Hostname``, ``job_id``, ``model_name``)."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for row in rows:
-        units = [
-            f"{kind}:{v}"
-            for kind, label in (("node", c.NODE_LABEL), ("job", JOB_LABEL), ("model", MODEL_LABEL))
-            if (v := row.get(label, ""))
-        ]
-        for u in units:
-            find(u)
-        for u in units[1:]:
-            a, b = find(units[0]), find(u)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    groups: dict[str, list[str]] = {}
-    for u in parent:
-        groups.setdefault(find(u), []).append(u)
-    jobs: list[str] = []
-    models: list[str] = []
-    nodes: list[str] = []
-    fleet = {"job": 0, "model": 0, "node": 0}
-    for members in groups.values():
-        by_kind: dict[str, list[str]] = {"job": [], "model": [], "node": []}
-        for u in members:
-            kind, _, name = u.partition(":")
-            by_kind[kind].append(name)
-            fleet[kind] += 1
-        # A unit is named by its first job, else its first model, else its (only) node.
-        kind = next(k for k in ("job", "model", "node") if by_kind[k])
-        if shard.owns(f"{kind}:{min(by_kind[kind])}"):
-            jobs += by_kind["job"]
-            models += by_kind["model"]
-            nodes += by_kind["node"]
+def share_of(rows: Iterable[Mapping[str, str]], shard: Shard) -> Share:
+    """The share of ``shard`` from the discovery rows (``Hostname``, ``job_id``, ``model_name``):
+    :func:`fleetscope.service.placement.place`, seen from ``shard``."""
+    p = place(rows, shard.count)
+    me = shard.index
     return Share(
         shard,
-        tuple(sorted(jobs)),
-        tuple(sorted(models)),
-        tuple(sorted(nodes)),
-        fleet["job"],
-        fleet["model"],
-        fleet["node"],
+        tuple(sorted(j for j, s in p.jobs.items() if s == me)),
+        tuple(sorted(m for m, s in p.models.items() if s == me)),
+        tuple(sorted(n for n, s in p.nodes.items() if s == me)),
+        len(p.jobs),
+        len(p.models),
+        len(p.nodes),
+        p.bound,
+        p,
     )
 
 
@@ -203,9 +230,33 @@ def share_of(rows: Iterable[dict[str, str]], shard: Shard) -> Share:
 #: minute before it.
 DISCOVERY_STEP_S = 60.0
 
+#: The series discovery reads: per exporter family whose series the analyzers load, one that every
+#: node (rank, replica) of that family writes every scrape and that carries the family's identity
+#: labels. Each is a series per GPU, port, file system, rank or replica, never per phase, bucket or
+#: counter kind, so discovery touches a few series per node where the analyzers' ~70 metrics
+#: touch hundreds. tests/service/test_shard.py checks on every simulator family that they find the
+#: same (node, job, model) rows as all the analyzers' metrics.
+IDENTITY_METRICS: tuple[str, ...] = (
+    # gpu: the exporter writes it for every GPU it knows, 0 for a lost one.
+    c.GPU_UP,
+    # neuron (Trainium, Inferentia): one per node, from every neuron-monitor report.
+    c.NEURON_DEVICES,
+    # efa: a port counter every EFA driver has (a node whose GPU collector fails is still found).
+    c.EFA_TX_PKTS,
+    # lustre: one per mounted file system, written with every client's stats.
+    c.LUSTRE_CLIENT_READ_BYTES,
+    # training: every rank file the exporter accepts ends with it (its completeness mark).
+    c.TRAINING_INFO,
+    # nccl_ras: one per job on the node that serves its RAS answer.
+    c.NCCL_RAS_UP,
+    # vllm: one per replica (V1: per engine), in both engine generations.
+    c.VLLM_NUM_REQUESTS_RUNNING,
+)
 
-def discovery_query(metrics: Iterable[str], step_s: float = DISCOVERY_STEP_S) -> str:
-    """The one query a cycle asks before its share's series: which (node, job, model) the window holds."""
+
+def discovery_query(metrics: Iterable[str] = IDENTITY_METRICS, step_s: float = DISCOVERY_STEP_S) -> str:
+    """The one query a cycle asks before its share's series: which (node, job, model) the window
+    holds, from the identity series (:data:`IDENTITY_METRICS`)."""
     names = "|".join(sorted(set(metrics)))
     labels = ", ".join((c.NODE_LABEL, JOB_LABEL, MODEL_LABEL))
     return f'group by ({labels}) (last_over_time({{__name__=~"{names}"}}[{math.ceil(step_s)}s]))'
@@ -237,7 +288,7 @@ class Discovery:
         a, b = math.ceil(frm / d) * d, math.ceil(last / d) * d
         client = source.access.client()
         try:
-            series = client.query_range(discovery_query(source.metrics, d), a, b, d)
+            series = client.query_range(discovery_query(IDENTITY_METRICS, d), a, b, d)
         except BaseException:
             self.seen, self.until = {}, None
             raise

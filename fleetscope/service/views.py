@@ -198,7 +198,10 @@ def shard_status(shard: tuple[int, int] | None, owned: Mapping[str, int] | None)
         return None
     index, count = shard
     owned = owned or {}
-    keys = ("jobs", "models", "nodes", "fleet_jobs", "fleet_models", "fleet_nodes")
+    keys = (
+        "jobs", "models", "nodes", "fetch_nodes", "bound", "split_jobs", "fleet_jobs", "fleet_models",
+        "fleet_nodes",
+    )  # fmt: skip
     out: dict[str, Any] = {"index": index, "count": count, **{k: owned.get(k) for k in keys}}
     text = f"shard {index} of {count}"
     if owned:

@@ -213,7 +213,7 @@ def test_replicas_shard_the_service(values: str) -> None:
     """``replicas`` is the only knob: N > 1 pods of the StatefulSet each take shard K of N (their
     ordinal), and every object still validates strictly."""
     base = load_values(VALUES_FILES[values]) or {}
-    for n in (1, 4):
+    for n in (1, 4, 25):
         objects = render({**base, "service": {**base.get("service", {}), "replicas": n}})
         for obj in objects:
             if obj["kind"] not in CRD_SCHEMAS:
@@ -231,9 +231,24 @@ def test_replicas_shard_the_service(values: str) -> None:
             assert args.shard is None and "FLEETSCOPE_SHARDS" not in env
         else:
             assert args.shard == "auto" and env["FLEETSCOPE_SHARDS"] == str(n)
-            # What pod 3 of the StatefulSet runs: shard 3 of 4.
-            pod = f"{sts['metadata']['name']}-3"
-            assert parse_shard(args.shard, env["FLEETSCOPE_SHARDS"], hostname=pod) == Shard(3, n)
+            # What pods 3 and N-1 of the StatefulSet run: shards 3 and N-1 of N.
+            for k in (3, n - 1):
+                pod = f"{sts['metadata']['name']}-{k}"
+                assert parse_shard(args.shard, env["FLEETSCOPE_SHARDS"], hostname=pod) == Shard(k, n)
+
+
+def test_the_100k_gpu_example_runs_25_shards(rendered: dict[str, list[dict]]) -> None:
+    """charts/fleetscope/examples/fleet-100k-gpus.yaml (docs/large-fleets.md): 25 pods, each
+    analyzing shard K of 25 of 12,500 nodes at a 30 s step, with the memory a bounded shard needs."""
+    (sts,) = by_kind(rendered["fleet-100k-gpus"], "StatefulSet")
+    assert sts["spec"]["replicas"] == 25
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    args = _parse(container["args"])
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert args.shard == "auto" and env["FLEETSCOPE_SHARDS"] == "25" and args.step == 30
+    shards = {parse_shard("auto", "25", hostname=f"{sts['metadata']['name']}-{k}") for k in range(25)}
+    assert shards == {Shard(k, 25) for k in range(25)}
+    assert container["resources"]["limits"]["memory"] == "3Gi"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -3,15 +3,23 @@ partition of jobs, models and nodes, and the label matcher its queries carry."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
+from pathlib import Path
 
 import pytest
 
+from fleetscope import contract as c
+from fleetscope.analyzers.findings import Finding
+from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.shard import Shard, discovery_query, owner, parse_shard, share_of
+from fleetscope.service.placement import place
+from fleetscope.service.shard import IDENTITY_METRICS, Shard, discovery_query, owner, parse_shard, share_of
 from fleetscope.service.views import shard_status
 
 H = "Hostname"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "scenarios"
 
 
 def test_parse_k_of_n_and_auto_from_the_pod_ordinal() -> None:
@@ -96,11 +104,12 @@ def test_every_unit_is_owned_by_exactly_one_shard_and_jobs_keep_their_nodes() ->
     assert "job-0" in late.jobs
     # Roughly even: no shard holds more than twice its fair part of 152 nodes.
     assert max(len(s.nodes) for s in shares) < 2 * 152 / 4
-    # A single job: its owner is the hash of its id.
+    # A single job that fits its shard: its owner is the hash of its id.
+    idle = [{H: f"idle{i}"} for i in range(4)]
     alone = share_of(
-        [{H: "x1", "job_id": "solo"}, {H: "x2", "job_id": "solo"}], Shard(owner("job:solo", 3), 3)
+        [{H: "x1", "job_id": "solo"}, {H: "x2", "job_id": "solo"}, *idle], Shard(owner("job:solo", 3), 3)
     )
-    assert alone.jobs == ("solo",) and alone.nodes == ("x1", "x2")
+    assert alone.jobs == ("solo",) and {"x1", "x2"} <= set(alone.nodes)
 
 
 def test_the_matcher_selects_exactly_the_shares_nodes() -> None:
@@ -125,6 +134,9 @@ def test_discovery_is_one_group_by_over_the_window() -> None:
     assert (
         q == 'group by (Hostname, job_id, model_name) (last_over_time({__name__=~"a_metric|b_metric"}[60s]))'
     )
+    # By default it reads the identity series only, not every metric the analyzers load.
+    names = re.search(r'__name__=~"([^"]*)"', discovery_query()).group(1).split("|")  # type: ignore[union-attr]
+    assert sorted(names) == sorted(IDENTITY_METRICS) and len(names) == 7
 
 
 def test_status_says_which_share_this_replica_owns() -> None:
@@ -143,3 +155,206 @@ def test_every_range_query_carries_the_shards_matcher() -> None:
     q = metric_query(c.GPU_PEAK_FLOPS, 30.0, matcher='Hostname=~"a|b"')
     assert f'{{__name__="{c.GPU_PEAK_FLOPS}",dtype="bf16",Hostname=~"a|b"}}' in q
     assert metric_query("x", 30.0) == 'last_over_time({__name__="x"}[30000ms])'
+
+
+# ---------------------------------------------------------------- issue 35: no share is unbounded
+
+
+def _jobs_fleet(nodes: int, job_nodes: int = 4, chain: bool = False, fleet_wide: bool = True) -> list[dict]:
+    """``nodes`` nodes (their GPU series), jobs of ``job_nodes`` side by side (``chain``: each
+    sharing its first node with the one before, as on a node that ran two jobs one after the other),
+    and a fleet-wide job with one rank on every node (an NCCL test, a health check)."""
+    rows: list[dict] = [{H: f"node-{i:05d}"} for i in range(nodes)]
+    stride = job_nodes - 1 if chain else job_nodes
+    for j, first in enumerate(range(0, nodes - job_nodes + 1, stride)):
+        rows += [{H: f"node-{first + k:05d}", "job_id": f"job-{j}"} for k in range(job_nodes)]
+    if fleet_wide:
+        rows += [{H: f"node-{i:05d}", "job_id": "nccl-test"} for i in range(nodes)]
+    rows += [{H: f"node-{i:05d}", "model_name": "llama"} for i in range(0, nodes, 97)]
+    return rows
+
+
+def _check_partition(rows: list[dict], count: int) -> list:
+    placement = place(rows, count)
+    shares = [share_of(rows, Shard(k, count)) for k in range(min(count, 3))]  # share_of == place, seen from k
+    for k, s in enumerate(shares):
+        assert s.nodes == tuple(sorted(n for n, o in placement.nodes.items() if o == k))
+        assert s.summary()["bound"] == placement.bound and s.summary()["fetch_nodes"] == len(s.nodes)
+    fleet = {r[H] for r in rows}
+    jobs = {r["job_id"] for r in rows if "job_id" in r}
+    # Every node, job and model exactly one owner; every shard within its bound, and the bound is
+    # ceil(fleet / N * 1.25).
+    assert (
+        set(placement.nodes) == fleet and set(placement.jobs) == jobs and set(placement.models) == {"llama"}
+    )
+    assert all(0 <= o < count for o in (*placement.nodes.values(), *placement.jobs.values()))
+    assert placement.bound == -(-len(fleet) * 5 // (4 * count))
+    loads = [placement.load(k) for k in range(count)]
+    assert sum(loads) == len(fleet) and max(loads) <= placement.bound, loads
+    # A job not split is whole on its owner's shard.
+    by_job: dict[str, set[str]] = {}
+    for r in rows:
+        if "job_id" in r:
+            by_job.setdefault(r["job_id"], set()).add(r[H])
+    for job, members in by_job.items():
+        shards = {placement.nodes[n] for n in members}
+        assert (len(shards) > 1) == (job in placement.split_jobs)
+        assert placement.jobs[job] in shards
+    return loads
+
+
+@pytest.mark.parametrize("nodes", [512, 12_500])
+@pytest.mark.parametrize("count", [2, 4, 8, 25])
+def test_a_fleet_wide_job_does_not_pull_the_fleet_onto_one_shard(nodes: int, count: int) -> None:
+    rows = _jobs_fleet(nodes)
+    loads = _check_partition(rows, count)
+    p = place(rows, count)
+    assert p.split_jobs == {"nccl-test"}  # the small jobs stay whole
+    assert min(loads) >= nodes // count // 2, loads  # and nobody is left empty
+
+
+@pytest.mark.parametrize("nodes", [512, 12_500])
+@pytest.mark.parametrize("count", [2, 4, 8, 25])
+def test_chained_small_jobs_are_cut_within_the_bound(nodes: int, count: int) -> None:
+    rows = _jobs_fleet(nodes, chain=True, fleet_wide=False)
+    loads = _check_partition(rows, count)
+    p = place(rows, count)
+    # The chain is cut about once per shard; every other job is whole.
+    assert len(p.split_jobs) <= 2 * count + 2, len(p.split_jobs)
+    assert min(loads) >= nodes // count // 2, loads
+
+
+def test_the_share_is_fast_at_100k_gpus() -> None:
+    # 12,500 nodes of 8 GPUs, 100k ranks in 4-node jobs and a fleet-wide job: the rows are (node,
+    # job, model), ~37k of them; placing them is what every shard does every cycle.
+    rows = _jobs_fleet(12_500)
+    began = time.process_time()
+    place(rows, 25)
+    assert time.process_time() - began < 2.0
+
+
+def test_the_issue_case_two_jobs_and_one_rank_per_node_is_split_evenly() -> None:
+    # Issue 35: two 4-node jobs on 8 nodes gave each shard of 2 one job / 4 nodes; one more job with
+    # a rank on every node made it 0 of 8 and 8 of 8.
+    rows = [{H: f"n{i}"} for i in range(8)]
+    rows += [{H: f"n{i}", "job_id": "alpha"} for i in range(4)]
+    rows += [{H: f"n{i}", "job_id": "beta"} for i in range(4, 8)]
+    rows += [{H: f"n{i}", "job_id": "health-check"} for i in range(8)]
+    shares = [share_of(rows, Shard(k, 2)) for k in range(2)]
+    assert sorted(len(s.nodes) for s in shares) == [4, 4]
+    for job, members in (("alpha", {"n0", "n1", "n2", "n3"}), ("beta", {"n4", "n5", "n6", "n7"})):
+        (mine,) = [s for s in shares if job in s.jobs]
+        assert members <= set(mine.nodes)
+    assert sum("health-check" in s.jobs for s in shares) == 1
+    assert all(s.summary()["bound"] == 5 for s in shares)
+
+
+def _finding(kind: str, node: str | None, job: str | None = None, model: str | None = None) -> Finding:
+    return Finding(
+        kind=kind, severity="warning", node=node, start=0.0, cause="c", action="a", job_id=job,
+        evidence={"model": model} if model else {},
+    )  # fmt: skip
+
+
+def test_each_verdict_is_reported_by_exactly_one_shard() -> None:
+    """Every shard analyzes its nodes; a split job's verdicts can come out of several shards'
+    analyses: each is kept by exactly one (node verdicts by the node's owner, job-level ones by the
+    job's owner), and a whole job's by its owner even where they name a node of another shard."""
+    rows = _jobs_fleet(64)
+    count = 4
+    shares = [share_of(rows, Shard(k, count)) for k in range(count)]
+    p = place(rows, count)
+    whole = sorted(j for j in p.jobs if j not in p.split_jobs)
+    elsewhere = next(n for n, o in p.nodes.items() if o != p.jobs[whole[0]])
+    findings = [
+        _finding("failing_node", "node-00003"),
+        _finding("straggler", "node-00010", "nccl-test"),  # a split job's rank
+        _finding("mfu_drop", None, "nccl-test"),  # a split job's job-level verdict
+        _finding("straggler", "node-00005", whole[1]),
+        _finding("failing_node", elsewhere, whole[0]),  # a whole job's verdict naming another node
+        _finding("capacity", None, model="llama"),
+        _finding("slow_replica", "node-00000"),
+        _finding("failing_node", "not-discovered"),  # what the placement does not know: kept
+    ]
+    kept = [[f for f in findings if s.reports_finding(f)] for s in shares]
+    for f in findings[:-1]:
+        assert sum(f in k for k in kept) == 1, f
+    assert all(findings[-1] in k for k in kept)
+    assert [s.shard.index for s, k in zip(shares, kept, strict=True) if findings[4] in k] == [
+        p.jobs[whole[0]]
+    ]
+    assert [s.shard.index for s, k in zip(shares, kept, strict=True) if findings[2] in k] == [
+        p.jobs["nccl-test"]
+    ]
+    # The report is cut the same way: node verdicts by node owner, job summaries by job owner.
+    for s in shares:
+        report = Report(start=0, end=1, findings=list(findings))
+        report.nodes = {n: NodeVerdict(n) for n in p.nodes}
+        report.jobs = {j: JobSummary(j) for j in p.jobs}
+        s.report(report)
+        assert set(report.nodes) == set(s.nodes)
+        assert set(report.jobs) == set(s.jobs)
+        assert s.job_states({j: {} for j in p.jobs}).keys() == set(s.jobs)
+        assert [m["model"] for m in s.served_models([{"model": "llama"}])] == list(s.models)
+
+
+def test_identity_series_find_what_all_the_analyzers_series_find() -> None:
+    """Discovery reads a few identity series: on every simulator family (GPU training with NCCL RAS,
+    hardware only, inference, Trainium), they find the same (node, job, model) rows as every series
+    the analyzers load."""
+    from fleetscope.analyzers.core import LOADED
+    from fleetscope.simulate.record import simulate
+    from fleetscope.simulate.spec import JobSpec, ScenarioSpec
+
+    specs = [
+        ScenarioSpec(name="realistic_ids", nodes=3, gpus_per_node=2, duration_s=300, seed=1, nccl_ras=True,
+                     jobs=[JobSpec("a", nodes=2, first_node=0, tensor_parallel=2)]),
+        *(ScenarioSpec.load(FIXTURES / f) for f in (
+            "healthy_6n_s6_hwonly.json", "inference_healthy_4n_s201.json", "neuron_healthy_4n_s301.json")),
+    ]  # fmt: skip
+    labels = (H, "job_id", "model_name")
+    for spec in specs:
+        spec = dataclasses.replace(spec, duration_s=min(spec.duration_s, 300))
+        rec = simulate(spec)
+
+        def rows(names: tuple[str, ...]) -> set[tuple[str, ...]]:
+            out = set()
+            for name in set(names) & set(rec.metric_names()):  # noqa: B023
+                keys = rec.labels[name]  # noqa: B023
+                for key in rec.series_of(name):  # noqa: B023
+                    row = dict(zip(keys, key, strict=True))
+                    out.add(tuple(row.get(k, "") for k in labels))
+            return out
+
+        found = rows(IDENTITY_METRICS)
+        if spec.nccl_ras:  # the RAS collector's series are among them (one per job, on rank 0's node)
+            assert c.NCCL_RAS_UP in rec.metric_names()
+        assert found == rows(LOADED), spec.name
+        assert {r[0] for r in found} == {r[0] for r in rows(LOADED)} and len(
+            {r[0] for r in found}
+        ) == spec.nodes
+
+
+def test_a_model_seen_on_no_node_is_shard_0s_where_its_series_go() -> None:
+    rows = [{H: f"n{i}"} for i in range(6)] + [{"model_name": "tgi-only"}]
+    for k in range(3):
+        share = share_of(rows, Shard(k, 3))
+        assert (share.models == ("tgi-only",)) == (k == 0)
+        assert share.served_models([{"model": "tgi-only"}]) == ([{"model": "tgi-only"}] if k == 0 else [])
+
+
+def test_every_shard_computes_the_same_placement_whatever_the_row_order() -> None:
+    import random
+
+    rows = _jobs_fleet(512, chain=True)
+    first = place(rows, 8)
+    for seed in range(3):
+        shuffled = list(rows)
+        random.Random(seed).shuffle(shuffled)
+        again = place(shuffled, 8)
+        assert (again.nodes, again.jobs, again.models, again.split_jobs) == (
+            first.nodes,
+            first.jobs,
+            first.models,
+            first.split_jobs,
+        )

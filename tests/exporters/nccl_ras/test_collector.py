@@ -170,12 +170,9 @@ def test_cardinality_is_bounded_at_4096_ranks():
     with trouble) is among them with its furthest-behind ranks named."""
     behind = list(range(0, 3000, 10))
     report = big_report(4096, 8, behind, missing=list(range(4000, 4020)))
+    # Its speed is measured in benchmarks/bench_hang.py (docs/benchmarks.md), not asserted here.
     with FakeRas(report) as ras:
-        start = time.monotonic()
         got = samples(collector(f"job-big={ras.address}", nccl_ras_timeout=10.0))
-        took = time.monotonic() - start
-    assert took < 5.0, f"a 4,096-rank report took {took:.2f}s"
-    print(f"4,096-rank report ({len(report)} bytes) read and reduced in {took:.2f}s")
     total = sum(len(v) for v in got.values())
     assert total <= series_bound() + 1
     assert total < 600
