@@ -33,6 +33,8 @@ def test_the_services_queries_parse() -> None:
         inner = expr.inner if isinstance(expr, Aggregate) else expr
         assert isinstance(inner, LastOverTime) and inner.range_ms == 29_999
         assert isinstance(expr, Aggregate) == (PUSHDOWN.get(name, ("", None))[1] is not None)
+    identity = parse(discovery_query())
+    assert isinstance(identity, Aggregate) and selector_of(identity).matchers[0].literals
     disc = parse(discovery_query(LOADED))
     assert isinstance(disc, Aggregate) and disc.op == "group"
     assert disc.by == ("Hostname", "job_id", "model_name")

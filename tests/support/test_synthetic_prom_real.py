@@ -2,10 +2,10 @@
 
 A small fleet (8 nodes made of three copies of a 3-node tile, the last copy partial) is served
 synthetically and, sample for sample, backfilled into a real Prometheus. Every query a sharded
-service cycle asks (the discovery query; every metric's range query, without and with a shard's
-node matcher; a bare selector; an instant query; ``/api/v1/series``) gets the same series, labels
-and values (strings included) from both.
-"""
+service cycle asks (the discovery query, on the identity series and on every loaded metric as
+before; every metric's range query, without and with a shard's node matcher; a bare selector; an
+instant query; ``/api/v1/series``) gets the same series, labels and values (strings included) from
+both."""
 
 from __future__ import annotations
 
@@ -78,19 +78,17 @@ def _window() -> tuple[float, float]:
 
 def _shard_matchers(both) -> list[str]:
     start, end = _window()
-    rows = _same(
-        both, "query_range", query=discovery_query(LOADED), start=start, end=end, step=DISCOVERY_STEP_S
-    )
+    rows = _same(both, "query_range", query=discovery_query(), start=start, end=end, step=DISCOVERY_STEP_S)
     labels = [r["metric"] for r in rows]
     matchers = [share_of(labels, Shard(k, 3)).matcher() for k in range(3)]
     return [m for m in matchers if m]
 
 
-def test_discovery_finds_every_node_and_job(both) -> None:
+@pytest.mark.parametrize("metrics", [None, LOADED], ids=["identity-series", "every-loaded-metric"])
+def test_discovery_finds_every_node_and_job(both, metrics) -> None:
     start, end = _window()
-    rows = _same(
-        both, "query_range", query=discovery_query(LOADED), start=start, end=end, step=DISCOVERY_STEP_S
-    )
+    query = discovery_query() if metrics is None else discovery_query(metrics)
+    rows = _same(both, "query_range", query=query, start=start, end=end, step=DISCOVERY_STEP_S)
     hosts = {r["metric"].get("Hostname") for r in rows}
     jobs = {r["metric"].get("job_id") for r in rows} - {None}
     assert len(hosts) == FLEET_NODES
