@@ -6,9 +6,11 @@ stream shared by all nodes), so one node cannot be computed on its own at an arb
 a **tile** of T nodes is simulated once over the whole time range (:class:`Tile`), and fleet node
 ``i`` is tile node ``i % T`` in copy ``k = i // T``, with its identity renamed (:class:`Fleet`):
 ``Hostname`` (and ``instance``) become ``node_name(i)``, ``job_id`` gets the suffix ``-k`` (copy
-0 keeps the tile's names), a GPU's ``UUID`` a new one hashed from the tile's and the copy. Values are the
-tile's: every copy of a node reports the same samples. Memory is the tile's samples plus the
-fleet's layout (host names are computed, not stored); nothing grows per copy.
+0 keeps the tile's names), a GPU's ``UUID`` a new one hashed from the tile's and the copy. Values
+are the tile's: every copy of a node reports the same samples. Memory is the tile's samples (one
+matrix per metric) plus the fleet's layout (host names are computed, not stored); nothing grows
+per copy. Served models (``model_name``) are not renamed: a tile of the inference family would
+make every copy's replicas one model.
 
 The server (:class:`SyntheticPrometheus`, a threaded ``http.server``) answers ``/api/v1/query``,
 ``/api/v1/query_range`` and ``/api/v1/series`` (GET or form POST, like Prometheus), plus
@@ -30,9 +32,8 @@ real Prometheus reads from its TSDB: this server does not pay for them, it evalu
 series once for all its copies), answer bytes, its CPU seconds and peak RSS; ``?reset=1``
 zeroes them. ``scan_ns`` and ``scan_series_ns`` (``--scan-ns``, ``--scan-series-ns``) make it
 pay for them as a real store does: that many CPU nanoseconds per sample and per series read but
-not answered (the samples an aggregation such as the
-service's discovery folds away); docs/benchmarks.md gives the figure measured on a real
-Prometheus.
+not answered (the samples an aggregation such as the service's discovery folds away);
+docs/benchmarks.md gives the figures measured on a real Prometheus.
 
 Run alone: ``python -m tests.support.synthetic_prom --fleet-nodes 4096 --tile-nodes 128`` prints
 one JSON line with its URL once it serves, and serves until its standard input ends (its parent,
