@@ -20,10 +20,11 @@ import os
 import queue
 import re
 import threading
+import types
 import zlib
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,19 @@ _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
+def _inflater() -> tuple[types.ModuleType, type[Exception]]:
+    """The gzip module recordings are inflated with, and its error: ISA-L's, about 3.5 times as
+    fast as zlib (the analyzer extra installs it), or the standard library's without it."""
+    try:
+        from isal import igzip, isal_zlib
+    except ImportError:  # pragma: no cover -- exercised where isal is not installed
+        return gzip, zlib.error
+    return igzip, cast(type[Exception], isal_zlib.error)  # isal's stub types it as an instance
+
+
+_gzip, _InflateError = _inflater()
+
+
 def _unescape(b: bytes) -> str:
     s = b.decode("utf-8", "replace")
     if "\\" in s:
@@ -44,7 +58,17 @@ def _unescape(b: bytes) -> str:
     return s
 
 
-def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
+#: Label sets remembered by :func:`_parse_head` (each metric of a GPU repeats its labels), and the
+#: longest one remembered: a bound on the memory, whatever a hostile file holds.
+LABEL_CACHE_ENTRIES = 1 << 14
+LABEL_CACHE_BYTES = 1 << 10
+
+
+def _parse_head(
+    head: bytes, lineno: int, cache: dict[bytes, dict[str, str]] | None = None
+) -> tuple[str, dict[str, str]]:
+    """A sample's name and labels; ``cache``: label sets parsed before, by their text (only a
+    label set that parsed is remembered, so every error is met as without it)."""
     brace = head.find(b"{")
     if brace < 0:
         name = head.strip()
@@ -55,14 +79,20 @@ def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
         if not body.endswith(b"}"):
             raise FleetscopeError(f"line {lineno}: unterminated label set")
         body = body[:-1]
-        labels = {}
-        pos = 0
-        while pos < len(body):
-            m = _LABEL.match(body, pos)
-            if not m:
-                raise FleetscopeError(f"line {lineno}: malformed labels")
-            labels[m.group(1).decode()] = _unescape(m.group(2))
-            pos = m.end()
+        known = cache.get(body) if cache is not None else None
+        if known is not None:
+            labels = dict(known)
+        else:
+            labels = {}
+            pos = 0
+            while pos < len(body):
+                m = _LABEL.match(body, pos)
+                if not m:
+                    raise FleetscopeError(f"line {lineno}: malformed labels")
+                labels[m.group(1).decode()] = _unescape(m.group(2))
+                pos = m.end()
+            if cache is not None and len(body) <= LABEL_CACHE_BYTES and len(cache) < LABEL_CACHE_ENTRIES:
+                cache[body] = dict(labels)
     if not _NAME.match(name):
         raise FleetscopeError(f"line {lineno}: not an OpenMetrics sample")
     return name.decode(), labels
@@ -86,19 +116,29 @@ def _too_long(path: Path) -> FleetscopeError:
     )
 
 
-def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
-    """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends.
+def _newlines(buf: bytes | bytearray, begin: int, end: int) -> np.ndarray:
+    """The positions of the newlines of ``buf[begin:end]`` (in ``buf``)."""
+    nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin) == 10)
+    nl += begin
+    return nl
 
-    A gzip file is decompressed on a thread (zlib releases the GIL), at most two chunks ahead, so on
-    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after
-    the chunks before it, where the line-by-line reader would have met it.
+
+def _chunks(path: Path) -> Iterator[tuple[bytes | bytearray, int, np.ndarray]]:
+    """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends
+    and where its newlines are.
+
+    A gzip file is decompressed on a thread (ISA-L or zlib, both release the GIL), which also finds
+    the chunk's newlines (numpy releases it too), at most two chunks ahead, so on two cores that
+    overlaps parsing this one; a decompression error is raised here, after the chunks before it,
+    where the line-by-line reader would have met it. A full chunk is the thread's own buffer, lent
+    until the caller asks for the next one (no copy): the caller keeps nothing of it but copies.
     """
     with path.open("rb") as fh:
         magic = fh.read(2)
     if magic != b"\x1f\x8b":
         with path.open("rb") as fh:
             while data := fh.read(CHUNK_BYTES):
-                yield data, fh.tell()
+                yield data, fh.tell(), _newlines(data, 0, len(data))
         return
     # Three buffers made here and passed back and forth: chunks allocated by the thread and freed by
     # this one fragment glibc's per-thread arenas (peak RSS grew by hundreds of MB).
@@ -110,7 +150,7 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
 
     def inflate() -> None:
         try:
-            with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as gz:
+            with path.open("rb") as raw, _gzip.GzipFile(fileobj=raw) as gz:
                 while not stop.is_set():
                     try:
                         buf = free.get(timeout=0.1)
@@ -119,7 +159,7 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
                     n = gz.readinto(buf)
                     if not n:
                         break
-                    q.put((buf, n, raw.tell()))
+                    q.put((buf, n, raw.tell(), _newlines(buf, 0, n)))
             q.put(None)
         except Exception as exc:  # noqa: BLE001 -- handed to the parsing thread, which raises it
             q.put(exc)
@@ -130,11 +170,12 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
         while (item := q.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            buf, n, at = item
-            with memoryview(buf) as view:
-                data = bytes(view[:n])
+            buf, n, at, nl = item
+            if n < len(buf):  # the last chunk: its bytes only
+                with memoryview(buf) as view:
+                    buf = bytearray(view[:n])
+            yield buf, at, nl
             free.put(buf)
-            yield data, at
     finally:
         stop.set()
         worker.join()
@@ -177,27 +218,28 @@ def _feed_file(path: Path, reader: _Reader) -> Iterator[float]:
     if size == 0:
         raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
     try:
-        carry = b""  # the start of a line that the previous chunk cut
-        for data, at in _chunks(path):
-            first = data.find(b"\n") + 1
-            last = data.rfind(b"\n") + 1
-            if not first:
+        carry: bytes | bytearray = b""  # the start of a line that the previous chunk cut
+        for data, at, nl in _chunks(path):
+            if not len(nl):
                 if len(carry) + len(data) > MAX_LINE_BYTES:
                     raise _too_long(path)
                 carry += data
                 continue
+            first, last = int(nl[0]) + 1, int(nl[-1]) + 1
             if len(carry) + first > MAX_LINE_BYTES:
                 raise _too_long(path)
             if carry:  # the cut line whole, then the chunk's own lines (no copy of the chunk)
-                reader.feed(carry + data[:first], 0, len(carry) + first)
-                reader.feed(data, first, last)
+                line = carry + data[:first]
+                reader.feed(line, 0, len(line), _newlines(line, 0, len(line)))
+                reader.feed(data, first, last, nl[1:])
             else:
-                reader.feed(data, 0, last)
+                reader.feed(data, 0, last, nl)
             carry = data[last:]
             yield min(at / size, 1.0)
         if carry:  # a last line without its newline reads the same with one
-            reader.feed(carry + b"\n", 0, len(carry) + 1)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            line = carry + b"\n"
+            reader.feed(line, 0, len(line), _newlines(line, 0, len(line)))
+    except (OSError, EOFError, zlib.error, _InflateError, gzip.BadGzipFile) as exc:
         raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
     except UnicodeDecodeError:
         raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
@@ -336,6 +378,7 @@ class _Reader:
         self.wanted = set(metrics) if metrics is not None else None
         # series head bytes -> its series
         self.series: dict[bytes, _Series] = {}
+        self.label_sets: dict[bytes, dict[str, str]] = {}  # _parse_head's cache
         self.family = b""
         self.family_skip = False
         self.saw_eof = False
@@ -353,12 +396,11 @@ class _Reader:
         self.step: float | None = None
 
     # ------------------------------------------------------------------ fast path
-    def feed(self, buf: bytes, begin: int, end: int) -> None:
-        """Parse the lines of ``buf[begin:end]`` (which ends with a newline)."""
+    def feed(self, buf: bytes | bytearray, begin: int, end: int, nl: np.ndarray) -> None:
+        """Parse the lines of ``buf[begin:end]`` (which ends with a newline; ``nl``: the positions of
+        its newlines in ``buf``)."""
         if end <= begin:
             return
-        nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin) == 10)
-        nl += begin
         nls: list[int] = nl.tolist()
         n_lines = len(nls)
         self.begin = begin
@@ -392,7 +434,7 @@ class _Reader:
                     self._lines(buf, s, stop)
                 i = j
                 continue
-            line = buf[s : nls[i]]
+            line = bytes(buf[s : nls[i]])
             parts = line.rsplit(None, 2)
             if (
                 len(parts) != 3
@@ -426,7 +468,7 @@ class _Reader:
         if b"}" in t or b"}" in v:
             _bad_line(self.path, lineno, line)
         try:
-            name, labels = _parse_head(head, lineno)
+            name, labels = _parse_head(head, lineno, self.label_sets)
         except FleetscopeError as exc:
             raise FleetscopeError(f"{self.path}: {exc}") from None
         entry = _Series(name, labels, self.wanted is None or name in self.wanted)
@@ -488,7 +530,7 @@ class _Reader:
         if points * self.n_wanted > 1.2 * MAX_GRID_CELLS or points > 1.2 * MAX_GRID_POINTS:
             check_grid(start, end, step, self.n_wanted)
 
-    def flush(self, buf: bytes, nl: np.ndarray) -> None:
+    def flush(self, buf: bytes | bytearray, nl: np.ndarray) -> None:
         """Parse the pending runs of ``buf`` (newlines at ``nl``): their ``value timestamp`` parts
         gathered into one text, parsed in one call. A batch that does not parse is retried run by
         run, and a run that does not parse goes through the line-by-line parser."""
@@ -503,8 +545,7 @@ class _Reader:
         starts += np.repeat(np.array([p[4] for p in pending], dtype=np.int64), counts)
         lens = nl[lines] + 1 - starts
         ends = np.cumsum(lens)
-        gather = np.repeat(starts - (ends - lens), lens) + np.arange(int(ends[-1]))
-        text = np.frombuffer(buf, dtype=np.uint8)[gather].tobytes()
+        text = np.frombuffer(buf, dtype=np.uint8)[_gather_index(starts, lens, ends)].tobytes()
         total = int(counts.sum())
         table = _parse_pairs(text, total) if text.count(b" ") == total else None
         if table is not None:
@@ -539,11 +580,11 @@ class _Reader:
         self.lineno = lineno
 
     # ------------------------------------------------------------------ line by line
-    def _lines(self, buf: bytes, pos: int, stop: int) -> None:  # noqa: C901 -- the reference parser
+    def _lines(self, buf: bytes | bytearray, pos: int, stop: int) -> None:  # noqa: C901 -- the reference parser
         """Parse ``buf[pos:stop]`` one line at a time (the reference for every case and error)."""
         path, wanted, streaming = self.path, self.wanted, self.streaming
         lineno = self.lineno
-        lines = buf[pos:stop].split(b"\n")
+        lines = bytes(buf[pos:stop]).split(b"\n")
         if lines and not lines[-1]:
             lines.pop()  # the empty piece after the region's last newline is not a line
         for line in lines:
@@ -593,6 +634,17 @@ class _Reader:
         self.lineno = lineno
 
 
+def _gather_index(starts: np.ndarray, lens: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions of the bytes of the pieces ``[starts[k], starts[k] + lens[k])`` one after the
+    other (``ends``: the cumulative sum of ``lens``, each at least 1): ones, with each piece's
+    first position holding the jump to it, summed up (two passes over a 4-byte index)."""
+    dtype = np.int32 if int(starts[-1] + lens[-1]) < 2**31 else np.int64
+    index = np.ones(int(ends[-1]), dtype=dtype)
+    index[0] = starts[0]
+    index[ends[:-1]] = starts[1:] - starts[:-1] - lens[:-1] + 1
+    return np.cumsum(index, out=index)
+
+
 def _shape(times: np.ndarray) -> tuple[float, float, float]:
     """(span, median spacing, first time) of one run's timestamps in seconds (milliseconds judged
     by their size)."""
@@ -605,7 +657,7 @@ def _shape(times: np.ndarray) -> tuple[float, float, float]:
     return (float(t.max()) - lo) / scale, spacing / scale, lo / scale
 
 
-def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
+def _next_comment(buf: bytes | bytearray, nls: list[int], s: int, end: int) -> int:
     """The index of the first line at or after byte ``s`` that starts with ``#`` (the line count
     when none before ``end``)."""
     p = buf.find(b"#", s, end)
@@ -614,7 +666,7 @@ def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
     return len(nls) if p < 0 else bisect.bisect_left(nls, p)
 
 
-def _run_end(buf: bytes, nls: list[int], i: int, prefix: bytes) -> int:
+def _run_end(buf: bytes | bytearray, nls: list[int], i: int, prefix: bytes) -> int:
     """The index of the first line after line ``i`` that does not begin with ``prefix``, assuming
     the series' lines are contiguous (the caller checks): gallop, then bisect."""
     n_lines = len(nls)
