@@ -5,10 +5,10 @@ runs of lines rather than on lines (:class:`_Reader`): recorders write a series'
 another, a run's label set is parsed once, and its values and timestamps are parsed in bulk by C
 code; gzip is inflated on a second thread (ISA-L's inflate where the ``isal`` package is installed,
 as the analyzer extra does; zlib otherwise), which also finds each chunk's newlines. Families the
-analyzers do not use are skipped after one look at their ``# TYPE`` line. Anything irregular goes through the line-by-line parser, which is the
-reference: anything that is not a timestamped OpenMetrics sample is an error with the line number,
-so a wrong or truncated file fails with one clear message. docs/benchmarks.md#loading-at-scale has
-the numbers.
+analyzers do not use are skipped after one look at their ``# TYPE`` line. Anything irregular goes
+through the line-by-line parser, which is the reference: anything that is not a timestamped
+OpenMetrics sample is an error with the line number, so a wrong or truncated file fails with one
+clear message. docs/benchmarks.md#loading-at-scale has the numbers.
 """
 
 from __future__ import annotations
