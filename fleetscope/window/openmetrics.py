@@ -124,9 +124,15 @@ def _newlines(buf: bytes | bytearray, begin: int, end: int) -> np.ndarray:
     return nl
 
 
-def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray]]:
+#: The inflate thread hands over a chunk's newline positions only when there are fewer than one per
+#: this many bytes (recordings' lines are 100 to 250 bytes long): a file of empty lines would
+#: otherwise queue 8 bytes per byte for the chunks ahead; the parsing thread finds those itself.
+NEWLINE_SPACING_MIN = 16
+
+
+def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
     """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends
-    and where its newlines are.
+    and where its newlines are (None: not found yet).
 
     A gzip file is decompressed on a thread (ISA-L or zlib, both release the GIL), which also finds
     the chunk's newlines (numpy releases it too), at most two chunks ahead, so on two cores that
@@ -159,7 +165,8 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray]]:
                     n = gz.readinto(buf)
                     if not n:
                         break
-                    q.put((buf, n, raw.tell(), _newlines(buf, 0, n)))
+                    nl = _newlines(buf, 0, n)
+                    q.put((buf, n, raw.tell(), nl if len(nl) * NEWLINE_SPACING_MIN <= n else None))
             q.put(None)
         except Exception as exc:  # noqa: BLE001 -- handed to the parsing thread, which raises it
             q.put(exc)
@@ -220,7 +227,8 @@ def _feed_file(path: Path, reader: _Reader) -> Iterator[float]:
         raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
     try:
         carry = b""  # the start of a line that the previous chunk cut
-        for data, at, nl in _chunks(path):
+        for data, at, found in _chunks(path):
+            nl = _newlines(data, 0, len(data)) if found is None else found
             if not len(nl):
                 if len(carry) + len(data) > MAX_LINE_BYTES:
                     raise _too_long(path)

@@ -118,3 +118,17 @@ def test_the_gather_index_is_the_pieces_bytes_in_order():
 def _write(path, body: bytes):
     path.write_bytes(body)
     return path
+
+
+def test_the_inflate_thread_hands_over_newlines_of_real_lines_only(tmp_path, inflater):
+    """A recording's chunks come with their newlines; a chunk of empty lines without (the parsing
+    thread finds them: the thread ahead would otherwise queue 8 bytes per byte), and a gzipped file
+    of them is still the one quick error."""
+    (tmp_path / "r.om.gz").write_bytes(gzip.compress(_recording()))
+    chunks = list(om._chunks(tmp_path / "r.om.gz"))
+    assert len(chunks) > 3 and all(nl is not None and len(nl) for _, _, nl in chunks)
+    assert all(np.array_equal(nl, np.flatnonzero(np.frombuffer(d, np.uint8) == 10)) for d, _, nl in chunks)
+    (tmp_path / "n.om.gz").write_bytes(gzip.compress(b"\n" * 40_000))
+    assert [nl for _, _, nl in om._chunks(tmp_path / "n.om.gz")] == [None] * 10
+    with pytest.raises(FleetscopeError, match="no '# EOF'"):
+        om.read_openmetrics(tmp_path / "n.om.gz")
