@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fleetscope.errors import FleetscopeError
+from fleetscope.textformat import unescape_label_value
 from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
 from fleetscope.window.grid import round_step
 from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
@@ -50,13 +51,6 @@ def _inflater() -> tuple[types.ModuleType, type[Exception]]:
 
 
 _gzip, _InflateError = _inflater()
-
-
-def _unescape(b: bytes) -> str:
-    s = b.decode("utf-8", "replace")
-    if "\\" in s:
-        s = s.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-    return s
 
 
 #: Label sets remembered by :func:`_parse_head` (each metric of a GPU repeats its labels), and the
@@ -90,7 +84,7 @@ def _parse_head(
                 m = _LABEL.match(body, pos)
                 if not m:
                     raise FleetscopeError(f"line {lineno}: malformed labels")
-                labels[m.group(1).decode()] = _unescape(m.group(2))
+                labels[m.group(1).decode()] = unescape_label_value(m.group(2).decode("utf-8", "replace"))
                 pos = m.end()
             if cache is not None and len(body) <= LABEL_CACHE_BYTES and len(cache) < LABEL_CACHE_ENTRIES:
                 cache[body] = dict(labels)
