@@ -3,11 +3,12 @@
 Recordings are large (a 64-node hour holds 7 million lines, 1.3 GB of text), so the parser works on
 runs of lines rather than on lines (:class:`_Reader`): recorders write a series' samples one after
 another, a run's label set is parsed once, and its values and timestamps are parsed in bulk by C
-code; gzip is inflated on a second thread. Families the analyzers do not use are skipped after one
-look at their ``# TYPE`` line. Anything irregular goes through the line-by-line parser, which is the
-reference: anything that is not a timestamped OpenMetrics sample is an error with the line number,
-so a wrong or truncated file fails with one clear message. docs/benchmarks.md#loading-at-scale has
-the numbers.
+code; gzip is inflated on a second thread (ISA-L's inflate where the ``isal`` package is installed,
+as the analyzer extra does; zlib otherwise), which also finds each chunk's newlines. Families the
+analyzers do not use are skipped after one look at their ``# TYPE`` line. Anything irregular goes
+through the line-by-line parser, which is the reference: anything that is not a timestamped
+OpenMetrics sample is an error with the line number, so a wrong or truncated file fails with one
+clear message. docs/benchmarks.md#loading-at-scale has the numbers.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import os
 import queue
 import re
 import threading
+import types
 import zlib
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, cast
 
 import numpy as np
 import pandas as pd
 
 from fleetscope.errors import FleetscopeError
+from fleetscope.textformat import unescape_label_value
 from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
 from fleetscope.window.grid import round_step
 from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
@@ -37,14 +40,30 @@ _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
 _NAME = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
-def _unescape(b: bytes) -> str:
-    s = b.decode("utf-8", "replace")
-    if "\\" in s:
-        s = s.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-    return s
+def _inflater() -> tuple[types.ModuleType, type[Exception]]:
+    """The gzip module recordings are inflated with, and its error: ISA-L's, about 3.5 times as
+    fast as zlib (the analyzer extra installs it), or the standard library's without it."""
+    try:
+        from isal import igzip, isal_zlib
+    except ImportError:  # pragma: no cover -- exercised where isal is not installed
+        return gzip, zlib.error
+    return igzip, cast(type[Exception], isal_zlib.error)  # isal's stub types it as an instance
 
 
-def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
+_gzip, _InflateError = _inflater()
+
+
+#: Label sets remembered by :func:`_parse_head` (each metric of a GPU repeats its labels), and the
+#: longest one remembered: a bound on the memory, whatever a hostile file holds.
+LABEL_CACHE_ENTRIES = 1 << 14
+LABEL_CACHE_BYTES = 1 << 10
+
+
+def _parse_head(
+    head: bytes, lineno: int, cache: dict[bytes, dict[str, str]] | None = None
+) -> tuple[str, dict[str, str]]:
+    """A sample's name and labels; ``cache``: label sets parsed before, by their text (only a
+    label set that parsed is remembered, so every error is met as without it)."""
     brace = head.find(b"{")
     if brace < 0:
         name = head.strip()
@@ -55,14 +74,20 @@ def _parse_head(head: bytes, lineno: int) -> tuple[str, dict[str, str]]:
         if not body.endswith(b"}"):
             raise FleetscopeError(f"line {lineno}: unterminated label set")
         body = body[:-1]
-        labels = {}
-        pos = 0
-        while pos < len(body):
-            m = _LABEL.match(body, pos)
-            if not m:
-                raise FleetscopeError(f"line {lineno}: malformed labels")
-            labels[m.group(1).decode()] = _unescape(m.group(2))
-            pos = m.end()
+        known = cache.get(body) if cache is not None else None
+        if known is not None:
+            labels = dict(known)
+        else:
+            labels = {}
+            pos = 0
+            while pos < len(body):
+                m = _LABEL.match(body, pos)
+                if not m:
+                    raise FleetscopeError(f"line {lineno}: malformed labels")
+                labels[m.group(1).decode()] = unescape_label_value(m.group(2).decode("utf-8", "replace"))
+                pos = m.end()
+            if cache is not None and len(body) <= LABEL_CACHE_BYTES and len(cache) < LABEL_CACHE_ENTRIES:
+                cache[body] = dict(labels)
     if not _NAME.match(name):
         raise FleetscopeError(f"line {lineno}: not an OpenMetrics sample")
     return name.decode(), labels
@@ -86,19 +111,34 @@ def _too_long(path: Path) -> FleetscopeError:
     )
 
 
-def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
-    """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends.
+def _newlines(buf: bytes | bytearray, begin: int, end: int) -> np.ndarray:
+    """The positions of the newlines of ``buf[begin:end]`` (in ``buf``)."""
+    nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin) == 10)
+    nl += begin
+    return nl
 
-    A gzip file is decompressed on a thread (zlib releases the GIL), at most two chunks ahead, so on
-    two cores inflating the next chunk overlaps parsing this one; a decompression error is raised here, after
-    the chunks before it, where the line-by-line reader would have met it.
+
+#: The inflate thread hands over a chunk's newline positions only when there are fewer than one per
+#: this many bytes (recordings' lines are 100 to 250 bytes long): a file of empty lines would
+#: otherwise queue 8 bytes per byte for the chunks ahead; the parsing thread finds those itself.
+NEWLINE_SPACING_MIN = 16
+
+
+def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
+    """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends
+    and where its newlines are (None: not found yet).
+
+    A gzip file is decompressed on a thread (ISA-L or zlib, both release the GIL), which also finds
+    the chunk's newlines (numpy releases it too), at most two chunks ahead, so on two cores that
+    overlaps parsing this one; a decompression error is raised here, after the chunks before it,
+    where the line-by-line reader would have met it.
     """
     with path.open("rb") as fh:
         magic = fh.read(2)
     if magic != b"\x1f\x8b":
         with path.open("rb") as fh:
             while data := fh.read(CHUNK_BYTES):
-                yield data, fh.tell()
+                yield data, fh.tell(), _newlines(data, 0, len(data))
         return
     # Three buffers made here and passed back and forth: chunks allocated by the thread and freed by
     # this one fragment glibc's per-thread arenas (peak RSS grew by hundreds of MB).
@@ -110,7 +150,7 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
 
     def inflate() -> None:
         try:
-            with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as gz:
+            with path.open("rb") as raw, _gzip.GzipFile(fileobj=raw) as gz:
                 while not stop.is_set():
                     try:
                         buf = free.get(timeout=0.1)
@@ -119,7 +159,8 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
                     n = gz.readinto(buf)
                     if not n:
                         break
-                    q.put((buf, n, raw.tell()))
+                    nl = _newlines(buf, 0, n)
+                    q.put((buf, n, raw.tell(), nl if len(nl) * NEWLINE_SPACING_MIN <= n else None))
             q.put(None)
         except Exception as exc:  # noqa: BLE001 -- handed to the parsing thread, which raises it
             q.put(exc)
@@ -130,11 +171,13 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int]]:
         while (item := q.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            buf, n, at = item
+            buf, n, at, nl = item
+            # A copy: parsing the thread's buffer in place saved the copy's time (a few percent) but
+            # raised the peak RSS by half (glibc kept the parser's freed arrays instead).
             with memoryview(buf) as view:
                 data = bytes(view[:n])
             free.put(buf)
-            yield data, at
+            yield data, at, nl
     finally:
         stop.set()
         worker.join()
@@ -178,26 +221,28 @@ def _feed_file(path: Path, reader: _Reader) -> Iterator[float]:
         raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
     try:
         carry = b""  # the start of a line that the previous chunk cut
-        for data, at in _chunks(path):
-            first = data.find(b"\n") + 1
-            last = data.rfind(b"\n") + 1
-            if not first:
+        for data, at, found in _chunks(path):
+            nl = _newlines(data, 0, len(data)) if found is None else found
+            if not len(nl):
                 if len(carry) + len(data) > MAX_LINE_BYTES:
                     raise _too_long(path)
                 carry += data
                 continue
+            first, last = int(nl[0]) + 1, int(nl[-1]) + 1
             if len(carry) + first > MAX_LINE_BYTES:
                 raise _too_long(path)
             if carry:  # the cut line whole, then the chunk's own lines (no copy of the chunk)
-                reader.feed(carry + data[:first], 0, len(carry) + first)
-                reader.feed(data, first, last)
+                line = carry + data[:first]
+                reader.feed(line, 0, len(line), _newlines(line, 0, len(line)))
+                reader.feed(data, first, last, nl[1:])
             else:
-                reader.feed(data, 0, last)
+                reader.feed(data, 0, last, nl)
             carry = data[last:]
             yield min(at / size, 1.0)
         if carry:  # a last line without its newline reads the same with one
-            reader.feed(carry + b"\n", 0, len(carry) + 1)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            line = carry + b"\n"
+            reader.feed(line, 0, len(line), _newlines(line, 0, len(line)))
+    except (OSError, EOFError, zlib.error, _InflateError, gzip.BadGzipFile) as exc:
         raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
     except UnicodeDecodeError:
         raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
@@ -336,6 +381,7 @@ class _Reader:
         self.wanted = set(metrics) if metrics is not None else None
         # series head bytes -> its series
         self.series: dict[bytes, _Series] = {}
+        self.label_sets: dict[bytes, dict[str, str]] = {}  # _parse_head's cache
         self.family = b""
         self.family_skip = False
         self.saw_eof = False
@@ -353,12 +399,11 @@ class _Reader:
         self.step: float | None = None
 
     # ------------------------------------------------------------------ fast path
-    def feed(self, buf: bytes, begin: int, end: int) -> None:
-        """Parse the lines of ``buf[begin:end]`` (which ends with a newline)."""
+    def feed(self, buf: bytes, begin: int, end: int, nl: np.ndarray) -> None:
+        """Parse the lines of ``buf[begin:end]`` (which ends with a newline; ``nl``: the positions of
+        its newlines in ``buf``)."""
         if end <= begin:
             return
-        nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin) == 10)
-        nl += begin
         nls: list[int] = nl.tolist()
         n_lines = len(nls)
         self.begin = begin
@@ -426,7 +471,7 @@ class _Reader:
         if b"}" in t or b"}" in v:
             _bad_line(self.path, lineno, line)
         try:
-            name, labels = _parse_head(head, lineno)
+            name, labels = _parse_head(head, lineno, self.label_sets)
         except FleetscopeError as exc:
             raise FleetscopeError(f"{self.path}: {exc}") from None
         entry = _Series(name, labels, self.wanted is None or name in self.wanted)
@@ -503,8 +548,7 @@ class _Reader:
         starts += np.repeat(np.array([p[4] for p in pending], dtype=np.int64), counts)
         lens = nl[lines] + 1 - starts
         ends = np.cumsum(lens)
-        gather = np.repeat(starts - (ends - lens), lens) + np.arange(int(ends[-1]))
-        text = np.frombuffer(buf, dtype=np.uint8)[gather].tobytes()
+        text = np.frombuffer(buf, dtype=np.uint8)[_gather_index(starts, lens, ends)].tobytes()
         total = int(counts.sum())
         table = _parse_pairs(text, total) if text.count(b" ") == total else None
         if table is not None:
@@ -591,6 +635,17 @@ class _Reader:
                 entry.vtext.append(v)
                 entry.ttext.append(t)
         self.lineno = lineno
+
+
+def _gather_index(starts: np.ndarray, lens: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions of the bytes of the pieces ``[starts[k], starts[k] + lens[k])`` one after the
+    other (``ends``: the cumulative sum of ``lens``, each at least 1): ones, with each piece's
+    first position holding the jump to it, summed up (two passes over a 4-byte index)."""
+    dtype = np.int32 if int(starts[-1] + lens[-1]) < 2**31 else np.int64
+    index = np.ones(int(ends[-1]), dtype=dtype)
+    index[0] = starts[0]
+    index[ends[:-1]] = starts[1:] - starts[:-1] - lens[:-1] + 1
+    return np.cumsum(index, out=index)
 
 
 def _shape(times: np.ndarray) -> tuple[float, float, float]:

@@ -105,7 +105,7 @@ def test_port_in_use_is_one_clear_error() -> None:
     assert_one_line_error(res, f"cannot listen on 127.0.0.1:{port}: address already in use")
 
 
-HEAVY = ("pandas", "numpy", "fastapi", "grafanalib", "matplotlib", "torch")
+HEAVY = ("pandas", "numpy", "fastapi", "grafanalib", "matplotlib", "torch", "isal")
 
 
 def test_the_node_agent_imports_nothing_heavy() -> None:

@@ -96,6 +96,10 @@ def test_two_ranks_step_time_tokens_and_mfu_through_promql(tmp_path: Path) -> No
                 r["metric"]["rank"]: float(r["value"][1])
                 for r in prom.query(queries.rank_tokens_per_second("5s"), t)
             }
+            steps_per_s = {
+                r["metric"]["rank"]: float(r["value"][1])
+                for r in prom.query(f"rate({contract.TRAINING_STEPS}[5s])", t)
+            }
             mfu_rows = prom.query(queries.rank_mfu("5s"), t)
             mfu = {r["metric"]["rank"]: float(r["value"][1]) for r in mfu_rows}
             job_mfu = prom.query(queries.job_mfu("5s"), t)
@@ -128,7 +132,12 @@ def test_two_ranks_step_time_tokens_and_mfu_through_promql(tmp_path: Path) -> No
         true_tps = t_rank["tokens"] / t_rank["step_seconds"]
         # Rates come from 1 s scrapes of files rewritten every 0.5 s: a few percent of noise.
         assert step[rank] == pytest.approx(true_step, rel=0.25), (rank, step[rank], true_step)
-        assert tps[rank] == pytest.approx(true_tps, rel=0.25), (rank, tps[rank], true_tps)
+        # Tokens per *wall* second over the last 5 s against tokens per second *inside* steps over
+        # the whole run: never above it (beyond noise), and below it by the time the rank spends
+        # between steps, which a loaded machine stretches (0.68 of it seen on 2 busy cores). What
+        # is exact is the tokens each step counted: the two rates' ratio is the batch's tokens.
+        assert true_tps / 4 < tps[rank] <= true_tps * 1.25, (rank, tps[rank], true_tps)
+        assert tps[rank] / steps_per_s[rank] == pytest.approx(BATCH * SEQ, rel=1e-9)
         # MFU is exactly tokens/s x FLOPs per token / the H100's dense bf16 peak, per rank.
         assert mfu[rank] == pytest.approx(tps[rank] * FLOPS_PER_TOKEN / H100_BF16, rel=1e-9)
     assert {r["metric"][contract.NODE_LABEL] for r in mfu_rows} == {NODE}

@@ -69,3 +69,14 @@ def test_escaped_labels_and_unwanted_families(tmp_path):
     fr = load_file(tmp_path / "e.om", metrics=["DCGM_FI_DEV_XID_ERRORS"])
     assert list(fr.metrics) == ["DCGM_FI_DEV_XID_ERRORS"]
     assert fr.get("DCGM_FI_DEV_XID_ERRORS").labels.iloc[0]["err_msg"] == 'GPU has "fallen" off, bus'
+
+
+def test_an_escaped_backslash_before_n_is_not_a_newline(tmp_path):
+    body = (
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="n",err_code="79",err_msg="C:\\\\new\\nline"} '
+        f"79 {T0}\n# EOF\n"
+    )
+    (tmp_path / "e.om").write_text(body)
+    fr = load_file(tmp_path / "e.om", metrics=["DCGM_FI_DEV_XID_ERRORS"])
+    assert fr.get("DCGM_FI_DEV_XID_ERRORS").labels.iloc[0]["err_msg"] == "C:\\new\nline"

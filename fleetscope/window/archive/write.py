@@ -100,6 +100,7 @@ class ArchiveWriter:
         source: str,
         grid: tuple[float, float, float] | None = None,
         window: tuple[float, float] | None = None,
+        compression: str = "zstd",
     ) -> None:
         pa, pq = pyarrow_modules()
         self.pa, self.path = pa, Path(path)
@@ -137,7 +138,7 @@ class ArchiveWriter:
             self.tmp = temp_path_for(self.path, str(os.getpid()))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = pq.ParquetWriter(
-                self.tmp, self.schema, compression="zstd", write_statistics=[TIME_COL, SERIES_COL]
+                self.tmp, self.schema, compression=compression, write_statistics=[TIME_COL, SERIES_COL]
             )
         except OSError as exc:
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -382,13 +383,17 @@ def convert_recording(
     *,
     window: tuple[float, float] | None = None,
     progress: Callable[[float], None] | None = None,
+    compression: str = "zstd",
 ) -> dict[str, int]:
     """Convert a recording family by family (bounded memory, module docstring); (rows, series,
-    metrics, largest batch). ``window``: (lo, hi) seconds kept, margin included."""
+    metrics, largest batch). ``window``: (lo, hi) seconds kept, margin included; ``compression``:
+    Parquet's codec (zstd for an archive that is kept)."""
     from fleetscope.window.memory import release_freed
     from fleetscope.window.openmetrics import iter_openmetrics
 
-    with ArchiveWriter(out, contract_label_keys(metrics), source=os.fspath(path), window=window) as w:
+    with ArchiveWriter(
+        out, contract_label_keys(metrics), source=os.fspath(path), window=window, compression=compression
+    ) as w:
         for name, series in iter_openmetrics(path, metrics, progress):
             w.add(name, series)
             del series
