@@ -46,8 +46,13 @@ class FakeRas:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_event.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() (closing alone does not, on Linux)
+        except OSError:
+            pass  # a test closed it already
         self.sock.close()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the fake RAS listener did not stop"
 
     def _serve(self) -> None:
         while not self.stop_event.is_set():
