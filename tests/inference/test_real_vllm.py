@@ -226,15 +226,22 @@ class Scraped:
     page: str = ""
 
 
-def _load(url: str, seconds: float, statuses: list[int]) -> None:
-    """Two clients, each a completion every ~0.25 s, every other one streamed, for ``seconds``;
+def _load(url: str, seconds: float, statuses: list[int], at_least: int) -> None:
+    """Two clients, each a completion every ~0.25 s, every other one streamed, for ``seconds`` and
+    until ``at_least`` answers (a loaded machine serves fewer a second), at most 4 x ``seconds``;
     each answer's status goes to ``statuses`` (0: no answer, -1: a stream without its end)."""
-    stop = time.monotonic() + seconds
+    begin = time.monotonic()
     lock = threading.Lock()
+
+    def more() -> bool:
+        elapsed = time.monotonic() - begin
+        with lock:
+            answered = len(statuses)
+        return elapsed < 4 * seconds and (elapsed < seconds or answered < at_least)
 
     def client(k: int) -> None:
         n = 0
-        while time.monotonic() < stop:
+        while more():
             stream = (n + k) % 2 == 0
             try:
                 status, text = _complete(url, stream=stream, max_tokens=8 + 8 * (n % 3))
@@ -264,7 +271,7 @@ def scraped(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         wait_for(prom.targets_up, timeout=30, what="vLLM target up")
         start = time.time()
         statuses: list[int] = []
-        _load(server.url, LOAD_SECONDS, statuses)
+        _load(server.url, LOAD_SECONDS, statuses, at_least=2 * LOAD_SECONDS)
         # The last scrape after the last request, and the rules evaluated on it.
         time.sleep(3)
         status, body = http_get(f"{server.url}/metrics")
