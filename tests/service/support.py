@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report, Straggl
 from fleetscope.errors import FleetscopeError
 from fleetscope.service.live import LiveResult
 from tests.support.exporter import FleetscopeProcess
-from tests.support.prom import free_port
+from tests.support.prom import free_port, http_get
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -137,6 +138,21 @@ class ServeProcess(FleetscopeProcess):
             *flags,
         ]
         super().__init__("serve", argv, port, workdir, env)
+
+    def api(self, path: str) -> dict | None:
+        """The JSON of ``GET path``; None unless it answered 200."""
+        status, body = http_get(f"{self.url}{path}", timeout=10)
+        return json.loads(body) if status == 200 else None
+
+    def finding_keys(self) -> list[tuple] | None:
+        """Each served finding as (kind, node, gpu, rank, job, cause, severity); None until ready."""
+        doc = self.api("/api/v1/findings")
+        if doc is None or not doc["status"]["ready"]:
+            return None
+        return [
+            (f["kind"], f["node"], f["gpu"], f["rank"], f["job_id"], f["cause"], f["severity"])
+            for f in doc["findings"]
+        ]
 
 
 # --- headless Chromium ----------------------------------------------------------------------

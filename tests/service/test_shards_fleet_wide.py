@@ -7,7 +7,6 @@ shards, they add up again."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from fleetscope import contract as c
 from fleetscope.simulate.record import write_samples, write_scenario
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec, node_name
 from tests.service.support import ServeProcess
-from tests.support.prom import Prometheus, backfill_openmetrics, http_get, wait_for
+from tests.support.prom import Prometheus, backfill_openmetrics, wait_for
 
 pytestmark = [pytest.mark.server]
 
@@ -75,21 +74,6 @@ def prom(tmp_path_factory):
         yield p
 
 
-def _get(serve: ServeProcess, path: str) -> dict | None:
-    status, body = http_get(f"{serve.url}{path}", timeout=10)
-    return json.loads(body) if status == 200 else None
-
-
-def _findings(serve: ServeProcess) -> list[tuple] | None:
-    doc = _get(serve, "/api/v1/findings")
-    if doc is None or not doc["status"]["ready"]:
-        return None
-    return [
-        (f["kind"], f["node"], f["gpu"], f["rank"], f["job_id"], f["cause"], f["severity"])
-        for f in doc["findings"]
-    ]
-
-
 def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path: Path) -> None:
     whole = ServeProcess(prom.url, *FLAGS, workdir=tmp_path)
     shards = [ServeProcess(prom.url, *FLAGS, "--shard", f"{k}/2", workdir=tmp_path) for k in range(2)]
@@ -99,7 +83,7 @@ def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path:
         seen: list = []
 
         def node_findings_add_up() -> bool:
-            expected, parts = _findings(whole), [_findings(s) for s in shards]
+            expected, parts = whole.finding_keys(), [s.finding_keys() for s in shards]
             if expected is None or any(p is None for p in parts):
                 return False
             seen.append((expected, parts))
@@ -116,7 +100,7 @@ def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path:
         job_level = [k for p in parts for k in p if k[1] is None]
         assert len(job_level) == len(set(job_level))
 
-        owned = [_get(s, "/api/v1/status")["shard"] for s in shards]
+        owned = [s.api("/api/v1/status")["shard"] for s in shards]
         # The older scheme: one unit of all 8 nodes (the fleet-wide job joins alpha and beta).
         assert sorted(o["nodes"] for o in owned) == [4, 4], owned
         assert all(o["fleet_nodes"] == NODES and o["bound"] == 5 and o["fleet_jobs"] == 3 for o in owned)
@@ -134,7 +118,7 @@ def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path:
         expected, parts = seen[-1]
         for node in (node_name(1), node_name(6)):
             assert sum(1 for p in parts for k in p if k[0] == "failing_node" and k[1] == node) == 1, parts
-        owned = [_get(s, "/api/v1/status")["shard"] for s in shards]
+        owned = [s.api("/api/v1/status")["shard"] for s in shards]
         assert sum(o["nodes"] for o in owned) == NODES and max(o["nodes"] for o in owned) <= 4, owned
         assert sum(o["jobs"] for o in owned) == 3
     finally:

@@ -5,7 +5,6 @@ back to back) and started again owns the same share and reports the same finding
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec
 from tests.service.support import ServeProcess
-from tests.support.prom import Prometheus, backfill_openmetrics, http_get, wait_for
+from tests.support.prom import Prometheus, backfill_openmetrics, wait_for
 
 pytestmark = [pytest.mark.server]
 
@@ -52,24 +51,9 @@ def prom(tmp_path_factory):
         yield p
 
 
-def _get(serve: ServeProcess, path: str) -> dict | None:
-    status, body = http_get(f"{serve.url}{path}", timeout=10)
-    return json.loads(body) if status == 200 else None
-
-
-def _keys(serve: ServeProcess) -> list[tuple] | None:
-    doc = _get(serve, "/api/v1/findings")
-    if doc is None or not doc["status"]["ready"]:
-        return None
-    return [
-        (f["kind"], f["node"], f["gpu"], f["rank"], f["job_id"], f["cause"], f["severity"])
-        for f in doc["findings"]
-    ]
-
-
 def _union_matches(whole: ServeProcess, shards: list[ServeProcess]) -> tuple[list, list[list]] | None:
-    expected = _keys(whole)
-    parts = [_keys(s) for s in shards]
+    expected = whole.finding_keys()
+    parts = [s.finding_keys() for s in shards]
     if expected is None or any(p is None for p in parts):
         return None
     union = [k for p in parts for k in p or []]
@@ -101,13 +85,13 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         assert len(expected) == len(set(expected))  # and so no finding is in two shards
         assert sum(1 for p in parts if p) >= 2, parts  # the findings are spread over the shards
 
-        statuses = [_get(s, "/api/v1/status") for s in shards]
-        assert _get(whole, "/api/v1/status")["shard"] is None
+        statuses = [s.api("/api/v1/status") for s in shards]
+        assert whole.api("/api/v1/status")["shard"] is None
         owned = [st["shard"] for st in statuses]
         assert [o["index"] for o in owned] == [0, 1, 2] and all(o["count"] == SHARDS for o in owned)
         assert sum(o["nodes"] for o in owned) == owned[0]["fleet_nodes"] == 8
         assert sum(o["jobs"] for o in owned) == owned[0]["fleet_jobs"] == 3
-        assert sum(st["nodes"] for st in statuses) == _get(whole, "/api/v1/status")["nodes"] == 8
+        assert sum(st["nodes"] for st in statuses) == whole.api("/api/v1/status")["nodes"] == 8
         assert owned[1]["text"].startswith("shard 1 of 3, owning ")
 
         # Kill one shard outright in the middle of its back-to-back cycles, start it again.
@@ -118,14 +102,14 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         shards[victim].start(timeout=60)
         again: list = []
         wait_for(
-            lambda: again.append(_keys(shards[victim])) or again[-1] is not None,
+            lambda: again.append(shards[victim].finding_keys()) or again[-1] is not None,
             timeout=90,
             what="the restarted shard's first verdicts",
         )
         # The hardware findings come back as they were; an MFU drop follows the sliding window
         # (it may appear or go as the window moves), and the union below still has to hold.
         assert sorted(k for k in again[-1] if k[0] != "mfu_drop") == [k for k in before if k[0] != "mfu_drop"]
-        assert _get(shards[victim], "/api/v1/status")["shard"] == owned[victim]
+        assert shards[victim].api("/api/v1/status")["shard"] == owned[victim]
         found.clear()
         wait_for(
             lambda: found.append(_union_matches(whole, shards)) or found[-1],
