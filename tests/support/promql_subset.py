@@ -20,6 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from fleetscope.errors import FleetscopeError
+from fleetscope.times import parse_duration as parse_seconds
+
 AGGREGATIONS = ("max", "min", "sum", "count", "group")
 FUNCTIONS = ("last_over_time",)
 OPS = ("=", "!=", "=~", "!~")
@@ -34,8 +37,8 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_UNIT_MS["y"] = 365 * _UNIT_MS["d"]
+#: A duration without a unit: seconds on the command line, not PromQL.
+_PLAIN_NUMBER = re.compile(r"[\d.]+")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b"}
 #: An RE2 literal character: anything but a metacharacter, or a backslash-escaped punctuation.
 _LITERAL_PIECE = re.compile(r"[^\\.+*?()|\[\]{}^$]|\\[^A-Za-z0-9]")
@@ -119,15 +122,15 @@ def _literal_alternatives(pattern: str) -> list[str] | None:
 
 
 def parse_duration(text: str) -> int:
-    total, pos = 0, 0
-    for m in re.finditer(r"(\d+)(ms|[smhdwy])", text):
-        if m.start() != pos:
-            break
-        total += int(m.group(1)) * _UNIT_MS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or total <= 0:
+    """A Prometheus duration (``5m``, ``1h30m``; :func:`fleetscope.times.parse_duration`'s
+    grammar, units only) in milliseconds, above zero."""
+    try:
+        seconds = None if _PLAIN_NUMBER.fullmatch(text) else parse_seconds(text)
+    except FleetscopeError:
+        seconds = None
+    if seconds is None or seconds <= 0:
         raise PromQLError(f'bad duration "{text}"')
-    return total
+    return round(seconds * 1000)
 
 
 def _unquote(token: str) -> str:
