@@ -77,46 +77,65 @@ def recorded_fleet(nodes: int, job_nodes: int, seconds: float):
     return tmp, Prometheus(work / "prom", data_dir=work / "data"), spec, info
 
 
-def largest_shard(prom_url: str, spec, count: int, window: float) -> tuple[int, dict]:
-    """The shard of ``count`` owning the most nodes at the first window's end."""
+def shares_at(url: str, spec, count: int, window: float, timeout: float = 30.0) -> list:
+    """Every share of ``count`` shards at the first window's end, as the service computes them."""
     from fleetscope.analyzers.core import LOADED
     from fleetscope.service.shard import Discovery, Shard, share_of
     from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
     end = spec.start + window
-    rows = Discovery().rows(
-        PrometheusSource(PrometheusAccess(prom_url), LOADED), end - window, end, spec.step_s
-    )
-    shares = [share_of(rows, Shard(k, count)) for k in range(count)]
+    source = PrometheusSource(PrometheusAccess(url, timeout=timeout), LOADED)
+    rows = Discovery().rows(source, end - window, end, spec.step_s)
+    return [share_of(rows, Shard(k, count)) for k in range(count)]
+
+
+def largest_shard(prom_url: str, spec, count: int, window: float) -> tuple[int, dict]:
+    """The shard of ``count`` owning the most nodes at the first window's end."""
+    shares = shares_at(prom_url, spec, count, window)
     k = max(range(count), key=lambda i: len(shares[i].nodes))
     return k, shares[k].summary()
 
 
-def bench_shard(
-    prom_url: str, spec, index: int, count: int, window: float, sliding: float, repeats: int
-) -> dict:
+def cycles(
+    url: str, spec, shard, window: float, sliding: float, repeats: int, timeout: float = 30.0, observe=None
+):
+    """The service's own cycles of one shard (``(K, N)``; None: the unsharded service): a first
+    cycle over ``window``, then ``repeats`` each ``sliding`` seconds later. ``observe()`` is called
+    before and after each cycle (what it answers after one is kept). Returns the summary, the
+    observations."""
     from fleetscope.analyzers.core import LOADED
     from fleetscope.service.live import LiveAnalysis
     from fleetscope.service.shard import Shard
     from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sources import PrometheusSource
 
-    source = PrometheusSource(PrometheusAccess(prom_url), LOADED, sliding=True)
-    cycle = LiveAnalysis(source, None, spec.step_s, Shard(index, count))
-    times = []
+    source = PrometheusSource(PrometheusAccess(url, timeout=timeout), LOADED, sliding=True)
+    cycle = LiveAnalysis(source, None, spec.step_s, None if shard is None else Shard(*shard))
+    times, seen = [], []
     for i in range(repeats + 1):
         e = spec.start + window + i * sliding
+        if observe is not None:
+            observe()
         t0 = time.perf_counter()
         result = cycle(e - window, e)
         times.append(time.perf_counter() - t0)
-    return {
+        if observe is not None:
+            seen.append(observe())
+    summary = {
         "first_cycle_s": round(times[0], 2),
         "sliding_cycles_s": [round(t, 2) for t in times[1:]],
         "sliding_median_s": round(statistics.median(times[1:]), 2),
         "findings": len(result.report.findings),
         "share": result.shard,
     }
+    return summary, seen
+
+
+def bench_shard(
+    prom_url: str, spec, index: int, count: int, window: float, sliding: float, repeats: int
+) -> dict:
+    return cycles(prom_url, spec, (index, count), window, sliding, repeats)[0]
 
 
 # ---------------------------------------------------------------------- --synthetic
@@ -181,43 +200,18 @@ def _measured(fn, *args):
 
 def closest_shard(url: str, spec, count: int, window: float, want: int) -> tuple[int, dict]:
     """The shard of ``count`` whose share is closest to ``want`` nodes (the larger on a tie)."""
-    from fleetscope.analyzers.core import LOADED
-    from fleetscope.service.shard import Discovery, Shard, share_of
-    from fleetscope.window.prometheus import PrometheusAccess
-    from fleetscope.window.sources import PrometheusSource
-
-    end = spec.start + window
-    source = PrometheusSource(PrometheusAccess(url, timeout=600), LOADED)
-    rows = Discovery().rows(source, end - window, end, spec.step_s)
-    shares = [share_of(rows, Shard(k, count)) for k in range(count)]
+    shares = shares_at(url, spec, count, window, timeout=600)
     k = min(range(count), key=lambda i: (abs(len(shares[i].nodes) - want), -len(shares[i].nodes)))
     return k, shares[k].summary()
 
 
 def synthetic_cycles(url: str, spec, shard, window: float, sliding: float, repeats: int) -> dict:
     """The service's cycles of one shard (None: the unsharded service), with the store's counts."""
-    from fleetscope.analyzers.core import LOADED
-    from fleetscope.service.live import LiveAnalysis
-    from fleetscope.service.shard import Shard
-    from fleetscope.window.prometheus import PrometheusAccess
-    from fleetscope.window.sources import PrometheusSource
-
-    source = PrometheusSource(PrometheusAccess(url, timeout=600), LOADED, sliding=True)
-    cycle = LiveAnalysis(source, None, spec.step_s, None if shard is None else Shard(*shard))
-    times, stats = [], []
-    for i in range(repeats + 1):
-        e = spec.start + window + i * sliding
-        store_stats(url)
-        t0 = time.perf_counter()
-        result = cycle(e - window, e)
-        times.append(time.perf_counter() - t0)
-        stats.append(store_stats(url))
+    summary, stats = cycles(
+        url, spec, shard, window, sliding, repeats, timeout=600, observe=lambda: store_stats(url)
+    )
     return {
-        "first_cycle_s": round(times[0], 2),
-        "sliding_cycles_s": [round(t, 2) for t in times[1:]],
-        "sliding_median_s": round(statistics.median(times[1:]), 2),
-        "findings": len(result.report.findings),
-        "share": result.shard,
+        **summary,
         "first_cycle_store": _per_cycle([stats[0]]),
         "sliding_cycle_store": _per_cycle(stats[1:]),
         "store_cpu_s": [s["cpu_s"] for s in stats],
