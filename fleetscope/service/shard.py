@@ -37,15 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from fleetscope import contract as c
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.placement import JOB_LABEL, MODEL_LABEL, Placement, owner, place
+from fleetscope.service.placement import JOB_LABEL, MODEL_LABEL, Placement, place
 from fleetscope.window.frames import lookback_seconds
 from fleetscope.window.sources import PrometheusSource
 
 if TYPE_CHECKING:
     from fleetscope.analyzers.findings import Finding
     from fleetscope.analyzers.report import Report
-
-__all__ = ["JOB_LABEL", "MODEL_LABEL", "owner"]
 
 #: The most shards: a replica per 4 nodes of a 16,384-node fleet is already far past any use (a
 #: shard of a 2,048-node fleet's eighth takes 9.7 s a cycle, docs/large-fleets.md).
@@ -60,9 +58,6 @@ class Shard:
 
     index: int
     count: int
-
-    def owns(self, key: str) -> bool:
-        return owner(key, self.count) == self.index
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

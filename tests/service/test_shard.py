@@ -14,8 +14,8 @@ from fleetscope import contract as c
 from fleetscope.analyzers.findings import Finding
 from fleetscope.analyzers.report import JobSummary, NodeVerdict, Report
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.placement import place
-from fleetscope.service.shard import IDENTITY_METRICS, Shard, discovery_query, owner, parse_shard, share_of
+from fleetscope.service.placement import owner, place
+from fleetscope.service.shard import IDENTITY_METRICS, Shard, discovery_query, parse_shard, share_of
 from fleetscope.service.views import shard_status
 
 H = "Hostname"
