@@ -49,19 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 def recorded_fleet(nodes: int, job_nodes: int, seconds: float):
     from fleetscope.simulate.record import write_scenario
-    from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec
+    from fleetscope.simulate.spec import DEFAULT_START
     from tests.support.prom import Prometheus, backfill_openmetrics
+    from tests.support.synthetic_prom import bench_tile_spec
 
-    jobs = [
-        JobSpec(f"job-{j}", nodes=job_nodes, first_node=j * job_nodes) for j in range(nodes // job_nodes - 1)
-    ]
-    spec = ScenarioSpec(
-        name="realistic_bench_shards",
-        nodes=nodes,
-        duration_s=seconds,
-        jobs=jobs,
-        faults=[FaultSpec(kind="thermal_throttle", at_s=seconds / 3, node=3, gpu=1, slowdown=0.3)],
-    )
+    spec = bench_tile_spec(nodes, job_nodes, DEFAULT_START, seconds, name="realistic_bench_shards")
     tmp = tempfile.TemporaryDirectory(prefix="bench-shards-")
     work = Path(tmp.name)
     t0 = time.perf_counter()

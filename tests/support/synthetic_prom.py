@@ -839,10 +839,16 @@ def _success(data: object) -> bytes:
 
 # ---------------------------------------------------------------------- the benchmark's fleet
 def bench_tile_spec(
-    tile_nodes: int, job_nodes: int, start: float, seconds: float, seed: int = 1
+    tile_nodes: int,
+    job_nodes: int,
+    start: float,
+    seconds: float,
+    seed: int = 1,
+    name: str = "realistic_synthetic_tile",
 ) -> ScenarioSpec:
-    """The tile of :mod:`benchmarks.bench_shards`: jobs of ``job_nodes`` nodes, the last
-    ``job_nodes`` nodes job-less, a GPU throttling in the first job a third of the way in."""
+    """The fleet of :mod:`benchmarks.bench_shards` (its synthetic tile, and its backfilled fleet):
+    jobs of ``job_nodes`` nodes, the last ``job_nodes`` nodes job-less, a GPU throttling in the
+    first job a third of the way in."""
     from fleetscope.simulate.spec import FaultSpec, JobSpec
 
     jobs = [
@@ -850,7 +856,7 @@ def bench_tile_spec(
         for j in range(tile_nodes // job_nodes - 1)
     ]
     return ScenarioSpec(
-        name="realistic_synthetic_tile",
+        name=name,
         nodes=tile_nodes,
         duration_s=seconds,
         start=start,
