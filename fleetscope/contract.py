@@ -87,6 +87,10 @@ def _m(
 #: dcgm-exporter's node label. Configurable in the exporter (``--node.label-name``); every
 #: series of the node exporter carries it, and joins across collectors use it, never ``instance``.
 NODE_LABEL = "Hostname"
+#: The training job's label (telemetry, NCCL RAS, Slurm/Kubernetes attribution).
+JOB_LABEL = "job_id"
+#: vLLM's served-model label.
+SERVED_MODEL_LABEL = "model_name"
 
 # --------------------------------------------------------------------------------------------
 # GPU: names, units and label keys of NVIDIA dcgm-exporter
@@ -503,7 +507,7 @@ def fsx_metric_name(cloudwatch_metric: str) -> str:
 # Training: training collector, fed by fleetscope.telemetry
 # --------------------------------------------------------------------------------------------
 
-TRAINING_LABELS: tuple[str, ...] = ("job_id", "rank", "local_rank", NODE_LABEL, "gpu")
+TRAINING_LABELS: tuple[str, ...] = (JOB_LABEL, "rank", "local_rank", NODE_LABEL, "gpu")
 #: ``eval``: evaluation/validation loops; ``checkpoint``: saving a checkpoint.
 TRAINING_PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "checkpoint", "eval")
 #: Phases whose time is "compute time" (straggler comparison, docs/design.md#peers).
@@ -645,7 +649,7 @@ NCCL_RAS_OP_LABEL = "op"
 #: the NVML index, the ``gpu`` label of that node's GPU series).
 NCCL_RAS_RANK_HOST_LABEL = "rank_host"
 NCCL_RAS_RANK_GPU_LABEL = "rank_gpu"
-NCCL_RAS_JOB_LABELS: tuple[str, ...] = (NODE_LABEL, "job_id")
+NCCL_RAS_JOB_LABELS: tuple[str, ...] = (NODE_LABEL, JOB_LABEL)
 NCCL_RAS_COMM_LABELS: tuple[str, ...] = NCCL_RAS_JOB_LABELS + (NCCL_RAS_COMM_LABEL,)
 NCCL_RAS_OP_LABELS: tuple[str, ...] = NCCL_RAS_COMM_LABELS + (NCCL_RAS_OP_LABEL,)
 NCCL_RAS_RANK_LABELS: tuple[str, ...] = ("rank", NCCL_RAS_RANK_HOST_LABEL, NCCL_RAS_RANK_GPU_LABEL)
@@ -1142,7 +1146,7 @@ def _histogram(name: str, help: str, unit: str, labels: tuple[str, ...], origin:
 # vLLM. V0 engine: vllm/engine/metrics.py (v0.4 .. v0.10; the V0 engine is gone from v0.11). V1
 # engine: vllm/v1/metrics/loggers.py (default from v0.8). prometheus_client adds ``_total`` to
 # counters. Every series carries ``model_name``; V1 adds ``engine`` (the engine-core index).
-VLLM_LABELS: tuple[str, ...] = ("model_name",)
+VLLM_LABELS: tuple[str, ...] = (SERVED_MODEL_LABEL,)
 #: The V1 engine-core index: a data-parallel pod has several engines, one replica.
 VLLM_ENGINE_LABEL = "engine"
 #: Label keys the V1 engine adds to every series.

@@ -119,6 +119,52 @@ def sum_of_counters(
 
 
 # --------------------------------------------------------------------------------------------
+# fleet identity: which (node, job, served model) rows the store holds, for the sharded service's
+# discovery (fleetscope.service.shard) and the recording rule that evaluates it once for every shard.
+# --------------------------------------------------------------------------------------------
+
+#: The series discovery reads: per exporter family whose series the analyzers load, one that every
+#: node (rank, replica) of that family writes every scrape and that carries the family's identity
+#: labels. Each is a series per GPU, port, file system, rank or replica, never per phase, bucket or
+#: counter kind, so discovery touches a few series per node where the analyzers' ~70 metrics
+#: touch hundreds. tests/service/test_shard.py checks on every simulator family that they find the
+#: same (node, job, model) rows as all the analyzers' metrics.
+IDENTITY_METRICS: tuple[str, ...] = (
+    # gpu: the exporter writes it for every GPU it knows, 0 for a lost one.
+    contract.GPU_UP,
+    # neuron (Trainium, Inferentia): one per node, from every neuron-monitor report.
+    contract.NEURON_DEVICES,
+    # efa: a port counter every EFA driver has (a node whose GPU collector fails is still found).
+    contract.EFA_TX_PKTS,
+    # lustre: one per mounted file system, written with every client's stats.
+    contract.LUSTRE_CLIENT_READ_BYTES,
+    # training: every rank file the exporter accepts ends with it (its completeness mark).
+    contract.TRAINING_INFO,
+    # nccl_ras: one per job on the node that serves its RAS answer.
+    contract.NCCL_RAS_UP,
+    # vllm: one per replica (V1: per engine), in both engine generations.
+    contract.VLLM_NUM_REQUESTS_RUNNING,
+)
+#: The labels a discovery row keeps.
+IDENTITY_LABELS: tuple[str, ...] = (contract.NODE_LABEL, contract.JOB_LABEL, contract.SERVED_MODEL_LABEL)
+
+
+def fleet_identity(window: str, metrics: tuple[str, ...] | list[str] = IDENTITY_METRICS) -> str:
+    """One series per (node, job, served model) that wrote one of ``metrics`` in the ``window``
+    before (value 1): ``group by`` over the identity series, whose answer grows with the fleet's
+    nodes, jobs and replicas, not its series."""
+    names = "|".join(sorted(set(metrics)))
+    return f'group by ({", ".join(IDENTITY_LABELS)}) (last_over_time({{__name__=~"{names}"}}[{window}]))'
+
+
+def recorded_fleet_identity(record: str, window: str) -> str:
+    """:func:`fleet_identity` read from its recording rule's series ``record``: the rows recorded in
+    the ``window`` before. ``group by`` folds the copies a store may hold (an HA pair's ``replica``
+    label, a Thanos ``prometheus`` label) into one row."""
+    return f"group by ({', '.join(IDENTITY_LABELS)}) (last_over_time({record}[{window}]))"
+
+
+# --------------------------------------------------------------------------------------------
 # training: per-rank views of the training_* series (fleetscope.telemetry). MFU per rank and per
 # job are rank_mfu() and job_mfu() in the rules section above.
 # --------------------------------------------------------------------------------------------

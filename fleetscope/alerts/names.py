@@ -22,6 +22,9 @@ EFA_RETRANS_RATIO = "device:efa_retrans_pkts_per_tx_pkts:ratio_rate5m"
 LUSTRE_METADATA_LATENCY = "mount:lustre_client_metadata_operation_seconds:mean5m"
 #: Number of GPUs each node enumerates (lost ones included).
 NODE_GPU_COUNT = "Hostname:fleetscope_gpu_up:count"
+#: One series (value 1) per (Hostname, job_id, model_name) that wrote an identity series in the
+#: minute before: the sharded service's discovery, evaluated once for all its replicas.
+FLEET_IDENTITY = "Hostname_job_id_model_name:fleetscope_identity:group1m"
 
 #: Step-time goodput of each job: the mean over its ranks of the share of wall time spent in
 #: completed steps (pauses, stalls and start-up are not). Re-done steps after a restart count.
@@ -77,6 +80,7 @@ RECORDING_RULE_NAMES: tuple[str, ...] = (
     EFA_RETRANS_RATIO,
     LUSTRE_METADATA_LATENCY,
     NODE_GPU_COUNT,
+    FLEET_IDENTITY,
     JOB_GOODPUT,
     JOB_CHECKPOINT_AGE,
     JOB_CHECKPOINT_EXPOSURE,

@@ -14,6 +14,7 @@ from fleetscope.alerts.model import Case, Fire, Group, InputSeries, Recording
 from fleetscope.alerts.testdata import (
     H100_BF16_PEAK,
     HOST,
+    JOB,
     efa,
     efa_labels,
     gpu,
@@ -173,6 +174,31 @@ def group(cfg: Thresholds) -> Group:
                     (Fire({c.NODE_LABEL: HOST}, 2),),
                 ),
                 Case("no exporter", (), "10m"),
+            ),
+        ),
+        Recording(
+            names.FLEET_IDENTITY,
+            queries.fleet_identity("1m"),
+            (
+                Case(
+                    "a training node: a row of its own and one with its job",
+                    (
+                        gpu(c.GPU_UP, "1x10"),
+                        gpu(c.GPU_UP, "1x10", gpu="1"),
+                        rank(c.TRAINING_INFO, "1x10", 0),
+                        rank(c.TRAINING_INFO, "1x10", 1),
+                    ),
+                    "10m",
+                    (Fire({c.NODE_LABEL: HOST}, 1), Fire({c.NODE_LABEL: HOST, c.JOB_LABEL: JOB}, 1)),
+                ),
+                Case(
+                    "a node silent for over a minute, and a series that is not an identity one",
+                    (
+                        gpu(c.GPU_UP, "1x5 _x5"),
+                        rank(c.TRAINING_PHASE_SECONDS, "0+15x10", 0, phase="forward"),
+                    ),
+                    "10m",
+                ),
             ),
         ),
     )

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 from fleetscope import contract as c
 
-JOB_LABEL = "job_id"
-MODEL_LABEL = "model_name"
+JOB_LABEL = c.JOB_LABEL
+MODEL_LABEL = c.SERVED_MODEL_LABEL
 
 #: How far above its fair share (``ceil(F / N)``) a shard's nodes may go. The room above the fair
 #: share is what lets whole jobs land on the shard their id hashes to (stable ownership, whole
