@@ -159,6 +159,7 @@ def start_synthetic(args, seconds: float) -> tuple[subprocess.Popen, str, dict]:
         str(args.scan_ns),
         "--scan-series-ns",
         str(args.scan_series_ns),
+        *(["--no-discovery-rule"] if args.no_discovery_rule else []),
     ]
     t0 = time.perf_counter()
     # Its stdin is a pipe from here: it ends when this process does, however it ends, and the
@@ -310,6 +311,11 @@ def main() -> int:
         type=float,
         default=SCAN_SERIES_NS,
         help="--synthetic: the store's CPU ns per series read but not answered (0: free)",
+    )
+    p.add_argument(
+        "--no-discovery-rule",
+        action="store_true",
+        help="--synthetic: a store without the discovery rule (the shards read the identity series)",
     )
     args = p.parse_args()
     if args.synthetic:

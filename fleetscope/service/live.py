@@ -90,7 +90,7 @@ class LiveAnalysis:
         rows = self.discovery.rows(self.source, start, end, self.step or 15.0)
         if not rows:
             raise NoData(f"{self.source.name} has no fleetscope series in the window")
-        share = share_of(rows, self.shard)
+        share = share_of(rows, self.shard, self.discovery.read)
         matcher = share.matcher()
         if matcher is not None:
             try:

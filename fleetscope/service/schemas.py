@@ -263,6 +263,12 @@ class ShardStatus(BaseModel):
     fleet_jobs: int | None = Field(description="jobs of the whole fleet in the last analysis")
     fleet_models: int | None
     fleet_nodes: int | None
+    discovery: str | None = Field(
+        None,
+        description="where the last analysis found the fleet's nodes, jobs and models: 'recorded' (the "
+        "recording rule Hostname_job_id_model_name:fleetscope_identity:group1m), 'raw' (the identity "
+        "series: the store has no such rule), 'recorded+raw' (the rule covers part of the window)",
+    )
     text: str = Field(description="'shard K of N, owning X jobs / Y nodes', as the page shows it")
 
 

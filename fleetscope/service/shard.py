@@ -36,14 +36,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetscope import contract as c
+from fleetscope import queries
+from fleetscope.alerts import names
 from fleetscope.errors import FleetscopeError
-from fleetscope.service.placement import JOB_LABEL, MODEL_LABEL, Placement, place
+from fleetscope.queries import IDENTITY_METRICS
+from fleetscope.service.placement import Placement, place
 from fleetscope.window.frames import lookback_seconds
 from fleetscope.window.sources import PrometheusSource
 
 if TYPE_CHECKING:
     from fleetscope.analyzers.findings import Finding
     from fleetscope.analyzers.report import Report
+    from fleetscope.window.prometheus import AnsweredSeries, PrometheusClient
 
 #: The most shards: a replica per 4 nodes of a 16,384-node fleet is already far past any use (a
 #: shard of a 2,048-node fleet's eighth takes 9.7 s a cycle, docs/large-fleets.md).
@@ -118,6 +122,8 @@ class Share:
     bound: int = 0
     #: The fleet's placement (every shard's; the report's filter reads it).
     placement: Placement | None = field(default=None, repr=False, compare=False)
+    #: Where the discovery rows came from (:attr:`Discovery.read`).
+    discovery: str = ""
 
     def summary(self) -> dict:
         """Plain data for the page and ``/api/v1/status``."""
@@ -136,6 +142,7 @@ class Share:
             "fleet_jobs": self.fleet_jobs,
             "fleet_models": self.fleet_models,
             "fleet_nodes": self.fleet_nodes,
+            "discovery": self.discovery or None,
         }
 
     def matcher(self) -> str | None:
@@ -203,9 +210,10 @@ def _promql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def share_of(rows: Iterable[Mapping[str, str]], shard: Shard) -> Share:
+def share_of(rows: Iterable[Mapping[str, str]], shard: Shard, discovery: str = "") -> Share:
     """The share of ``shard`` from the discovery rows (``Hostname``, ``job_id``, ``model_name``):
-    :func:`fleetscope.service.placement.place`, seen from ``shard``."""
+    :func:`fleetscope.service.placement.place`, seen from ``shard``. ``discovery`` says where the
+    rows came from (:attr:`Discovery.read`)."""
     p = place(rows, shard.count)
     me = shard.index
     return Share(
@@ -218,43 +226,28 @@ def share_of(rows: Iterable[Mapping[str, str]], shard: Shard) -> Share:
         len(p.nodes),
         p.bound,
         p,
+        discovery,
     )
 
+
+#: The recording rule that evaluates :func:`discovery_query` once for all shards
+#: (``alerts/fleetscope-recording.rules.yml``).
+RECORDED_IDENTITY = names.FLEET_IDENTITY
 
 #: Resolution of the discovery query: each point says which (node, job, model) had a sample in the
 #: minute before it.
 DISCOVERY_STEP_S = 60.0
 
-#: The series discovery reads: per exporter family whose series the analyzers load, one that every
-#: node (rank, replica) of that family writes every scrape and that carries the family's identity
-#: labels. Each is a series per GPU, port, file system, rank or replica, never per phase, bucket or
-#: counter kind, so discovery touches a few series per node where the analyzers' ~70 metrics
-#: touch hundreds. tests/service/test_shard.py checks on every simulator family that they find the
-#: same (node, job, model) rows as all the analyzers' metrics.
-IDENTITY_METRICS: tuple[str, ...] = (
-    # gpu: the exporter writes it for every GPU it knows, 0 for a lost one.
-    c.GPU_UP,
-    # neuron (Trainium, Inferentia): one per node, from every neuron-monitor report.
-    c.NEURON_DEVICES,
-    # efa: a port counter every EFA driver has (a node whose GPU collector fails is still found).
-    c.EFA_TX_PKTS,
-    # lustre: one per mounted file system, written with every client's stats.
-    c.LUSTRE_CLIENT_READ_BYTES,
-    # training: every rank file the exporter accepts ends with it (its completeness mark).
-    c.TRAINING_INFO,
-    # nccl_ras: one per job on the node that serves its RAS answer.
-    c.NCCL_RAS_UP,
-    # vllm: one per replica (V1: per engine), in both engine generations.
-    c.VLLM_NUM_REQUESTS_RUNNING,
-)
-
 
 def discovery_query(metrics: Iterable[str] = IDENTITY_METRICS, step_s: float = DISCOVERY_STEP_S) -> str:
-    """The one query a cycle asks before its share's series: which (node, job, model) the window
-    holds, from the identity series (:data:`IDENTITY_METRICS`)."""
-    names = "|".join(sorted(set(metrics)))
-    labels = ", ".join((c.NODE_LABEL, JOB_LABEL, MODEL_LABEL))
-    return f'group by ({labels}) (last_over_time({{__name__=~"{names}"}}[{math.ceil(step_s)}s]))'
+    """Which (node, job, model) the window holds, from the identity series
+    (:data:`~fleetscope.queries.IDENTITY_METRICS`): what :data:`RECORDED_IDENTITY` records."""
+    return queries.fleet_identity(f"{math.ceil(step_s)}s", tuple(metrics))
+
+
+def recorded_discovery_query(step_s: float = DISCOVERY_STEP_S) -> str:
+    """:func:`discovery_query` read from the recording rule :data:`RECORDED_IDENTITY`."""
+    return queries.recorded_fleet_identity(RECORDED_IDENTITY, f"{math.ceil(step_s)}s")
 
 
 Row = tuple[tuple[str, str], ...]
@@ -266,11 +259,24 @@ class Discovery:
     tables: a cycle asks only for the minutes since the last one (and a margin for late samples),
     a range query at :data:`DISCOVERY_STEP_S` whose every point covers the minute before it, so each
     sample is read once and no evaluation holds more than a minute of them (under Prometheus'
-    ``--query.max-samples`` at 100k GPUs). A row leaves when its last sample leaves the window."""
+    ``--query.max-samples`` at 100k GPUs). A row leaves when its last sample leaves the window.
+
+    The rows are read from the recording rule :data:`RECORDED_IDENTITY` (the generated recording
+    group evaluates the same ``group by`` once per evaluation for every shard, so a cycle's
+    discovery reads a series per row instead of the identity series: 20 per 8-GPU training node)
+    wherever it has them, and from the identity series themselves where it does not: all of the
+    range when the store has no such rule (a Prometheus without fleetscope's rules), the minutes
+    before its first sample (a rule loaded during the window) and after its last one (a rule
+    removed, or evaluation more than a minute behind). ``read`` says which a cycle used.
+    """
 
     margin_s: float = 120.0
+    #: Read the recording rule first (False: the identity series only).
+    recorded: bool = True
     seen: dict[Row, float] = field(default_factory=dict)
     until: float | None = None
+    #: What the last cycle read: "recorded", "raw", or "recorded+raw".
+    read: str = ""
 
     def rows(self, source: PrometheusSource, start: float, end: float, step: float) -> list[dict[str, str]]:
         first = start - lookback_seconds(step) - 2 * step  # the earliest sample the window's grid reads
@@ -283,7 +289,7 @@ class Discovery:
         a, b = math.ceil(frm / d) * d, math.ceil(last / d) * d
         client = source.access.client()
         try:
-            series = client.query_range(discovery_query(IDENTITY_METRICS, d), a, b, d)
+            series = self._ask(client, a, b)
         except BaseException:
             self.seen, self.until = {}, None
             raise
@@ -296,3 +302,21 @@ class Discovery:
         self.seen = {k: t for k, t in self.seen.items() if t >= first}
         self.until = b
         return [dict(k) for k in self.seen]
+
+    def _ask(self, client: PrometheusClient, a: float, b: float) -> list[AnsweredSeries]:
+        """The rows over the grid ``a..b``: the rule's, and the identity series' where the rule has
+        no sample (class docstring)."""
+        d = DISCOVERY_STEP_S
+        recorded = client.query_range(recorded_discovery_query(d), a, b, d) if self.recorded else []
+        spans = [(float(t.min()), float(t.max())) for _, t, _ in recorded if len(t)]
+        if not spans:
+            self.read = "raw"
+            return list(client.query_range(discovery_query(IDENTITY_METRICS, d), a, b, d))
+        out, begun, ended = list(recorded), min(s for s, _ in spans), max(e for _, e in spans)
+        gaps = [(a, begun - d)] if begun > a else []
+        if ended < b - 2 * d:  # one grid point short is the rule's evaluation lag, not a gap
+            gaps.append((ended + d, b))
+        for lo, hi in gaps:
+            out.extend(client.query_range(discovery_query(IDENTITY_METRICS, d), lo, hi, d))
+        self.read = "recorded+raw" if gaps else "recorded"
+        return out

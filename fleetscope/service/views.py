@@ -200,7 +200,7 @@ def shard_status(shard: tuple[int, int] | None, owned: Mapping[str, int] | None)
     owned = owned or {}
     keys = (
         "jobs", "models", "nodes", "fetch_nodes", "bound", "split_jobs", "fleet_jobs", "fleet_models",
-        "fleet_nodes",
+        "fleet_nodes", "discovery",
     )  # fmt: skip
     out: dict[str, Any] = {"index": index, "count": count, **{k: owned.get(k) for k in keys}}
     text = f"shard {index} of {count}"

@@ -14,7 +14,6 @@ import gzip
 import importlib.util
 import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from fleetscope.alerts.stack import PROMETHEUS_SCRAPE_DURATION, PROMETHEUS_UP
 from fleetscope.dashboards.cluster import ALERTS
 from tests.dashboards.promql_names import series_names
 from tests.fixtures.inference.rules_series import MODEL
-from tests.support.prom import Prometheus, backfill_openmetrics, promtool
+from tests.support.prom import Prometheus, backfill_openmetrics, backfill_rules
 
 pytestmark = [pytest.mark.server]
 
@@ -148,21 +147,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory):
     data = work / "data"
     backfill_openmetrics(om, data)
     with Prometheus(work / "raw", data_dir=data) as raw:
-        blocks = work / "rule-blocks"
-        res = promtool(
-            "tsdb",
-            "create-blocks-from",
-            "rules",
-            f"--url={raw.url}",
-            f"--start={fx.T0}",
-            f"--end={fx.T_END}",
-            f"--output-dir={blocks}",
-            "--eval-interval=60s",
-            str(ROOT / "alerts/fleetscope-recording.rules.yml"),
-        )
-        assert res.returncode == 0, res.stderr.decode()[-2000:]
-    for block in blocks.iterdir():
-        shutil.move(str(block), data / block.name)
+        backfill_rules(raw.url, ROOT / "alerts/fleetscope-recording.rules.yml", fx.T0, fx.T_END, data)
     with Prometheus(work / "full", data_dir=data) as full:
         yield full
 

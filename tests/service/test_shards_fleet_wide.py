@@ -106,6 +106,8 @@ def test_a_fleet_wide_job_is_split_and_its_nodes_verdicts_add_up(prom, tmp_path:
         assert all(o["fleet_nodes"] == NODES and o["bound"] == 5 and o["fleet_jobs"] == 3 for o in owned)
         assert sum(o["jobs"] for o in owned) == 3  # alpha, beta and the fleet-wide job: one owner each
         assert sum(o["split_jobs"] for o in owned) == 1  # the fleet-wide job, owned by one shard
+        # This Prometheus has no fleetscope rules: discovery reads the identity series.
+        assert {o["discovery"] for o in owned} == {"raw"}
 
         # Resize to 3 shards (a new StatefulSet size: every pod restarts with the new N): the
         # placement is computed afresh and the union converges to the same findings again.

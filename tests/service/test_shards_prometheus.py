@@ -1,6 +1,7 @@
 """Three ``fleetscope serve --shard K/3`` processes and one unsharded, on a real Prometheus holding
 a simulated recording (three jobs, two job-less nodes, three faults): the union of the shards'
-findings is the unsharded service's, with none twice; a shard killed (SIGKILL, its cycles running
+findings is the unsharded service's, with none twice (the shards' discovery reads the recording
+rule, backfilled as Prometheus evaluates it); a shard killed (SIGKILL, its cycles running
 back to back) and started again owns the same share and reports the same findings."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from fleetscope.simulate.record import write_scenario
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec
 from tests.service.support import ServeProcess
-from tests.support.prom import Prometheus, backfill_openmetrics, wait_for
+from tests.support.prom import Prometheus, backfill_openmetrics, backfill_rules, discovery_rule_file, wait_for
 
 pytestmark = [pytest.mark.server]
 
@@ -47,6 +48,10 @@ def prom(tmp_path_factory):
     )
     out, _ = write_scenario(spec, tmp / "s.om")
     backfill_openmetrics(out, tmp / "data")
+    # The discovery's recording rule, as a deployment's Prometheus evaluates it from the generated
+    # rules (backfilled data is never evaluated by rules on its own).
+    with Prometheus(tmp / "raw", data_dir=tmp / "data") as raw:
+        backfill_rules(raw.url, discovery_rule_file(tmp), start, start + PAST + AHEAD, tmp / "data", "15s")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as p:
         yield p
 
@@ -93,6 +98,7 @@ def test_three_shards_find_what_one_process_finds(prom, tmp_path: Path) -> None:
         assert sum(o["jobs"] for o in owned) == owned[0]["fleet_jobs"] == 3
         assert sum(st["nodes"] for st in statuses) == whole.api("/api/v1/status")["nodes"] == 8
         assert owned[1]["text"].startswith("shard 1 of 3, owning ")
+        assert {o["discovery"] for o in owned} == {"recorded"}  # the rule, not the identity series
 
         # Kill one shard outright in the middle of its back-to-back cycles, start it again.
         victim = 1
@@ -135,9 +141,11 @@ def test_discovery_slides_and_finds_what_a_fresh_one_finds(prom) -> None:
     for i in range(4):
         end = now - 200 + 45 * i
         rows = held.rows(source, end - 900, end, 15.0)
-        assert sorted(map(sorted, (r.items() for r in rows))) == sorted(
-            map(sorted, (r.items() for r in Discovery().rows(source, end - 900, end, 15.0)))
-        )
+        assert held.read == "recorded"
+        for fresh in (Discovery(), Discovery(recorded=False)):  # the rule's rows are the identity series'
+            assert sorted(map(sorted, (r.items() for r in rows))) == sorted(
+                map(sorted, (r.items() for r in fresh.rows(source, end - 900, end, 15.0)))
+            )
         assert len({r["Hostname"] for r in rows}) == 8
         assert {r.get("job_id") for r in rows} == {None, "alpha", "beta", "gamma"}
         assert held.until is not None and held.until >= end

@@ -71,6 +71,46 @@ def backfill_openmetrics(openmetrics_file: Path, data_dir: Path) -> None:
         raise AssertionError(f"promtool backfill failed: {res.stderr.decode()[-2000:]}")
 
 
+def backfill_rules(
+    url: str, rule_file: Path, start: float, end: float, data_dir: Path, interval: str = "60s"
+) -> None:
+    """Evaluate ``rule_file``'s recording rules against the Prometheus at ``url`` from ``start`` to
+    ``end`` every ``interval`` (``promtool tsdb create-blocks-from rules``) and move the blocks into
+    ``data_dir``: backfilled data is never evaluated by rules on its own. Prometheus reads the
+    blocks when it starts next."""
+    out = data_dir.parent / f"{data_dir.name}-rule-blocks"
+    res = promtool(
+        "tsdb",
+        "create-blocks-from",
+        "rules",
+        f"--url={url}",
+        f"--start={int(start)}",
+        f"--end={int(end)}",
+        f"--output-dir={out}",
+        f"--eval-interval={interval}",
+        str(rule_file),
+        timeout=600,
+    )
+    if res.returncode != 0:
+        raise AssertionError(f"promtool rule backfill failed: {res.stderr.decode()[-2000:]}")
+    for block in out.iterdir():
+        shutil.move(str(block), data_dir / block.name)
+    out.rmdir()
+
+
+def discovery_rule_file(directory: Path) -> Path:
+    """A rule file holding the generated recording group's discovery rule alone (the sharded
+    service reads it; backfilling the whole group would cost a test minutes)."""
+    from fleetscope.alerts import names
+    from fleetscope.alerts.config import THRESHOLDS
+    from fleetscope.alerts.recording import group
+
+    rule = next(r for r in group(THRESHOLDS).recordings() if r.record == names.FLEET_IDENTITY)
+    path = directory / "discovery.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "discovery", "rules": [rule.to_rule(THRESHOLDS)]}]}))
+    return path
+
+
 class Prometheus:
     """A real Prometheus process with a generated config.
 

@@ -167,6 +167,37 @@ class Tile:
                 out.append(TileSeries(name, pairs, hosts.get(host) if host else None, r))
         return cls(spec.nodes, times, out, matrix)
 
+    def with_recording(self, record: str, expr: str, interval_s: float) -> Tile:
+        """The tile and the series of a recording rule (``record: expr``) as a store that
+        evaluates it every ``interval_s`` from the tile's first sample holds them (each a value at
+        the evaluation times where ``expr`` had one). The evaluation times must be sample times
+        (a tile sampled every 15 s, a rule every 15, 30 or 60 s). Renamed per copy like any tile
+        series, so every copy's recorded rows are its own, as the rule evaluated over the fleet's
+        series gives them."""
+        step = round(interval_s * 1000)
+        start, end = int(self.times[0]), int(self.times[-1])
+        grid = np.arange(start, end + 1, step, dtype=np.int64)
+        if not np.isin(grid, self.times).all():
+            raise ValueError(f"a rule every {interval_s:g} s is not evaluated at the tile's sample times")
+        answer = Evaluator(Fleet(self, self.nodes)).evaluate(parse(expr), start, end, step)
+        hosts = {node_name(i): i for i in range(self.nodes)}
+        m = np.full((len(answer.series), len(self.times)), np.nan)
+        added = []
+        for r, (pairs, _, text, _) in enumerate(answer.series):
+            points = json.loads(f"[{text}]")
+            at = np.searchsorted(self.times, np.round(np.array([p[0] for p in points], float) * 1000))
+            m[r, at] = [float(p[1]) for p in points]
+            host = dict(pairs).get(c.NODE_LABEL)
+            added.append(
+                TileSeries(
+                    record,
+                    tuple(p for p in pairs if p[0] != "__name__"),
+                    hosts.get(host) if host else None,
+                    r,
+                )
+            )
+        return Tile(self.nodes, self.times, [*self.series, *added], {**self.matrix, record: m})
+
     def samples(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Series ``i``'s sample times (ms) and values."""
         s = self.series[i]
@@ -866,6 +897,22 @@ def bench_tile_spec(
     )
 
 
+#: How often a store evaluates the generated recording group (compose's and the chart's
+#: Prometheus: the global ``evaluation_interval``).
+RULE_INTERVAL_S = 15.0
+
+
+def with_discovery_rule(tile: Tile, interval_s: float = RULE_INTERVAL_S) -> Tile:
+    """``tile`` with the series of the discovery's recording rule (the generated recording group's
+    ``Hostname_job_id_model_name:fleetscope_identity:group1m``), as Prometheus records them."""
+    from fleetscope.alerts import names
+    from fleetscope.alerts.config import THRESHOLDS
+    from fleetscope.alerts.recording import group
+
+    rule = next(r for r in group(THRESHOLDS).recordings() if r.record == names.FLEET_IDENTITY)
+    return tile.with_recording(rule.record, rule.expr, interval_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Serve a synthetic Prometheus for a simulated fleet.")
     p.add_argument("--fleet-nodes", type=int, required=True)
@@ -880,9 +927,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--scan-series-ns", type=float, default=0.0, help="CPU ns spent per series read but not answered"
     )
+    p.add_argument(
+        "--no-discovery-rule",
+        action="store_true",
+        help="leave out the recording rule of the sharded service's discovery (a store without it)",
+    )
     args = p.parse_args(argv)
     spec = bench_tile_spec(args.tile_nodes, args.job_nodes, args.start, args.seconds)
     tile = Tile.simulate(spec)
+    if not args.no_discovery_rule:
+        tile = with_discovery_rule(tile)
     server = SyntheticPrometheus(
         Fleet(tile, args.fleet_nodes),
         port=args.port,

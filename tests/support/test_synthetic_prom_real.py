@@ -14,14 +14,21 @@ import json
 import pytest
 
 from fleetscope.analyzers.core import LOADED
-from fleetscope.service.shard import DISCOVERY_STEP_S, Shard, discovery_query, share_of
+from fleetscope.service.shard import (
+    DISCOVERY_STEP_S,
+    RECORDED_IDENTITY,
+    Shard,
+    discovery_query,
+    recorded_discovery_query,
+    share_of,
+)
 from fleetscope.simulate.exposition import iter_openmetrics, write_openmetrics_file
 from fleetscope.simulate.spec import FaultSpec, JobSpec, ScenarioSpec
 from fleetscope.window.aliases import with_aliases
 from fleetscope.window.frames import lookback_seconds
 from fleetscope.window.prometheus import metric_query
-from tests.support.prom import Prometheus, backfill_openmetrics, http_get
-from tests.support.synthetic_prom import Fleet, SyntheticPrometheus, Tile
+from tests.support.prom import Prometheus, backfill_openmetrics, backfill_rules, discovery_rule_file, http_get
+from tests.support.synthetic_prom import Fleet, SyntheticPrometheus, Tile, with_discovery_rule
 
 pytestmark = [pytest.mark.server]
 
@@ -42,9 +49,16 @@ FLEET_NODES = 8
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("synthetic")
-    fleet = Fleet(Tile.simulate(TILE), FLEET_NODES)
-    write_openmetrics_file(iter_openmetrics(fleet.families()), tmp / "fleet.om")
+    tile = Tile.simulate(TILE)
+    fleet = Fleet(with_discovery_rule(tile), FLEET_NODES)
+    # The real one gets the raw series, and its discovery rule's series from promtool's rule
+    # backfill over them; the synthetic one computes its own.
+    raw = ((name, series) for name, series in fleet.families() if name != RECORDED_IDENTITY)
+    write_openmetrics_file(iter_openmetrics(raw), tmp / "fleet.om")
     backfill_openmetrics(tmp / "fleet.om", tmp / "data")
+    with Prometheus(tmp / "raw", data_dir=tmp / "data") as raw_only:
+        first, last = tile.times[0] / 1000, tile.times[-1] / 1000
+        backfill_rules(raw_only.url, discovery_rule_file(tmp), first, last, tmp / "data", "15s")
     with Prometheus(tmp / "p", data_dir=tmp / "data") as real, SyntheticPrometheus(fleet) as synthetic:
         yield real, synthetic
 
@@ -93,6 +107,18 @@ def test_discovery_finds_every_node_and_job(both, metrics) -> None:
     jobs = {r["metric"].get("job_id") for r in rows} - {None}
     assert len(hosts) == FLEET_NODES
     assert jobs == {"alpha", "alpha-1", "alpha-2"}
+
+
+def test_the_recorded_discovery_matches_promtools_rule_backfill(both) -> None:
+    """The synthetic store's discovery rule series, read as the service reads them, are what
+    Prometheus' rule evaluation (promtool's backfill of the generated rule) gives, and the rows
+    are the identity series'."""
+    start, end = _window()
+    rows = _same(
+        both, "query_range", query=recorded_discovery_query(), start=start, end=end, step=DISCOVERY_STEP_S
+    )
+    raw = _same(both, "query_range", query=discovery_query(), start=start, end=end, step=DISCOVERY_STEP_S)
+    assert rows == raw and len(rows) == FLEET_NODES + 6  # every node, and the 6 in a job
 
 
 def test_every_metric_query_matches_with_and_without_a_shard_matcher(both) -> None:
