@@ -104,24 +104,59 @@ def cycles(
 
     source = PrometheusSource(PrometheusAccess(url, timeout=timeout), LOADED, sliding=True)
     cycle = LiveAnalysis(source, None, spec.step_s, None if shard is None else Shard(*shard))
-    times, seen = [], []
+    discovery = _timed_discovery(cycle)
+    times, cpu, seen = [], [], []
     for i in range(repeats + 1):
         e = spec.start + window + i * sliding
         if observe is not None:
             observe()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = cycle(e - window, e)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         if observe is not None:
             seen.append(observe())
     summary = {
         "first_cycle_s": round(times[0], 2),
         "sliding_cycles_s": [round(t, 2) for t in times[1:]],
         "sliding_median_s": round(statistics.median(times[1:]), 2),
+        # The shard's own CPU (all its threads; not the store's), less moved by a loaded machine.
+        "sliding_cpu_s": [round(t, 2) for t in cpu[1:]],
+        # Discovery and placement, wall: the part of a cycle that can grow with the fleet.
+        "sliding_discovery_s": [round(t, 3) for t in discovery[1:]],
         "findings": len(result.report.findings),
         "share": result.shard,
     }
     return summary, seen
+
+
+def _timed_discovery(cycle) -> list[float]:
+    """Times each cycle's discovery and placement (``cycle.discovery.rows`` and the share computed
+    from its rows) into the returned list, one entry per cycle."""
+    import fleetscope.service.live as live
+
+    spent: list[float] = []
+    if cycle.discovery is None:
+        return spent
+    rows, share_of = cycle.discovery.rows, live.share_of
+
+    def timed_rows(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return rows(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    def timed_share_of(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return share_of(*args, **kwargs)
+        finally:
+            spent[-1] += time.perf_counter() - t0
+
+    cycle.discovery.rows = timed_rows
+    live.share_of = timed_share_of  # this benchmark's child process only
+    return spent
 
 
 def bench_shard(

@@ -47,7 +47,7 @@ from fleetscope.window.sources import PrometheusSource
 if TYPE_CHECKING:
     from fleetscope.analyzers.findings import Finding
     from fleetscope.analyzers.report import Report
-    from fleetscope.window.prometheus import AnsweredSeries, PrometheusClient
+    from fleetscope.window.prometheus import PrometheusClient
 
 #: The most shards: a replica per 4 nodes of a 16,384-node fleet is already far past any use (a
 #: shard of a 2,048-node fleet's eighth takes 9.7 s a cycle, docs/large-fleets.md).
@@ -295,28 +295,30 @@ class Discovery:
             raise
         finally:
             client.close()
-        for labels, times, _ in series:
+        seen = self.seen
+        for labels, _, t in series:
             key = tuple(sorted((k, v) for k, v in labels.items() if v))
-            if len(times):
-                self.seen[key] = max(self.seen.get(key, -math.inf), float(times.max()))
+            if t > seen.get(key, -math.inf):
+                seen[key] = t
         self.seen = {k: t for k, t in self.seen.items() if t >= first}
         self.until = b
         return [dict(k) for k in self.seen]
 
-    def _ask(self, client: PrometheusClient, a: float, b: float) -> list[AnsweredSeries]:
-        """The rows over the grid ``a..b``: the rule's, and the identity series' where the rule has
-        no sample (class docstring)."""
+    def _ask(self, client: PrometheusClient, a: float, b: float) -> list[tuple[dict[str, str], float, float]]:
+        """Each row over the grid ``a..b`` with the first and last grid time it was seen: the rule's,
+        and the identity series' where the rule has no sample (class docstring)."""
         d = DISCOVERY_STEP_S
-        recorded = client.query_range(recorded_discovery_query(d), a, b, d) if self.recorded else []
-        spans = [(float(t.min()), float(t.max())) for _, t, _ in recorded if len(t)]
-        if not spans:
+        raw = discovery_query(IDENTITY_METRICS, d)
+        recorded = client.query_range_spans(recorded_discovery_query(d), a, b, d) if self.recorded else []
+        if not recorded:
             self.read = "raw"
-            return list(client.query_range(discovery_query(IDENTITY_METRICS, d), a, b, d))
-        out, begun, ended = list(recorded), min(s for s, _ in spans), max(e for _, e in spans)
+            return client.query_range_spans(raw, a, b, d)
+        out = list(recorded)
+        begun, ended = min(first for _, first, _ in recorded), max(last for _, _, last in recorded)
         gaps = [(a, begun - d)] if begun > a else []
         if ended < b - 2 * d:  # one grid point short is the rule's evaluation lag, not a gap
             gaps.append((ended + d, b))
         for lo, hi in gaps:
-            out.extend(client.query_range(discovery_query(IDENTITY_METRICS, d), lo, hi, d))
+            out.extend(client.query_range_spans(raw, lo, hi, d))
         self.read = "recorded+raw" if gaps else "recorded"
         return out

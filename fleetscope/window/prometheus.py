@@ -265,20 +265,47 @@ class PrometheusClient:
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[AnsweredSeries]:
         """Every series of a range query, its samples as float arrays (see :func:`decode_matrix`)."""
+        resp = self._send_range(query, start, end, step)
+        try:
+            doc, series = decode_matrix(resp.content)
+        except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
+            doc, series = None, []
+        self._check_matrix(resp, doc)
+        return series
+
+    def query_range_spans(
+        self, query: str, start: float, end: float, step: float
+    ) -> list[tuple[dict[str, str], float, float]]:
+        """Every series of a range query with its first and last sample's time, for answers of many
+        series of a few samples each (the sharded service's discovery: a row per node), where the
+        per-series arrays of :meth:`query_range` cost more than reading the answer's JSON."""
+        resp = self._send_range(query, start, end, step)
+        out: list[tuple[dict[str, str], float, float]] = []
+        try:
+            doc = json.loads(resp.content)
+            for r in _results(doc):
+                values = r.get("values") or []
+                if values:
+                    labels = {k: str(v) for k, v in (r.get("metric") or {}).items() if k != "__name__"}
+                    out.append((labels, float(values[0][0]), float(values[-1][0])))
+        except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
+            doc, out = None, []
+        self._check_matrix(resp, doc)
+        return out
+
+    def _send_range(self, query: str, start: float, end: float, step: float) -> _Answer:
         resp = self._send(
             "query_range",
             {"query": query, "start": repr(float(start)), "end": repr(float(end)), "step": repr(float(step))},
         )
         if self.budget is not None and resp.status_code == 200:  # counted before anything is decoded
             self.budget.take_samples(*count_samples(resp.content), query)
-        try:
-            doc, series = decode_matrix(resp.content)
-        except (ValueError, TypeError, IndexError, AttributeError):  # not JSON, or not a matrix's layout
-            doc, series = None, []
+        return resp
+
+    def _check_matrix(self, resp: _Answer, doc: object) -> None:
         data = self._check(resp, doc)
         if data.get("resultType") not in (None, "matrix"):
             raise FleetscopeError(f"{self.url} answered a {data.get('resultType')} to a range query")
-        return series
 
 
 class TransientError(FleetscopeError):

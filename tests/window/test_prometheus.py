@@ -324,3 +324,40 @@ def _load_twice(url: str, handler: type[_FirstBusy]) -> None:
     handler.asked = set()
     raw = lp.raw_from_prometheus(lp.PrometheusAccess(url), T0, T0 + 600, 15.0, [c.DCGM_FI_DEV_GPU_TEMP])
     assert list(raw) == [c.DCGM_FI_DEV_GPU_TEMP]
+
+
+@pytest.mark.parametrize("answer", [
+    b"overloaded",
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":"x","values":[[1,"2"]]}]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[["t","2"]]}]}}',
+    b'{"status":"success","data":{"resultType":"vector","result":[]}}',
+])  # fmt: skip
+def test_the_spans_of_an_answer_in_another_layout_are_one_clear_error(recorder, answer):
+    url, _ = recorder(status=200, answer=answer, fail="group")
+    client = lp.PrometheusAccess(url).client()
+    try:
+        with pytest.raises(FleetscopeError, match=r"answered 200 with something|answered a vector"):
+            client.query_range_spans("group(x)", T0, T0 + 600, 60.0)
+    finally:
+        client.close()
+
+
+def test_the_spans_are_the_first_and_last_sample_times(recorder):
+    values = [[T0 + 60 * i, "1"] for i in range(4)]
+    body = json.dumps(_answer([
+        {"metric": {"__name__": "x", "Hostname": "a"}, "values": values},
+        {"metric": {"Hostname": "b", "job_id": "7"}, "values": values[1:2]},
+        {"metric": {"Hostname": "c"}, "values": []},
+    ])).encode()  # fmt: skip
+    url, _ = recorder(status=200, answer=body, fail="group")
+    client = lp.PrometheusAccess(url).client()
+    try:
+        spans = client.query_range_spans("group(x)", T0, T0 + 600, 60.0)
+        assert spans == [
+            ({"Hostname": "a"}, T0, T0 + 180.0),
+            ({"Hostname": "b", "job_id": "7"}, T0 + 60.0, T0 + 60.0),
+        ]
+        series = client.query_range("group(x)", T0, T0 + 600, 60.0)
+        assert [(lab, t[0], t[-1]) for lab, t, _ in series] == spans  # what the full decode gives
+    finally:
+        client.close()
