@@ -176,30 +176,37 @@ def group(cfg: Thresholds) -> Group:
                 Case("no exporter", (), "10m"),
             ),
         ),
-        Recording(
-            names.FLEET_IDENTITY,
-            queries.fleet_identity("1m"),
-            (
-                Case(
-                    "a training node: a row of its own and one with its job",
-                    (
-                        gpu(c.GPU_UP, "1x10"),
-                        gpu(c.GPU_UP, "1x10", gpu="1"),
-                        rank(c.TRAINING_INFO, "1x10", 0),
-                        rank(c.TRAINING_INFO, "1x10", 1),
-                    ),
-                    "10m",
-                    (Fire({c.NODE_LABEL: HOST}, 1), Fire({c.NODE_LABEL: HOST, c.JOB_LABEL: JOB}, 1)),
+        discovery(),
+    )
+    return Group("recording", (*rules, *goodput.recordings(cfg), *inference.recordings(cfg)))
+
+
+def discovery() -> Recording:
+    """The sharded service's discovery (fleetscope.service.shard), evaluated once for all its
+    replicas: a series per (node, job, served model) that wrote an identity series in the minute
+    before."""
+    return Recording(
+        names.FLEET_IDENTITY,
+        queries.fleet_identity("1m"),
+        (
+            Case(
+                "a training node: a row of its own and one with its job",
+                (
+                    gpu(c.GPU_UP, "1x10"),
+                    gpu(c.GPU_UP, "1x10", gpu="1"),
+                    rank(c.TRAINING_INFO, "1x10", 0),
+                    rank(c.TRAINING_INFO, "1x10", 1),
                 ),
-                Case(
-                    "a node silent for over a minute, and a series that is not an identity one",
-                    (
-                        gpu(c.GPU_UP, "1x5 _x5"),
-                        rank(c.TRAINING_PHASE_SECONDS, "0+15x10", 0, phase="forward"),
-                    ),
-                    "10m",
+                "10m",
+                (Fire({c.NODE_LABEL: HOST}, 1), Fire({c.NODE_LABEL: HOST, c.JOB_LABEL: JOB}, 1)),
+            ),
+            Case(
+                "a node silent for over a minute, and a series that is not an identity one",
+                (
+                    gpu(c.GPU_UP, "1x5 _x5"),
+                    rank(c.TRAINING_PHASE_SECONDS, "0+15x10", 0, phase="forward"),
                 ),
+                "10m",
             ),
         ),
     )
-    return Group("recording", (*rules, *goodput.recordings(cfg), *inference.recordings(cfg)))

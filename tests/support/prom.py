@@ -101,11 +101,10 @@ def backfill_rules(
 def discovery_rule_file(directory: Path) -> Path:
     """A rule file holding the generated recording group's discovery rule alone (the sharded
     service reads it; backfilling the whole group would cost a test minutes)."""
-    from fleetscope.alerts import names
     from fleetscope.alerts.config import THRESHOLDS
-    from fleetscope.alerts.recording import group
+    from fleetscope.alerts.recording import discovery
 
-    rule = next(r for r in group(THRESHOLDS).recordings() if r.record == names.FLEET_IDENTITY)
+    rule = discovery()
     path = directory / "discovery.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "discovery", "rules": [rule.to_rule(THRESHOLDS)]}]}))
     return path

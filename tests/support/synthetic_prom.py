@@ -905,11 +905,9 @@ RULE_INTERVAL_S = 15.0
 def with_discovery_rule(tile: Tile, interval_s: float = RULE_INTERVAL_S) -> Tile:
     """``tile`` with the series of the discovery's recording rule (the generated recording group's
     ``Hostname_job_id_model_name:fleetscope_identity:group1m``), as Prometheus records them."""
-    from fleetscope.alerts import names
-    from fleetscope.alerts.config import THRESHOLDS
-    from fleetscope.alerts.recording import group
+    from fleetscope.alerts.recording import discovery
 
-    rule = next(r for r in group(THRESHOLDS).recordings() if r.record == names.FLEET_IDENTITY)
+    rule = discovery()
     return tile.with_recording(rule.record, rule.expr, interval_s)
 
 
