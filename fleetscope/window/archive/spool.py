@@ -169,8 +169,8 @@ class SpoolWriter(RowsWriter):
         n = int(t.size)
         base, t_out, v_out = _narrow(t, v)
         del v
-        self.fh.write(memoryview(t_out))
-        self.fh.write(memoryview(v_out))
+        self.fh.write(t_out.data)
+        self.fh.write(v_out.data)
         batch = _Batch(self.offset, n, np.asarray(sid, dtype=np.int64), base, t_out.dtype, v_out.dtype)
         self.batches.append(batch)
         self.offset += t_out.nbytes + v_out.nbytes
