@@ -5,11 +5,13 @@ from what is cheap to know; :meth:`Source.span`, the grid a window asked for get
 grid time and its step, checked once by :meth:`Span.of`, known before any sample is read where the
 source allows it); :meth:`Source.load`, the frames of a window on that grid;
 :meth:`Source.for_chunks`, the source in a form read a time span at a time (streamed analysis); and
-:meth:`Source.history_changes`, what a sliding window noticed. Three sources implement it:
+:meth:`Source.history_changes`, what a sliding window noticed. Three sources implement it (and
+the spool of a recording, read as an archive):
 
 * :class:`RecordingSource`: a recorded OpenMetrics file (:mod:`.openmetrics`). Its span is known
   only once it is read (one text whose families each span the whole window), so a streamed
-  analysis converts it to an archive first (:meth:`RecordingSource.for_chunks`).
+  analysis parses it once and spools it first (:meth:`RecordingSource.for_chunks`), then reads the
+  spool as a :class:`SpoolSource` (:mod:`.archive.spool`: what an archive of it reads).
 * :class:`ArchiveSource`: a Parquet archive of ``fleetscope record`` (:mod:`.archive`); a window's
   read costs what the window holds.
 * :class:`PrometheusSource`: any Prometheus-compatible HTTP API (:mod:`.prometheus`). With
