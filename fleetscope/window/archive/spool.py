@@ -160,12 +160,8 @@ class SpoolWriter(RowsWriter):
         """The batch's series one after another, and its row groups' rows per series (module
         docstring); each series' label set kept, the first one met."""
         layout = BlockLayout.of(np, series)
-        sizes = np.array([t.size for t in layout.times], dtype=np.int64)
-        first = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # each series' first row in the batch
-        t = np.concatenate(layout.times)
-        layout.times.clear()
-        v = np.concatenate(layout.values).astype(np.float64, copy=False)
-        layout.values.clear()
+        first = layout.first  # each series' first row in the batch
+        t, v = layout.times, layout.values.astype(np.float64, copy=False)
         n = int(t.size)
         base, t_out, v_out = _narrow(t, v)
         del v
