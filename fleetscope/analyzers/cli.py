@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="analyze the window in time chunks of this length (e.g. 1h), holding one chunk "
         "in memory at a time, with the same findings (docs/analyzers.md#streaming); "
         "'auto' (default): 1h chunks for a window longer than 2h (a recording is "
-        "converted to an archive first); 'off': in one piece",
+        "parsed once and spooled to $TMPDIR first); 'off': in one piece",
     )
     p.add_argument(
         "--flight-recorder",

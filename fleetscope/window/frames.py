@@ -350,17 +350,18 @@ def grid_series(
     and one ``searchsorted`` instead of a Python loop per series (15,232 series at 64 nodes).
     """
     keys: dict[tuple[tuple[str, str], ...], int] = {}
-    ids, times, values = [], [], []
+    ids, sizes, times, values = [], [], [], []
     for s in series:
-        k = keys.setdefault(tuple(sorted((a, v) for a, v in s.labels.items() if v != "")), len(keys))
+        ids.append(keys.setdefault(tuple(sorted((a, v) for a, v in s.labels.items() if v != "")), len(keys)))
         t = np.asarray(s.times, dtype=float)
-        ids.append(np.full(t.size, k, dtype=np.int64))
+        sizes.append(t.size)
         times.append(t)
         values.append(np.asarray(s.values, dtype=float))
     if not keys:
         return [], np.full((len(grid), 0), np.nan)
     tm = np.round(np.concatenate(times) * 1000).astype(np.int64)
-    return list(keys), grid_rows(np.concatenate(ids), tm, np.concatenate(values), len(keys), grid, lookback)
+    key = np.repeat(np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64))
+    return list(keys), grid_rows(key, tm, np.concatenate(values), len(keys), grid, lookback)
 
 
 def grid_rows(

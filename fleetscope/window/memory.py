@@ -1,6 +1,6 @@
 """Freed memory given back to the system between the phases of a long analysis.
 
-A streamed window (``analyze --chunk``, and a long recording by default: converted to an archive,
+A streamed window (``analyze --chunk``, and a long recording by default: parsed once and spooled,
 then streamed) allocates and frees hundreds of MB per phase: a family converted, a chunk loaded
 and analyzed. What is freed is not always given back: glibc keeps freed heap pages of its arenas
 (the parser's gzip thread has its own) and pyarrow's memory pool keeps what it freed for reuse, so

@@ -152,10 +152,9 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
         try:
             with path.open("rb") as raw, _gzip.GzipFile(fileobj=raw) as gz:
                 while not stop.is_set():
-                    try:
-                        buf = free.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
+                    buf = free.get()
+                    if buf is None:  # stopped while waiting for a buffer
+                        break
                     n = gz.readinto(buf)
                     if not n:
                         break
@@ -180,6 +179,7 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
             yield data, at, nl
     finally:
         stop.set()
+        free.put(None)  # wakes the thread if it waits for a buffer (it polled every 0.1 s)
         worker.join()
 
 

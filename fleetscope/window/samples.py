@@ -30,31 +30,50 @@ def summarize(
 
     Shared by the recording and the archive loaders, so both place the same samples on the same grid.
     """
-    if not _all_plausible(raw):
+    plausible = _all_plausible(raw)
+    if plausible is None:
         skipped = drop_bad_samples(raw)
         if skipped.total:
             log.warning("%s", skipped.message(source))
     if not raw:
         raise FleetscopeError(f"{source} holds no usable samples of the series the analyzers read")
-    t_min = min(float(s.times.min()) for ss in raw.values() for s in ss)
-    t_max = max(float(s.times.max()) for ss in raw.values() for s in ss)
+    if plausible is not None:
+        t_min, t_max = plausible
+    else:
+        t_min = min(float(s.times.min()) for ss in raw.values() for s in ss)
+        t_max = max(float(s.times.max()) for ss in raw.values() for s in ss)
     return raw, t_min, t_max, typical_spacing(raw)
 
 
-def _all_plausible(raw: dict[str, list[RawSeries]]) -> bool:
-    """True when :func:`drop_bad_samples` would take nothing out, so it can be skipped (it costs a
-    quantile over every timestamp): every sample finite, no series empty, and all of them within
-    ``PLAUSIBLE_MARGIN_S`` of each other (then none lies that far outside their 1st-99th percentile).
-    """
+#: Series whose samples :func:`_all_plausible` checks in one numpy call.
+PLAUSIBLE_BATCH = 256
+
+
+def _all_plausible(raw: dict[str, list[RawSeries]]) -> tuple[float, float] | None:
+    """The first and last sample time when :func:`drop_bad_samples` would take nothing out, so it
+    can be skipped (it costs a quantile over every timestamp): every sample finite, no series empty,
+    and all of them within ``PLAUSIBLE_MARGIN_S`` of each other (then none lies that far outside
+    their 1st-99th percentile); None otherwise. Each series' times and values become float arrays;
+    the checks run over :data:`PLAUSIBLE_BATCH` series' samples at once (one numpy call per series
+    was 0.2 s at 21,000 series)."""
     lo, hi = np.inf, -np.inf
-    for series in raw.values():
-        for s in series:
-            t, v = np.asarray(s.times, dtype=float), np.asarray(s.values, dtype=float)
-            if not t.size or not np.isfinite(t).all() or not np.isfinite(v).all():
-                return False
-            lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
-            s.times, s.values = t, v
-    return hi - lo <= PLAUSIBLE_MARGIN_S
+    every = [s for series in raw.values() for s in series]
+    for s in every:
+        if type(s.times) is not np.ndarray or s.times.dtype != np.float64:
+            s.times = np.asarray(s.times, dtype=float)
+        if type(s.values) is not np.ndarray or s.values.dtype != np.float64:
+            s.values = np.asarray(s.values, dtype=float)
+        if not s.times.size:
+            return None
+    for k in range(0, len(every), PLAUSIBLE_BATCH):  # a few hundred series at once: small copies
+        part = every[k : k + PLAUSIBLE_BATCH]
+        t = np.concatenate([s.times for s in part])
+        if not np.isfinite(t).all() or not np.isfinite(np.concatenate([s.values for s in part])).all():
+            return None
+        lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
+    if not np.isfinite(lo):  # no series at all: drop_bad_samples says so
+        return None
+    return (lo, hi) if hi - lo <= PLAUSIBLE_MARGIN_S else None
 
 
 #: The typical sample spacing is the median of the first SPACING_SERIES series' own spacings;

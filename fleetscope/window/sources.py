@@ -5,11 +5,13 @@ from what is cheap to know; :meth:`Source.span`, the grid a window asked for get
 grid time and its step, checked once by :meth:`Span.of`, known before any sample is read where the
 source allows it); :meth:`Source.load`, the frames of a window on that grid;
 :meth:`Source.for_chunks`, the source in a form read a time span at a time (streamed analysis); and
-:meth:`Source.history_changes`, what a sliding window noticed. Three sources implement it:
+:meth:`Source.history_changes`, what a sliding window noticed. Three sources implement it (and
+the spool of a recording, read as an archive):
 
 * :class:`RecordingSource`: a recorded OpenMetrics file (:mod:`.openmetrics`). Its span is known
   only once it is read (one text whose families each span the whole window), so a streamed
-  analysis converts it to an archive first (:meth:`RecordingSource.for_chunks`).
+  analysis parses it once and spools it first (:meth:`RecordingSource.for_chunks`), then reads the
+  spool as a :class:`SpoolSource` (:mod:`.archive.spool`: what an archive of it reads).
 * :class:`ArchiveSource`: a Parquet archive of ``fleetscope record`` (:mod:`.archive`); a window's
   read costs what the window holds.
 * :class:`PrometheusSource`: any Prometheus-compatible HTTP API (:mod:`.prometheus`). With
@@ -36,6 +38,7 @@ from fleetscope.window.archive.format import is_parquet
 from fleetscope.window.frames import Frames, check_window
 
 if TYPE_CHECKING:
+    from fleetscope.window.archive.spool import Spool
     from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sliding import SlidingWindow
 
@@ -110,12 +113,6 @@ class Source(Protocol):
         ...
 
 
-#: The codec of the archive a streamed analysis of a recording writes and deletes: snappy, not the
-#: kept archives' zstd, wrote a 64-node hour in 0.8 s less (of 5.5 s, docs/benchmarks.md) for
-#: 10 MB instead of 8 in the temporary directory; the same rows either way.
-STREAM_COMPRESSION = "snappy"
-
-
 class RecordingSource:
     """A recorded OpenMetrics file (gzip allowed)."""
 
@@ -139,10 +136,16 @@ class RecordingSource:
     ) -> Span | None:
         return None
 
-    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> ArchiveSource:
-        """The recording converted to an archive under ``tmpdir()``: a recording is one text whose
-        families each span the whole window, so it cannot be read a time span at a time."""
-        return self.to_archive(tmpdir() / "window.parquet", progress, compression=STREAM_COMPRESSION)
+    def for_chunks(self, tmpdir: Callable[[], Path], progress: Progress | None = None) -> SpoolSource:
+        """The recording parsed once and spooled under ``tmpdir()`` (:mod:`.archive.spool`): a
+        recording is one text whose families each span the whole window, so it cannot be read a
+        time span at a time."""
+        from fleetscope.window.archive.spool import spool_recording
+        from fleetscope.window.memory import release_freed
+
+        spool = spool_recording(self.path, tmpdir() / "window.spool", self.metrics, progress)
+        release_freed()  # the parser's buffers, before the spool is read
+        return SpoolSource(spool, self.metrics)
 
     def history_changes(self) -> int:
         return 0
@@ -219,24 +222,20 @@ class ArchiveSource:
 
     def extent(self, start: float | None = None, end: float | None = None) -> tuple[float, float]:
         """The window's first and last time from the archive's footer alone (no sample read)."""
-        from fleetscope.window.archive.read import archive_span
-
-        first, last, _ = archive_span(self.path)
+        first, last, _ = self._own_span()
         return (first if start is None else start), (last if end is None else end)
 
     def span(self, start: float | None = None, end: float | None = None, step: float | None = None) -> Span:
         """The one-shot grid of the window: its step and phase from the archive's first samples
         (or the ``start`` asked for), read from a probe of its first :data:`PROBE_SAMPLES` steps."""
-        from fleetscope.window.archive.read import archive_span, load_parquet, recorded_grid_start
-
-        first, last, own_step = archive_span(self.path)
+        first, last, own_step = self._own_span()
         end = last if end is None else end
-        recorded = recorded_grid_start(self.path, step) if start is None else None
+        recorded = self._recorded_start(step) if start is None else None
         if recorded is not None:  # a converted recording: the grid its one-shot load places
             return Span.of(recorded, end, step or own_step)
         probe_end = min(end, (first if start is None else start) + (PROBE_SAMPLES + 2) * (step or own_step))
         try:
-            probe = load_parquet(self.path, self.metrics, step=step, start=start, end=probe_end)
+            probe = self._load(step, start, probe_end)
         except NoData:  # the window starts before the data (an export of a young Prometheus): its own grid
             return Span.of(first if start is None else start, end, step or own_step)
         grid_start, grid_step = float(probe.times[0]), probe.step
@@ -250,10 +249,46 @@ class ArchiveSource:
         step: float | None = None,
         progress: Progress | None = None,
     ) -> Frames:
+        return fold_aliases(self._load(step, start, end, progress))
+
+    def _own_span(self) -> tuple[float, float, float]:
+        """The archive's first and last time and its step, from its footer."""
+        from fleetscope.window.archive.read import archive_span
+
+        return archive_span(self.path)
+
+    def _recorded_start(self, step: float | None) -> float | None:
+        """The grid start of the recording the archive was converted from (None: unknown)."""
+        from fleetscope.window.archive.read import recorded_grid_start
+
+        return recorded_grid_start(self.path, step)
+
+    def _load(
+        self, step: float | None, start: float | None, end: float | None, progress: Progress | None = None
+    ) -> Frames:
         from fleetscope.window.archive.read import load_parquet
 
-        frames = load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
-        return fold_aliases(frames)
+        return load_parquet(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+
+
+class SpoolSource(ArchiveSource):
+    """A recording spooled for one streamed analysis (:mod:`.archive.spool`): read as the archive
+    of the same recording is, from the spool's file and what it keeps in memory."""
+
+    def __init__(self, spool: Spool, metrics: Collection[str] | None) -> None:
+        super().__init__(spool.path, metrics)
+        self.spool = spool
+
+    def _own_span(self) -> tuple[float, float, float]:
+        return self.spool.span()
+
+    def _recorded_start(self, step: float | None) -> float | None:
+        return self.spool.recorded_grid_start(step)
+
+    def _load(
+        self, step: float | None, start: float | None, end: float | None, progress: Progress | None = None
+    ) -> Frames:
+        return self.spool.load(self.metrics, step=step, start=start, end=end)
 
 
 class _Held:

@@ -41,7 +41,7 @@ def test_recording_and_archive_streamed_give_the_one_shot_findings(recording: Pa
     kinds = {(f["kind"], f["cause"]) for f in one["findings"]}
     assert ("straggler", "thermal_throttle") in kinds and ("failing_node", "gpu_lost") in kinds
     assert one == _analyze(capsys, "--input", str(recording), "--chunk", "off")
-    # A recording is converted to an archive in $TMPDIR, then read a chunk at a time.
+    # A recording is parsed once and spooled to $TMPDIR, then read a chunk at a time.
     streamed = _analyze(capsys, "--input", str(recording), "--chunk", "10m")
     assert streamed["window"] == one["window"]
     assert_same_findings(one, streamed)
@@ -55,6 +55,10 @@ def test_recording_and_archive_streamed_give_the_one_shot_findings(recording: Pa
     # Loading the next chunk while this one is analyzed changes nothing in the report (4 chunks:
     # without --prefetch they load one after another).
     assert _analyze(capsys, "--input", str(archive), "--chunk", "10m", "--prefetch") == from_archive
+    # The spool reads what the archive of the same recording reads: the same report, every field,
+    # with the next chunk loaded on a second thread too.
+    assert streamed == from_archive
+    assert _analyze(capsys, "--input", str(recording), "--chunk", "10m", "--prefetch") == streamed
 
 
 def test_bad_chunk_is_one_clear_line(recording: Path, capsys):

@@ -18,11 +18,12 @@ from fleetscope.window.sources import (
     PrometheusSource,
     RecordingSource,
     Span,
+    SpoolSource,
     open_source,
 )
 
 ROOT = Path(fleetscope.__file__).parent
-IMPLEMENTATIONS = {"RecordingSource", "ArchiveSource", "PrometheusSource"}
+IMPLEMENTATIONS = {"RecordingSource", "ArchiveSource", "SpoolSource", "PrometheusSource"}
 
 
 def test_no_caller_branches_on_a_source_class() -> None:
@@ -44,11 +45,14 @@ def test_one_door_picks_the_source_from_the_argument(tmp_path: Path) -> None:
     out, _ = write_scenario(ScenarioSpec(name="door", nodes=1, seed=1, duration_s=120), tmp_path / "d.om")
     recording = open_source(out)
     assert isinstance(recording, RecordingSource) and recording.span() is None
-    archive = recording.for_chunks(lambda: tmp_path)
-    assert isinstance(archive, ArchiveSource) and archive.for_chunks(lambda: tmp_path) is archive
+    spooled = recording.for_chunks(lambda: tmp_path)  # read a time span at a time: spooled
+    assert isinstance(spooled, SpoolSource) and spooled.for_chunks(lambda: tmp_path) is spooled
+    archive = recording.to_archive(tmp_path / "d.data")
     assert isinstance(open_source(archive.path), ArchiveSource)  # by its magic bytes, not its name
-    # The recording's length from its head, the archive's from its footer: the same window.
+    # The recording's length from its head, the archive's from its footer, the spool's from what
+    # it keeps: the same window.
     assert recording.seconds() == pytest.approx(archive.seconds(), abs=15.0)
+    assert spooled.seconds() == archive.seconds() and spooled.span() == archive.span()
     access = PrometheusAccess("http://127.0.0.1:9", timeout=5.0)
     prom = open_source(None, access, ["up"])
     assert isinstance(prom, PrometheusSource) and prom.access is access

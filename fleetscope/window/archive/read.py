@@ -130,6 +130,11 @@ def recorded_grid_start(path: str | Path, step: float | None) -> float | None:
     places (its phase between the nodes' scrapes, from every metric's first samples: the writer
     keeps it), at ``step`` (None: the recording's own); None when unknown, or at another step."""
     _pf, meta = _open(Path(path))
+    return grid_start_of_meta(meta, step)
+
+
+def grid_start_of_meta(meta: dict[str, Any], step: float | None) -> float | None:
+    """:func:`recorded_grid_start` from the archive's metadata."""
     recorded = meta.get("grid_start")
     if not recorded or (step is not None and abs(step - float(recorded["step"])) > 1e-9):
         return None
@@ -155,6 +160,18 @@ def archive_span(path: str | Path) -> ArchiveSpan:
     first, last = _stats_span(pf, groups)
     if not np.isfinite(first):
         raise FleetscopeError(f"{path}: the archive's row groups have no time statistics")
+    return span_of_meta(path, meta, first, last, lambda: _stats_span(pf, groups, plausible=True))
+
+
+def span_of_meta(
+    path: str | Path,
+    meta: dict[str, Any],
+    first: float,
+    last: float,
+    plausible: Callable[[], tuple[float, float]],
+) -> ArchiveSpan:
+    """:func:`archive_span` from the metadata and the data's ``first`` and ``last`` time
+    (``plausible()``: the span with stray stamps left out, where the metadata's does not do)."""
     grid = meta.get("grid")
     if grid:
         step = float(grid["step"])
@@ -170,7 +187,7 @@ def archive_span(path: str | Path) -> ArchiveSpan:
             "%s: the archive's span (%s to %s) is not within its data (%s to %s); using the data's",
             path, _when(a), _when(b), _when(first), _when(last),
         )  # fmt: skip
-    lo, hi = _stats_span(pf, groups, plausible=True)
+    lo, hi = plausible()
     return ArchiveSpan(lo, hi, step)
 
 
@@ -346,17 +363,17 @@ def _read(
     (:class:`MetricRows`), a format-1 one as its series. The grid's size is checked before."""
     pf, meta = _open(path)
     pa, _ = pyarrow_modules()
-    by_metric = _groups_by_metric(path, meta, metrics)
+    by_metric = groups_by_metric(path, meta, metrics)
     stats = stats if stats is not None else ReadStats()
     stats.row_groups_total = sum(map(len, by_metric.values()))
     v2 = meta["version"] >= 2
-    rows = _row_range(meta, window) if v2 else None
+    rows = row_range(meta, window) if v2 else None
     if rows is not None:
         lo, hi = rows
         by_metric = {
             name: kept
             for name, ids in by_metric.items()
-            if (kept := [i for i in ids if _meets(meta["row_groups"][i], lo, hi)])
+            if (kept := [i for i in ids if group_meets(meta["row_groups"][i], lo, hi)])
         }
     _check_size(path, pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
@@ -405,7 +422,7 @@ def _read(
     return meta, each()
 
 
-def _groups_by_metric(
+def groups_by_metric(
     path: Path, meta: dict[str, Any], metrics: Collection[str] | None
 ) -> dict[str, list[int]]:
     wanted = set(metrics) if metrics is not None else None
@@ -419,7 +436,7 @@ def _groups_by_metric(
     return by_metric
 
 
-def _row_range(
+def row_range(
     meta: dict[str, Any], window: tuple[float | None, float | None, float | None]
 ) -> tuple[float, float] | None:
     """[start - margin, end] in seconds (None: no slice asked for). The margin covers the grid
@@ -431,7 +448,7 @@ def _row_range(
     return (-np.inf if start is None else start - margin), (np.inf if end is None else end)
 
 
-def _meets(group: dict[str, Any], lo: float, hi: float) -> bool:
+def group_meets(group: dict[str, Any], lo: float, hi: float) -> bool:
     t0, t1 = group.get("t0"), group.get("t1")
     if not isinstance(t0, int | float) or not isinstance(t1, int | float):
         return True  # unknown: read it
@@ -489,23 +506,10 @@ class MetricRows:
             raise ValueError(f"series number {int(sid.max()):,} where the footer counts {most:,} series")
         values = table.column(VALUE_COL).to_numpy().astype(float, copy=False)
         del table  # the caller holds no reference: its buffers go once copied out
-        keep = _inside(
-            tms, (0.0, MAX_STAMP_S) if rows is None else (max(rows[0], 0.0), min(rows[1], MAX_STAMP_S))
-        )
-        if keep is not None:  # the rows asked for; never a stamp no date holds (the writer's rule)
-            tms, sid, values = tms[keep], sid[keep], values[keep]
-        if not tms.size:
+        arranged = Arranged.of(sid, tms, values, rows)
+        if arranged is None:
             return None
-        order = _series_time_order(sid, tms)
-        sid, tms, values = sid[order], tms[order], values[order]
-        change = np.empty(sid.size, dtype=bool)
-        change[0] = True
-        np.not_equal(sid[1:], sid[:-1], out=change[1:])
-        starts = np.flatnonzero(change)
-        series = np.cumsum(change, dtype=np.int32) - 1
-        first = order[starts]  # each series' first row, among those kept
-        if keep is not None:
-            first = np.flatnonzero(keep)[first]  # ... in the table
+        series, tms, values, starts, first = arranged[:5]
         at = label_table().take(pa.array(first)).unify_dictionaries().combine_chunks() if columns else None
         if at is None:
             return cls(series, tms, values, starts, [])
@@ -549,7 +553,58 @@ def _int64(column: Any) -> np.ndarray:
     return arr.view(np.int64) if arr.dtype.kind == "M" else arr.astype(np.int64)
 
 
-def _series_time_order(sid: np.ndarray, tms: np.ndarray) -> np.ndarray:
+class Arranged(NamedTuple):
+    """One metric's rows in ``rows`` (seconds), in series order and time order within a series
+    (stable), as :class:`MetricRows` holds them: ``series`` (per row, the series' place among
+    those read), ``tms``, ``values``, ``starts`` (each series' first row), and where each series'
+    first row was among the rows given (``first``) and its series number (``sids``)."""
+
+    series: np.ndarray
+    tms: np.ndarray
+    values: np.ndarray
+    starts: np.ndarray
+    first: np.ndarray
+    sids: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        sid: np.ndarray,
+        tms: np.ndarray,
+        values: np.ndarray,
+        rows: tuple[float, float] | None,
+        maybe_ordered: bool = False,
+    ) -> Arranged | None:
+        """The rows (``sid``, ``tms``, ``values``) arranged; None when none lies in ``rows`` (None:
+        all). ``maybe_ordered``: the rows may be in order already (then they are not sorted)."""
+        keep = rows_inside(
+            tms, (0.0, MAX_STAMP_S) if rows is None else (max(rows[0], 0.0), min(rows[1], MAX_STAMP_S))
+        )
+        if keep is not None:  # the rows asked for; never a stamp no date holds (the writer's rule)
+            tms, sid, values = tms[keep], sid[keep], values[keep]
+        if not tms.size:
+            return None
+        order = None if maybe_ordered and _in_order(sid, tms) else series_time_order(sid, tms)
+        if order is not None:
+            sid, tms, values = sid[order], tms[order], values[order]
+        change = np.empty(sid.size, dtype=bool)
+        change[0] = True
+        np.not_equal(sid[1:], sid[:-1], out=change[1:])
+        starts = np.flatnonzero(change)
+        series = np.cumsum(change, dtype=np.int32) - 1
+        first = starts if order is None else order[starts]  # each series' first row, among those kept
+        if keep is not None:
+            first = np.flatnonzero(keep)[first]  # ... among those given
+        return cls(series, tms, values, starts, first, sid[starts])
+
+
+def _in_order(sid: np.ndarray, tms: np.ndarray) -> bool:
+    """Whether the rows are in series order, and in time order within each series."""
+    ds = np.diff(sid)
+    return bool((ds >= 0).all() and not ((np.diff(tms) < 0) & (ds == 0)).any())
+
+
+def series_time_order(sid: np.ndarray, tms: np.ndarray) -> np.ndarray:
     """The stable order of rows by (series, time). The archive writes a series' rows in time order
     (block by block), so a stable sort by series alone (a radix sort below 65,536 series) is
     almost always enough; rows of a series out of time order (a metric written in two batches)
@@ -561,7 +616,7 @@ def _series_time_order(sid: np.ndarray, tms: np.ndarray) -> np.ndarray:
     return order
 
 
-def _inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
+def rows_inside(tms: np.ndarray, rows: tuple[float, float]) -> np.ndarray | None:
     """Which rows (milliseconds) lie in ``rows`` (seconds); None when all do."""
     lo, hi = rows
     keep = np.ones(tms.size, dtype=bool)
@@ -733,12 +788,36 @@ def load_parquet(
         known = None
     if meta["version"] < 2:
         known = None  # format 1 holds series, not rows: the series path
+    return frames_of_reads(
+        meta,
+        metric_reads,
+        lambda: _read(path, metrics, None, (start, end, step), None)[1],
+        known,
+        (step, start, end),
+        source,
+        (g_start, g_end, g_step) if grid else None,
+    )
+
+
+def frames_of_reads(
+    meta: dict[str, Any],
+    metric_reads: Iterable[tuple[str, MetricRows | list[RawSeries]]],
+    reread: Callable[[], Iterable[tuple[str, MetricRows | list[RawSeries]]]],
+    known: tuple[float, float, float, float] | None,
+    asked: tuple[float | None, float | None, float | None],
+    source: str,
+    grid: tuple[float, float, float] | None = None,
+) -> Frames:
+    """The frames of an archive's metrics as they are read (``metric_reads``): the columnar way
+    when it is exact (:class:`_ColumnarGrid`, on the ``known`` grid (start, end, step, lookback)
+    or on one placed from the rows), else the series path on a second read (``reread()``).
+    ``asked``: the step, start and end asked for; ``grid``: an export's grid (start, end, step)."""
+    step, start, end = asked
     if known is not None:
-        frames = _ColumnarGrid(*known, source, gridded=bool(grid)).run(metric_reads)
+        frames = _ColumnarGrid(*known, source, gridded=grid is not None).run(metric_reads)
         if frames is not None:
             return frames
-        meta, metric_reads = _read(path, metrics, None, (start, end, step), None)  # the series path
-        read = dict(metric_reads)
+        read = dict(reread())  # the series path
     else:
         read = dict(metric_reads)
         frames = _columnar_frames(read, meta, step, start, end, source)
@@ -748,7 +827,7 @@ def load_parquet(
     del read
     if grid:  # query_range grid values: their own grid, no second lookback
         summarize(raw, source)  # drops what no exporter writes, as for a recording
-        return build_frames(raw, g_start, g_end, g_step, source=source, gridded=True)
+        return build_frames(raw, *grid, source=source, gridded=True)
     raw, t_min, t_max, spacing = summarize(raw, source)
     if _sliced(meta, start, end) and step is None and isinstance(meta.get("spacing"), int | float):
         spacing = float(meta["spacing"])

@@ -46,7 +46,7 @@ import logging
 import os
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetscope import strictjson
 from fleetscope.atomicfile import install, temp_path_for
@@ -84,12 +84,12 @@ from fleetscope.window.samples import PHASE_SAMPLES, PHASE_SERIES, SpacingSample
 log = logging.getLogger(__name__)
 
 
-class ArchiveWriter:
-    """Writes a format-2 archive metric batch by metric batch (:meth:`add`), then :meth:`close`.
-
-    ``labels``: the label keys that get a column (module docstring); others go to ``__labels__``.
-    ``window``: (lo, hi) seconds; samples outside are left out. Use it as a context manager: an
-    error leaves nothing behind (the temporary file is removed) and an OS error is one line.
+class RowsWriter:
+    """What every writer of a recording's rows keeps, metric batch by metric batch (:meth:`add`):
+    each metric's series numbers (``__series__``), the row groups' and metrics' metadata, the
+    sample spacing and the grid's phase; a subclass writes the rows (:meth:`_write_metric`) and
+    closes. ``labels``: the label keys that get a column (module docstring); others go to
+    ``__labels__``. ``window``: (lo, hi) seconds; samples outside are left out.
     """
 
     def __init__(
@@ -100,26 +100,13 @@ class ArchiveWriter:
         source: str,
         grid: tuple[float, float, float] | None = None,
         window: tuple[float, float] | None = None,
-        compression: str = "zstd",
     ) -> None:
-        pa, pq = pyarrow_modules()
-        self.pa, self.path = pa, Path(path)
+        self.path = Path(path)
         columns = {label_column(k): k for k in sorted(set(labels))}
         if len(columns) != len(set(labels)) or {NAME_COL, SERIES_COL, EXTRA_COL} & set(columns):
             raise FleetscopeError("a label name clashes with the archive's own columns")
         self.columns = columns
         self.by_label = {k: c for c, k in columns.items()}
-        self.dict_type = pa.dictionary(pa.int32(), pa.string())
-        self.schema = pa.schema(
-            [pa.field(NAME_COL, self.dict_type)]
-            + [pa.field(col, self.dict_type) for col in columns]
-            + [
-                pa.field(EXTRA_COL, self.dict_type),
-                pa.field(SERIES_COL, pa.int32()),
-                pa.field(TIME_COL, pa.timestamp("ms", tz="UTC")),
-                pa.field(VALUE_COL, pa.float64()),
-            ]
-        )
         self.groups: list[dict[str, Any]] = []
         self.metrics: dict[str, dict[str, Any]] = {}
         self.ids: dict[str, dict[tuple, int]] = {}  # metric -> label set -> its __series__
@@ -133,32 +120,6 @@ class ArchiveWriter:
         self.rows = 0
         self.skipped = 0  # samples with a non-finite time or value (no exporter writes them)
         self.largest_batch = 0  # rows of the largest batch handed to add (tests: memory follows it)
-        try:
-            # beside the target, or in the temporary folder when -o is a device or a FIFO
-            self.tmp = temp_path_for(self.path, str(os.getpid()))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(
-                self.tmp, self.schema, compression=compression, write_statistics=[TIME_COL, SERIES_COL]
-            )
-        except OSError as exc:
-            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-
-    def __enter__(self) -> ArchiveWriter:
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if kind is None:
-            return
-        self.abort()
-        if isinstance(exc, OSError):
-            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-
-    def abort(self) -> None:
-        try:
-            self.writer.close()
-        except Exception:  # noqa: BLE001 -- the file is removed either way
-            pass
-        self.tmp.unlink(missing_ok=True)
 
     def add(self, name: str, series: list[RawSeries]) -> None:
         """Write one metric's series (a family as the parser finished it, or a whole metric)."""
@@ -201,34 +162,109 @@ class ArchiveWriter:
         return RawSeries(s.labels, t[keep], v[keep])
 
     def _write_metric(self, np: Any, name: str, series: list[RawSeries], sid: Any) -> None:
-        """One batch's rows ordered by (time block, series, time), cut into row groups.
+        """Write one batch's series (each series' samples, its ``__series__`` in ``sid``)."""
+        raise NotImplementedError
 
-        Each series' samples are sorted by time, so a block's rows are a slice of each series,
-        found by one search per series and block: a row group's rows are gathered by their index
-        alone, and the batch is never ordered as a whole (the sort's order, block and series arrays
-        were 55 MB more for a family of 2.5 M samples, the peak of a 4-hour recording's conversion)."""
-        times, values = [], []
-        for s in series:
-            t = np.round(s.times * 1000).astype(np.int64)
-            v = s.values
-            if t.size > 1 and (np.diff(t) < 0).any():
-                o = np.argsort(t, kind="stable")
-                t, v = t[o], v[o]
-            times.append(t)
-            values.append(v)
-        block_ms = int(BLOCK_S * 1000)
-        # The blocks that hold rows, in order (a stray stamp far away is one more, not all between).
-        blocks = np.unique(np.concatenate([np.unique(t // block_ms) for t in times]))
-        # lo[s, j], hi[s, j]: series s's rows in block j, as positions in the batch's (series, time) order
-        offsets = np.cumsum([0] + [t.size for t in times[:-1]])[:, None]
-        lo = np.stack([np.searchsorted(t, blocks * block_ms) for t in times]) + offsets
-        hi = np.stack([np.searchsorted(t, (blocks + 1) * block_ms) for t in times]) + offsets
-        t = np.concatenate(times)
-        del times
-        v = np.concatenate(values)
-        del values
-        sizes = hi - lo
-        starts = np.concatenate([[0], np.cumsum(sizes.sum(axis=0))]).tolist()  # each block's first row
+    def abort(self) -> None:
+        """Leave nothing behind."""
+        raise NotImplementedError
+
+    def meta(self) -> dict[str, Any]:
+        """The archive's metadata (module docstring) of what was written so far."""
+        meta: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "source": self.source,
+            "row_groups": self.groups,
+            "metrics": self.metrics,
+            "labels": self.columns,
+            "extra_labels": EXTRA_COL,
+            "block_s": BLOCK_S,
+            "span": list(_span(self.groups)),
+        }
+        if self.grid is not None:
+            meta["grid"] = {"start": self.grid[0], "end": self.grid[1], "step": self.grid[2]}
+        else:
+            meta["spacing"] = self.spacing.value()
+            if self.phase and self.first_time < float("inf"):
+                import numpy as np
+
+                step = round_step(meta["spacing"])
+                phase = np.concatenate([t for ts in self.phase.values() for t in ts])
+                meta["grid_start"] = {"start": grid_start(phase, self.first_time, step), "step": step}
+        return meta
+
+
+class ArchiveWriter(RowsWriter):
+    """Writes a format-2 archive metric batch by metric batch (:meth:`add`), then :meth:`close`.
+
+    ``labels``: the label keys that get a column (module docstring); others go to ``__labels__``.
+    ``window``: (lo, hi) seconds; samples outside are left out. Use it as a context manager: an
+    error leaves nothing behind (the temporary file is removed) and an OS error is one line.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        labels: Iterable[str],
+        *,
+        source: str,
+        grid: tuple[float, float, float] | None = None,
+        window: tuple[float, float] | None = None,
+        compression: str = "zstd",
+    ) -> None:
+        super().__init__(path, labels, source=source, grid=grid, window=window)
+        pa, pq = pyarrow_modules()
+        self.pa = pa
+        self.dict_type = pa.dictionary(pa.int32(), pa.string())
+        self.schema = pa.schema(
+            [pa.field(NAME_COL, self.dict_type)]
+            + [pa.field(col, self.dict_type) for col in self.columns]
+            + [
+                pa.field(EXTRA_COL, self.dict_type),
+                pa.field(SERIES_COL, pa.int32()),
+                pa.field(TIME_COL, pa.timestamp("ms", tz="UTC")),
+                pa.field(VALUE_COL, pa.float64()),
+            ]
+        )
+        try:
+            # beside the target, or in the temporary folder when -o is a device or a FIFO
+            self.tmp = temp_path_for(self.path, str(os.getpid()))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(
+                self.tmp, self.schema, compression=compression, write_statistics=[TIME_COL, SERIES_COL]
+            )
+        except OSError as exc:
+            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is None:
+            return
+        self.abort()
+        if isinstance(exc, OSError):
+            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 -- the file is removed either way
+            pass
+        self.tmp.unlink(missing_ok=True)
+
+    def _write_metric(self, np: Any, name: str, series: list[RawSeries], sid: Any) -> None:
+        """One batch's rows ordered by (time block, series, time) (:class:`BlockLayout`), cut into
+        row groups: a row group's rows are gathered by their index alone."""
+        layout = BlockLayout.of(np, series)
+        lo, sizes, starts, blocks = (
+            layout.lo + layout.first[:, None],
+            layout.sizes,
+            layout.starts,
+            layout.blocks,
+        )
+        t, v = layout.times, layout.values
+        del layout
         codes = self._label_codes(np, series)
         index = np.arange(len(series), dtype=np.int32)
 
@@ -236,13 +272,13 @@ class ArchiveWriter:
             """Rows [a, b) in (block, series, time) order: their time, value and series in the batch."""
             ka = bisect.bisect_right(starts, a) - 1
             kb = bisect.bisect_left(starts, b)
-            idx = np.concatenate([_ranges(np, lo[:, j], sizes[:, j]) for j in range(ka, kb)])
+            idx = np.concatenate([index_ranges(np, lo[:, j], sizes[:, j]) for j in range(ka, kb)])
             local = np.concatenate([np.repeat(index, sizes[:, j]) for j in range(ka, kb)])
             cut = slice(a - starts[ka], b - starts[ka])
             idx, local = idx[cut], local[cut]
             return t[idx], v[idx], local
 
-        for a, b in _groups(blocks.tolist(), starts):
+        for a, b in row_group_ranges(blocks.tolist(), starts):
             self._write_group(np, name, *gather(a, b), sid, codes)
 
     def _label_codes(self, np: Any, series: list[RawSeries]) -> list[tuple[str, Any, Any]]:
@@ -310,26 +346,7 @@ class ArchiveWriter:
         if not self.groups:
             self.abort()
             raise FleetscopeError(f"nothing to write to {self.path}: no samples")
-        meta: dict[str, Any] = {
-            "version": FORMAT_VERSION,
-            "source": self.source,
-            "row_groups": self.groups,
-            "metrics": self.metrics,
-            "labels": self.columns,
-            "extra_labels": EXTRA_COL,
-            "block_s": BLOCK_S,
-            "span": list(_span(self.groups)),
-        }
-        if self.grid is not None:
-            meta["grid"] = {"start": self.grid[0], "end": self.grid[1], "step": self.grid[2]}
-        else:
-            meta["spacing"] = self.spacing.value()
-            if self.phase and self.first_time < float("inf"):
-                import numpy as np
-
-                step = round_step(meta["spacing"])
-                phase = np.concatenate([t for ts in self.phase.values() for t in ts])
-                meta["grid_start"] = {"start": grid_start(phase, self.first_time, step), "step": step}
+        meta = self.meta()
         try:
             self.writer.add_key_value_metadata({META_KEY: strictjson.dumps(meta).encode()})
             self.writer.close()
@@ -347,7 +364,78 @@ class ArchiveWriter:
         return {"rows": self.rows, "series": series, "metrics": len(self.metrics)}
 
 
-def _groups(blocks: list[int], starts: list[int]) -> list[tuple[int, int]]:
+#: Rows a temporary array over the batch covers at once (the blocks found slice by slice: one
+#: over the whole batch was its times' size again, twice, at the writer's peak).
+SLICE_ROWS = 1 << 16
+
+
+class BlockLayout(NamedTuple):
+    """One batch's rows laid out by (time block of :data:`BLOCK_S`, series, time), without moving
+    them: the series' times (int64 milliseconds, each series sorted, stably) and values one after
+    another, each series' first row (``first``), the blocks that hold rows (in order), each series'
+    first row in each block (``lo``, series by block, a position in the series) and its rows there
+    (``sizes``), and each block's first row in that order, with the number of rows after them
+    (``starts``).
+
+    Each series' samples are sorted by time, so a block's rows are a slice of each series, found by
+    one search per series for all its blocks: the batch is never ordered as a whole (the sort's order,
+    block and series arrays were 55 MB more for a family of 2.5 M samples, the peak of a 4-hour
+    recording's conversion), and the rest is done over the whole batch at once, not per series."""
+
+    times: Any
+    values: Any
+    first: Any
+    blocks: Any
+    lo: Any
+    sizes: Any
+    starts: list[int]
+
+    @classmethod
+    def of(cls, np: Any, series: list[RawSeries]) -> BlockLayout:
+        counts = np.array([s.times.size for s in series], dtype=np.int64)
+        first = np.cumsum(counts) - counts
+        times = np.concatenate([s.times for s in series])  # a new array: the series' are not changed
+        times *= 1000
+        np.round(times, out=times)
+        t = times.view(np.int64)  # milliseconds, cast in place a slice at a time (numpy copies a
+        for i in range(0, t.size, SLICE_ROWS):  # slice that overlaps its target before casting it)
+            t[i : i + SLICE_ROWS] = times[i : i + SLICE_ROWS]
+        del times
+        v = np.concatenate([s.values for s in series])
+        back = np.flatnonzero(t[1:] < t[:-1]) + 1  # a row earlier than the one before it ...
+        back = back[np.isin(back, first, invert=True)]  # ... of its own series
+        for k in np.unique(np.searchsorted(first, back, side="right") - 1).tolist():
+            a, b = int(first[k]), int(first[k] + counts[k])
+            o = np.argsort(t[a:b], kind="stable")
+            t[a:b], v[a:b] = t[a:b][o], v[a:b][o]
+        block_ms = int(BLOCK_S * 1000)
+        # The blocks that hold rows, in order (a stray stamp far away is one more, not all between).
+        blocks = np.unique(
+            np.concatenate(
+                [np.unique(t[i : i + SLICE_ROWS] // block_ms) for i in range(0, t.size, SLICE_ROWS)]
+            )
+        )
+        edges = np.append(blocks, blocks[-1] + 1) * block_ms  # each block's start, then the last's end
+        lo_hi = _search_each(np, t, first, counts, edges)
+        lo, hi = lo_hi[:, :-1], lo_hi[:, 1:]
+        # A series' rows of block j end where those of the next block that holds rows begin: no row
+        # lies between two such blocks (it would make one between them hold rows).
+        sizes = hi - lo
+        starts = np.concatenate([[0], np.cumsum(sizes.sum(axis=0))]).tolist()
+        return cls(t, v, first, blocks, lo, sizes, starts)
+
+
+def _search_each(np: Any, t: Any, first: Any, counts: Any, edges: Any) -> Any:
+    """``searchsorted(series, edges)`` of every series of ``t`` (each sorted, one after another from
+    ``first``), as positions in its series (series by edge): one search per series (offsetting
+    every series into one sorted key for a single search took a key and its offsets, twice the
+    batch's times, at the writer's peak)."""
+    return np.stack(
+        [np.searchsorted(t[a : a + c], edges) for a, c in zip(first.tolist(), counts.tolist(), strict=True)]
+    )
+
+
+def row_group_ranges(blocks: list[int], starts: list[int]) -> list[tuple[int, int]]:
     """Row ranges of the row groups: whole blocks, adjacent small ones merged, large ones cut.
     ``blocks``: the blocks that hold rows, in order; ``starts``: the first row of each, and the
     number of rows after them."""
@@ -363,7 +451,7 @@ def _groups(blocks: list[int], starts: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _ranges(np: Any, first: Any, sizes: Any) -> Any:
+def index_ranges(np: Any, first: Any, sizes: Any) -> Any:
     """The positions ``first[k], first[k] + 1, ..., first[k] + sizes[k] - 1`` of every k, in order."""
     total = int(sizes.sum())
     ends = np.cumsum(sizes)
@@ -388,22 +476,35 @@ def convert_recording(
     """Convert a recording family by family (bounded memory, module docstring); (rows, series,
     metrics, largest batch). ``window``: (lo, hi) seconds kept, margin included; ``compression``:
     Parquet's codec (zstd for an archive that is kept)."""
-    from fleetscope.window.memory import release_freed
-    from fleetscope.window.openmetrics import iter_openmetrics
-
     with ArchiveWriter(
         out, contract_label_keys(metrics), source=os.fspath(path), window=window, compression=compression
     ) as w:
-        for name, series in iter_openmetrics(path, metrics, progress):
-            w.add(name, series)
-            del series
-            release_freed()  # each family's batch freed, given back: memory follows the batch
-        if not w.groups:
-            w.abort()
-            what = "samples in the requested window" if window else "usable samples"
-            raise NoData(f"{path} has no {what}")
+        write_families(w, path, metrics, window=window, progress=progress)
         stats = w.close()
     return {**stats, "largest_batch": w.largest_batch}
+
+
+def write_families(
+    w: RowsWriter,
+    path: str | Path,
+    metrics: Collection[str] | None,
+    *,
+    window: tuple[float, float] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> None:
+    """The recording's families handed to ``w`` as the parser finishes them (a large one in
+    batches), each let go before the next; :class:`NoData` (``w`` aborted) when none was usable."""
+    from fleetscope.window.memory import release_freed
+    from fleetscope.window.openmetrics import iter_openmetrics
+
+    for name, series in iter_openmetrics(path, metrics, progress):
+        w.add(name, series)
+        del series
+        release_freed()  # each family's batch freed, given back: memory follows the batch
+    if not w.groups:
+        w.abort()
+        what = "samples in the requested window" if window else "usable samples"
+        raise NoData(f"{path} has no {what}")
 
 
 # ---------------------------------------------------------------------- sources
