@@ -368,13 +368,7 @@ def _read(
     stats.row_groups_total = sum(map(len, by_metric.values()))
     v2 = meta["version"] >= 2
     rows = row_range(meta, window) if v2 else None
-    if rows is not None:
-        lo, hi = rows
-        by_metric = {
-            name: kept
-            for name, ids in by_metric.items()
-            if (kept := [i for i in ids if group_meets(meta["row_groups"][i], lo, hi)])
-        }
+    by_metric = groups_meeting(meta, by_metric, rows)
     _check_size(path, pf, meta, by_metric, window)
     labels: dict[str, str] = meta.get("labels") or {}
     sizes = {name: sum(pf.metadata.row_group(i).num_rows for i in ids) for name, ids in by_metric.items()}
@@ -446,6 +440,21 @@ def row_range(
         return None
     margin = 0.0 if meta.get("grid") else max(LOOKBACK_MARGIN_S, lookback_seconds(step) if step else 0.0)
     return (-np.inf if start is None else start - margin), (np.inf if end is None else end)
+
+
+def groups_meeting(
+    meta: dict[str, Any], by_metric: dict[str, list[int]], rows: tuple[float, float] | None
+) -> dict[str, list[int]]:
+    """Each metric's row groups that meet the row range ``rows`` (all of them when it is None),
+    metrics left with none left out."""
+    if rows is None:
+        return by_metric
+    lo, hi = rows
+    return {
+        name: kept
+        for name, ids in by_metric.items()
+        if (kept := [i for i in ids if group_meets(meta["row_groups"][i], lo, hi)])
+    }
 
 
 def group_meets(group: dict[str, Any], lo: float, hi: float) -> bool:

@@ -52,8 +52,8 @@ from fleetscope.window.archive.read import (
     MetricRows,
     frames_of_reads,
     grid_start_of_meta,
-    group_meets,
     groups_by_metric,
+    groups_meeting,
     row_range,
     span_of_meta,
 )
@@ -140,16 +140,6 @@ class SpoolWriter(RowsWriter):
         try:
             self.fh = open(self.path, "wb")  # noqa: SIM115 -- closed by close or abort
         except OSError as exc:
-            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-
-    def __enter__(self) -> SpoolWriter:
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if kind is None:
-            return
-        self.abort()
-        if isinstance(exc, OSError):
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def abort(self) -> None:
@@ -286,15 +276,8 @@ class Spool:
         gives them (:class:`~fleetscope.window.archive.read.MetricRows`); the same checks of the
         window's size before."""
         meta = self.meta
-        by_metric = groups_by_metric(self.path, meta, metrics)
         rows = row_range(meta, window)
-        if rows is not None:
-            lo, hi = rows
-            by_metric = {
-                name: kept
-                for name, ids in by_metric.items()
-                if (kept := [i for i in ids if group_meets(meta["row_groups"][i], lo, hi)])
-            }
+        by_metric = groups_meeting(meta, groups_by_metric(self.path, meta, metrics), rows)
         self._check_size(by_metric, window)
         return self._each(by_metric, rows)
 

@@ -46,7 +46,7 @@ import logging
 import os
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from fleetscope import strictjson
 from fleetscope.atomicfile import install, temp_path_for
@@ -169,6 +169,17 @@ class RowsWriter:
         """Leave nothing behind."""
         raise NotImplementedError
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        """An error leaves nothing behind (:meth:`abort`), and an OS error is one line."""
+        if kind is None:
+            return
+        self.abort()
+        if isinstance(exc, OSError):
+            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
     def meta(self) -> dict[str, Any]:
         """The archive's metadata (module docstring) of what was written so far."""
         meta: dict[str, Any] = {
@@ -234,16 +245,6 @@ class ArchiveWriter(RowsWriter):
                 self.tmp, self.schema, compression=compression, write_statistics=[TIME_COL, SERIES_COL]
             )
         except OSError as exc:
-            raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-
-    def __enter__(self) -> ArchiveWriter:
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if kind is None:
-            return
-        self.abort()
-        if isinstance(exc, OSError):
             raise FleetscopeError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def abort(self) -> None:
