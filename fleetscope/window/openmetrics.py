@@ -23,7 +23,7 @@ import re
 import threading
 import types
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from pathlib import Path
 from typing import Literal, NoReturn, cast
 
@@ -32,7 +32,14 @@ import pandas as pd
 
 from fleetscope.errors import FleetscopeError
 from fleetscope.textformat import unescape_label_value
-from fleetscope.window.frames import MAX_GRID_CELLS, MAX_GRID_POINTS, Frames, RawSeries, check_grid
+from fleetscope.window.frames import (
+    MAX_GRID_CELLS,
+    MAX_GRID_POINTS,
+    Frames,
+    RawSeries,
+    check_grid,
+    drop_bad_samples,
+)
 from fleetscope.window.grid import round_step
 from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
 
@@ -93,8 +100,10 @@ def _parse_head(
     return name.decode(), labels
 
 
-#: Decompressed bytes handed to the parser at a time (the gzip thread keeps at most two ahead).
+#: Decompressed bytes handed to the parser at a time, and the gzip thread's buffers of them (one
+#: being parsed, the others filled ahead: the thread's pace varies with the text it inflates).
 CHUNK_BYTES = 8 << 20
+INFLATE_BUFFERS = 4
 #: iter_openmetrics hands over the family being parsed once its series hold this many samples (a
 #: day of a large job's largest family would otherwise be held whole), checked every
 #: BATCH_CHECK_CHUNKS chunks.
@@ -126,7 +135,8 @@ NEWLINE_SPACING_MIN = 16
 
 def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
     """The file's bytes in chunks of about :data:`CHUNK_BYTES`, with how far into the file each ends
-    and where its newlines are (None: not found yet).
+    and where its newlines are (None: not found yet). A gzip file's chunk is one of the inflate
+    thread's buffers, parsed where it lies: it is filled again once the next chunk is asked for.
 
     A gzip file is decompressed on a thread (ISA-L or zlib, both release the GIL), which also finds
     the chunk's newlines (numpy releases it too), at most two chunks ahead, so on two cores that
@@ -141,9 +151,10 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
                 yield data, fh.tell(), _newlines(data, 0, len(data))
         return
     # Three buffers made here and passed back and forth: chunks allocated by the thread and freed by
-    # this one fragment glibc's per-thread arenas (peak RSS grew by hundreds of MB).
+    # this one fragment glibc's per-thread arenas (peak RSS grew by hundreds of MB); the parser reads
+    # them in place (copying each to bytes cost 0.26 s of the parsing thread per 1.5 GB).
     free: queue.Queue = queue.Queue()
-    for _ in range(3):
+    for _ in range(INFLATE_BUFFERS):
         free.put(bytearray(CHUNK_BYTES))
     q: queue.Queue = queue.Queue()
     stop = threading.Event()
@@ -171,12 +182,10 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
             if isinstance(item, BaseException):
                 raise item
             buf, n, at, nl = item
-            # A copy: parsing the thread's buffer in place saved the copy's time (a few percent) but
-            # raised the peak RSS by half (glibc kept the parser's freed arrays instead).
-            with memoryview(buf) as view:
-                data = bytes(view[:n])
-            free.put(buf)
-            yield data, at, nl
+            if n < len(buf):  # the last chunk
+                del buf[n:]
+            yield buf, at, nl
+            free.put(buf)  # parsed: the thread may fill it again
     finally:
         stop.set()
         free.put(None)  # wakes the thread if it waits for a buffer (it polled every 0.1 s)
@@ -196,21 +205,75 @@ def read_openmetrics(
     says how many. ``window`` (start, end, step as asked for; None: the file's) lets a grid too
     large for the limits be refused after the first families instead of after the whole file.
     """
-    path = Path(path)
-    reader = _Reader(path, metrics)
-    reader.start, reader.end, reader.step = window
-    for done in _feed_file(path, reader):
-        reader.check_size()
+    return RecordingRead(path, metrics, window).finish(progress)
+
+
+class RecordingRead:
+    """One pass of :func:`read_openmetrics` that can stop after the recording's head: the window's
+    length is judged from the first family (:meth:`first_family_seconds`), and a window loaded in
+    one piece then reads on from there (:meth:`finish`) instead of reading the head again."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        metrics: Collection[str] | None = None,
+        window: tuple[float | None, float | None, float | None] = (None, None, None),
+    ) -> None:
+        self.path, self.window = Path(path), window
+        self.reader = _Reader(self.path, metrics)
+        self.reader.start, self.reader.end, self.reader.step = window
+        self._chunks: Generator[float, None, None] = _feed_file(self.path, self.reader)
+        self._at = 0.0  # the share of the file read
+
+    def _read_on(self, until: Callable[[], bool]) -> None:
+        while not until():
+            done = next(self._chunks, None)
+            if done is None:
+                return
+            self.reader.check_size()
+            self._at = done
+
+    def first_family_seconds(self) -> float | None:
+        """The time the first family the analyzers read spans (None: no such family): a recording's
+        families each span its window, so this is the window's length, from the file's head (the
+        family's series as read when its ``# TYPE`` line after it, or the file's end, is met). A
+        recording written time-major (every series' first samples first) says less here than its
+        window holds."""
+        reader = self.reader
+        self._read_on(lambda: reader.first_family_read())
+        if reader.first_wanted is None:
+            return None
+        name = reader.first_wanted[0]
+        peeked = (_peek(self.path, e) for e in list(reader.series.values()) if e.name == name)
+        raw = {name: [s for s in peeked if s is not None]}
+        drop_bad_samples(raw)  # the samples the loader drops (odd timestamps) do not count (it warns)
+        times = [s.times for s in raw.get(name, []) if len(s.times)]
+        if not times:
+            return None
+        return float(max(t.max() for t in times) - min(t.min() for t in times))
+
+    def finish(
+        self, progress: Callable[[float], None] | None = None
+    ) -> tuple[dict[str, list[RawSeries]], float, float, float]:
+        """The rest of the file read: :func:`read_openmetrics`' answer."""
+        if progress and self._at:
+            progress(self._at)
+        for done in self._chunks:
+            self.reader.check_size()
+            if progress:
+                progress(done)
+        raw = _to_raw(self.path, self.reader)
+        out = summarize(raw, str(self.path))
         if progress:
-            progress(done)
-    raw = _to_raw(path, reader)
-    out = summarize(raw, str(path))
-    if progress:
-        progress(1.0)
-    return out
+            progress(1.0)
+        return out
+
+    def close(self) -> None:
+        """Stop reading (the gzip thread ends)."""
+        self._chunks.close()
 
 
-def _feed_file(path: Path, reader: _Reader) -> Iterator[float]:
+def _feed_file(path: Path, reader: _Reader) -> Generator[float, None, None]:
     """Feed ``path`` to ``reader`` chunk by chunk, whole lines at a time; after each chunk, yield
     the share of the file read. Unreadable input ends in one :class:`FleetscopeError`."""
     try:
@@ -272,6 +335,26 @@ def _check_end(path: Path, reader: _Reader) -> None:
         raise FleetscopeError(f"{path} holds no samples")
 
 
+def _peek(path: Path, entry: _Series) -> RawSeries | None:
+    """A copy of the samples a series entry holds now, in seconds (the entry keeps them)."""
+    _flush(path, entry)
+    if not entry.times:
+        return None
+    times, values = np.concatenate(entry.times), np.concatenate(entry.values)
+    if entry.ms if entry.ms is not None else _milliseconds(times):
+        times = times / 1000.0
+    return RawSeries(dict(entry.labels), times, values)
+
+
+def _milliseconds(times: np.ndarray) -> bool:
+    """Whether a series' timestamps are milliseconds (the text format's convention): judged by the
+    bulk, so one odd stamp decides nothing."""
+    if times.size and times.max() < 1e11:  # every stamp in seconds (one pass; NaN goes below)
+        return False
+    finite = times[np.isfinite(times)]
+    return bool(finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11)))
+
+
 def _entry_series(path: Path, entry: _Series) -> RawSeries | None:
     """The samples a series entry holds now, as one raw series in seconds (None: none), emptied.
 
@@ -289,10 +372,7 @@ def _entry_series(path: Path, entry: _Series) -> RawSeries | None:
     if entry.ms is not None:
         ms = entry.ms
     else:
-        finite = times[np.isfinite(times)]
-        ms = entry.ms = bool(
-            finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11))
-        )
+        ms = entry.ms = _milliseconds(times)
     if ms:
         times = times / 1000.0
     return RawSeries(labels, times, values)
@@ -392,7 +472,11 @@ class _Reader:
         # the last, line number before the first, prefix length).
         self.pending: list[tuple[_Series, int, int, int, int]] = []
         self.begin = 0  # where the current buffer's lines begin
+        self.run_lines = 0  # the last run's lines: the next run's likely length (a family's series
+        # hold the same samples)
         self.n_wanted = 0  # series kept so far
+        self.type_lines = 0  # ``# TYPE`` lines met
+        self.first_wanted: tuple[str, int] | None = None  # the first series kept: (its name, type_lines)
         self.shapes: list[tuple[float, float, float]] = []  # (span, spacing, first time) of the first runs
         self.start: float | None = None  # the window asked for, when known (check_size)
         self.end: float | None = None
@@ -449,9 +533,10 @@ class _Reader:
                 i += 1
                 continue
             head, v, t = parts
+            head = bytes(head)
             entry = self._entry(head, v, t, line, self.lineno + 1)
             prefix = head + b" "
-            j = _run_end(buf, nls, i, prefix)
+            j = _run_end(buf, nls, i, prefix, self.run_lines)
             if 1 + buf.count(b"\n" + prefix, s, nls[j - 1] + 1) != j - i:  # another series in between
                 j = i + 1
                 while j < n_lines and buf.startswith(prefix, nls[j - 1] + 1):
@@ -459,6 +544,7 @@ class _Reader:
             if entry.wanted:
                 self.pending.append((entry, i, j, self.lineno, len(prefix)))
             self.last_head, self.last_entry = head, entry
+            self.run_lines = j - i
             self.lineno += j - i
             i = j
         self.flush(buf, nl)
@@ -477,7 +563,14 @@ class _Reader:
         entry = _Series(name, labels, self.wanted is None or name in self.wanted)
         self.series[head] = entry
         self.n_wanted += bool(entry.wanted)
+        if entry.wanted and self.first_wanted is None:
+            self.first_wanted = (name, self.type_lines)
         return entry
+
+    def first_family_read(self) -> bool:
+        """Whether the family of the first series kept has ended (a ``# TYPE`` line after it, or
+        ``# EOF``)."""
+        return self.first_wanted is not None and (self.type_lines > self.first_wanted[1] or self.saw_eof)
 
     # ------------------------------------------------------------------ streaming
     def _mark(self, entry: _Series) -> None:
@@ -542,13 +635,13 @@ class _Reader:
         pending, self.pending = self.pending, []
         counts = np.array([p[2] - p[1] for p in pending], dtype=np.int64)
         firsts = np.array([p[1] for p in pending], dtype=np.int64)
-        before = np.cumsum(counts) - counts
-        lines = np.arange(int(counts.sum())) + np.repeat(firsts - before, counts)
-        starts = np.where(lines > 0, nl[np.maximum(lines - 1, 0)] + 1, self.begin)
-        starts += np.repeat(np.array([p[4] for p in pending], dtype=np.int64), counts)
-        lens = nl[lines] + 1 - starts
+        plens = np.array([p[4] for p in pending], dtype=np.int64)
+        starts, lens = _pair_spans(nl, self.begin, firsts, counts, plens)
         ends = np.cumsum(lens)
-        text = np.frombuffer(buf, dtype=np.uint8)[_gather_index(starts, lens, ends)].tobytes()
+        # ``take`` of an index of numpy's own integer width: an int32 index (half the memory) was
+        # cast to it first, which cost twice the gather (docs/benchmarks.md).
+        index = _gather_index(starts, lens, ends)
+        text = np.take(np.frombuffer(buf, dtype=np.uint8), index, mode="clip").tobytes()
         total = int(counts.sum())
         table = _parse_pairs(text, total) if text.count(b" ") == total else None
         if table is not None:
@@ -587,7 +680,7 @@ class _Reader:
         """Parse ``buf[pos:stop]`` one line at a time (the reference for every case and error)."""
         path, wanted, streaming = self.path, self.wanted, self.streaming
         lineno = self.lineno
-        lines = buf[pos:stop].split(b"\n")
+        lines = bytes(buf[pos:stop]).split(b"\n")
         if lines and not lines[-1]:
             lines.pop()  # the empty piece after the region's last newline is not a line
         for line in lines:
@@ -598,6 +691,7 @@ class _Reader:
                 continue
             if line[:1] == b"#":
                 if line.startswith(b"# TYPE "):
+                    self.type_lines += 1
                     parts = line.split()
                     if streaming:
                         self.family_done(self.family)
@@ -637,12 +731,36 @@ class _Reader:
         self.lineno = lineno
 
 
+def _pair_spans(
+    nl: np.ndarray, begin: int, firsts: np.ndarray, counts: np.ndarray, plens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each line of the runs (``counts`` lines from line ``firsts``, prefixes ``plens`` bytes
+    long) has its ``value timestamp`` part, and its length with the newline: runs one after another
+    (nearly always) by slices, else line by line."""
+    a, b = int(firsts[0]), int(firsts[-1] + counts[-1])
+    if b - a == int(counts.sum()):
+        starts = np.empty(b - a, dtype=np.int64)
+        if a:
+            np.add(nl[a - 1 : b - 1], 1, out=starts)
+        else:
+            starts[0] = begin
+            np.add(nl[: b - 1], 1, out=starts[1:])
+        lines = slice(a, b)
+    else:
+        before = np.cumsum(counts) - counts
+        lines = np.arange(int(counts.sum())) + np.repeat(firsts - before, counts)
+        starts = np.where(lines > 0, nl[np.maximum(lines - 1, 0)] + 1, begin)
+    starts += np.repeat(plens, counts)
+    lens = nl[lines] + 1
+    lens -= starts
+    return starts, lens
+
+
 def _gather_index(starts: np.ndarray, lens: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The positions of the bytes of the pieces ``[starts[k], starts[k] + lens[k])`` one after the
     other (``ends``: the cumulative sum of ``lens``, each at least 1): ones, with each piece's
-    first position holding the jump to it, summed up (two passes over a 4-byte index)."""
-    dtype = np.int32 if int(starts[-1] + lens[-1]) < 2**31 else np.int64
-    index = np.ones(int(ends[-1]), dtype=dtype)
+    first position holding the jump to it, summed up."""
+    index = np.ones(int(ends[-1]), dtype=np.intp)
     index[0] = starts[0]
     index[ends[:-1]] = starts[1:] - starts[:-1] - lens[:-1] + 1
     return np.cumsum(index, out=index)
@@ -669,10 +787,19 @@ def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
     return len(nls) if p < 0 else bisect.bisect_left(nls, p)
 
 
-def _run_end(buf: bytes, nls: list[int], i: int, prefix: bytes) -> int:
+def _run_end(buf: bytes, nls: list[int], i: int, prefix: bytes, guess: int = 0) -> int:
     """The index of the first line after line ``i`` that does not begin with ``prefix``, assuming
-    the series' lines are contiguous (the caller checks): gallop, then bisect."""
+    the series' lines are contiguous (the caller checks): ``guess`` lines when the last of them
+    begins with it and the next does not (two probes), else gallop, then bisect."""
     n_lines = len(nls)
+    c = i + guess
+    if (
+        guess > 1
+        and c <= n_lines
+        and buf.startswith(prefix, nls[c - 2] + 1)
+        and (c == n_lines or not buf.startswith(prefix, nls[c - 1] + 1))
+    ):
+        return c
     good, k = i, 1
     while True:
         c = i + k
@@ -752,10 +879,18 @@ def load_recording(
     start: float | None = None,
     end: float | None = None,
     progress: Callable[[float], None] | None = None,
+    head: RecordingRead | None = None,
 ) -> Frames:
     """Load a recording onto a grid from its first to its last sample (or ``start``/``end``);
-    :func:`fleetscope.window.sources.open_source` routes a Parquet archive to its own loader."""
-    raw, t_min, t_max, spacing = read_openmetrics(path, metrics, progress, (start, end, step))
+    :func:`fleetscope.window.sources.open_source` routes a Parquet archive to its own loader.
+    ``head``: the read of the recording's head made for :meth:`RecordingRead.first_family_seconds`
+    (of this window), read on from there."""
+    read = head if head is not None and head.window == (start, end, step) else None
+    if read is None:
+        if head is not None:
+            head.close()
+        read = RecordingRead(path, metrics, (start, end, step))
+    raw, t_min, t_max, spacing = read.finish(progress)
     return frames_from_raw(
         raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)
     )

@@ -39,6 +39,7 @@ from fleetscope.window.frames import Frames, check_window
 
 if TYPE_CHECKING:
     from fleetscope.window.archive.spool import Spool
+    from fleetscope.window.openmetrics import RecordingRead
     from fleetscope.window.prometheus import PrometheusAccess
     from fleetscope.window.sliding import SlidingWindow
 
@@ -120,13 +121,15 @@ class RecordingSource:
 
     def __init__(self, path: str | Path, metrics: Collection[str] | None) -> None:
         self.path, self.metrics, self.name = Path(path), with_aliases(metrics), os.fspath(path)
+        self._head: RecordingRead | None = None  # the read that judged the window's length, paused
 
     def seconds(
         self, start: float | None = None, end: float | None = None, step: float | None = None
     ) -> float | None:
         """The window's length from the recording's head: its first family's
-        (:meth:`first_family_seconds`), or ``end - start`` when that is shorter."""
-        recorded_s = self.first_family_seconds()
+        (:meth:`first_family_seconds`), or ``end - start`` when that is shorter. The read stops
+        there, and a :meth:`load` of the same window goes on with it."""
+        recorded_s = self.first_family_seconds((start, end, step))
         if start is not None and end is not None and recorded_s is not None:
             return min(recorded_s, end - start)
         return recorded_s
@@ -143,6 +146,7 @@ class RecordingSource:
         from fleetscope.window.archive.spool import spool_recording
         from fleetscope.window.memory import release_freed
 
+        self._drop_head()
         spool = spool_recording(self.path, tmpdir() / "window.spool", self.metrics, progress)
         release_freed()  # the parser's buffers, before the spool is read
         return SpoolSource(spool, self.metrics)
@@ -159,32 +163,34 @@ class RecordingSource:
     ) -> Frames:
         from fleetscope.window.openmetrics import load_recording
 
-        frames = load_recording(self.path, self.metrics, step=step, start=start, end=end, progress=progress)
+        head, self._head = self._head, None
+        frames = load_recording(
+            self.path, self.metrics, step=step, start=start, end=end, progress=progress, head=head
+        )
         return fold_aliases(frames)
 
-    def first_family_seconds(self) -> float | None:
-        """The time the first family the analyzers read spans (None: no such family, or unreadable):
-        a recording's families each span its window, so this is the window's length, read from the
-        file's head alone. A recording written time-major (every series' first samples first)
-        says less here than its window holds."""
-        from fleetscope.window.frames import drop_bad_samples
-        from fleetscope.window.openmetrics import iter_openmetrics
+    def first_family_seconds(
+        self, window: tuple[float | None, float | None, float | None] = (None, None, None)
+    ) -> float | None:
+        """The time the first family the analyzers read spans (None: no such family, or unreadable;
+        :meth:`~fleetscope.window.openmetrics.RecordingRead.first_family_seconds`): the window's
+        length, from the file's head alone. The read is kept for a :meth:`load` of ``window``."""
+        from fleetscope.window.openmetrics import RecordingRead
 
-        families = iter_openmetrics(self.path, self.metrics)
+        self._drop_head()
+        read = RecordingRead(self.path, self.metrics, window)
         try:
-            name, series = next(families)
-        except (StopIteration, FleetscopeError):
+            seconds = read.first_family_seconds()
+        except FleetscopeError:  # the load reads it again, and says what is wrong
+            read.close()
             return None
-        finally:
-            close = getattr(families, "close", None)  # a generator: stops its reading thread
-            if close is not None:
-                close()
-        raw = {name: series}
-        drop_bad_samples(raw)  # the samples the loader drops (odd timestamps) do not count (it warns)
-        times = [s.times for s in raw.get(name, []) if len(s.times)]
-        if not times:
-            return None
-        return float(max(t.max() for t in times) - min(t.min() for t in times))
+        self._head = read
+        return seconds
+
+    def _drop_head(self) -> None:
+        if self._head is not None:
+            self._head.close()
+            self._head = None
 
     def to_archive(
         self, out: Path, progress: Progress | None = None, compression: str = "zstd"

@@ -62,6 +62,7 @@ from fleetscope.window.frames import (
     grid_rows,
     lookback_seconds,
     make_grid,
+    rows_in_order,
 )
 from fleetscope.window.grid import round_step
 from fleetscope.window.samples import (
@@ -593,7 +594,7 @@ class Arranged(NamedTuple):
             tms, sid, values = tms[keep], sid[keep], values[keep]
         if not tms.size:
             return None
-        order = None if maybe_ordered and _in_order(sid, tms) else series_time_order(sid, tms)
+        order = None if maybe_ordered and rows_in_order(sid, tms) else series_time_order(sid, tms)
         if order is not None:
             sid, tms, values = sid[order], tms[order], values[order]
         change = np.empty(sid.size, dtype=bool)
@@ -605,12 +606,6 @@ class Arranged(NamedTuple):
         if keep is not None:
             first = np.flatnonzero(keep)[first]  # ... among those given
         return cls(series, tms, values, starts, first, sid[starts])
-
-
-def _in_order(sid: np.ndarray, tms: np.ndarray) -> bool:
-    """Whether the rows are in series order, and in time order within each series."""
-    ds = np.diff(sid)
-    return bool((ds >= 0).all() and not ((np.diff(tms) < 0) & (ds == 0)).any())
 
 
 def series_time_order(sid: np.ndarray, tms: np.ndarray) -> np.ndarray:
