@@ -13,6 +13,7 @@ clear message. docs/benchmarks.md#loading-at-scale has the numbers.
 
 from __future__ import annotations
 
+import array
 import bisect
 import csv
 import gzip
@@ -23,7 +24,7 @@ import re
 import threading
 import types
 import zlib
-from collections.abc import Callable, Collection, Generator, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, NoReturn, cast
 
@@ -488,7 +489,7 @@ class _Reader:
         its newlines in ``buf``)."""
         if end <= begin:
             return
-        nls: list[int] = nl.tolist()
+        nls = array.array("q", nl.astype(np.int64, copy=False).tobytes())  # Python ints, no list
         n_lines = len(nls)
         self.begin = begin
         nonempty: np.ndarray | None = None  # indices of the lines that are not empty (made when needed)
@@ -778,7 +779,7 @@ def _shape(times: np.ndarray) -> tuple[float, float, float]:
     return (float(t.max()) - lo) / scale, spacing / scale, lo / scale
 
 
-def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
+def _next_comment(buf: bytes, nls: Sequence[int], s: int, end: int) -> int:
     """The index of the first line at or after byte ``s`` that starts with ``#`` (the line count
     when none before ``end``)."""
     p = buf.find(b"#", s, end)
@@ -787,7 +788,7 @@ def _next_comment(buf: bytes, nls: list[int], s: int, end: int) -> int:
     return len(nls) if p < 0 else bisect.bisect_left(nls, p)
 
 
-def _run_end(buf: bytes, nls: list[int], i: int, prefix: bytes, guess: int = 0) -> int:
+def _run_end(buf: bytes, nls: Sequence[int], i: int, prefix: bytes, guess: int = 0) -> int:
     """The index of the first line after line ``i`` that does not begin with ``prefix``, assuming
     the series' lines are contiguous (the caller checks): ``guess`` lines when the last of them
     begins with it and the next does not (two probes), else gallop, then bisect."""
