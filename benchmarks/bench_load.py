@@ -6,8 +6,12 @@ is about 330 MB gzipped, 10 GB unzipped, so never the repository), then each mea
 fresh process, timed from outside (wall time, peak RSS of that process):
 
 * ``floor``: merely decompressing the recording and splitting it into lines in Python (16 MB
-  blocks, ``bytes.split``): the floor the recording path is measured against (issue 32: the
-  default command within 1.5 times it), printed with the ratio ``default-om / floor``;
+  blocks, stdlib ``gzip``, ``bytes.split``; the process imports nothing else): the floor the
+  recording path is measured against (issue 32: the default command within 1.5 times it), printed
+  with the ratio ``default-om / floor``;
+* ``floor-libs``: the same in a process that first imports what the analyzers import (numpy,
+  pandas, pyarrow, the analyzers: about 0.4 s), as ``floor`` did until 2026-12-06 (the earlier
+  figures in docs/benchmarks.md are against it), printed with ``default-om / floor-libs``;
 * ``pandas``: a plain pandas reading of the same series (``read_csv`` of the lines, ``str.rsplit`` into
   head, value and timestamp, ``groupby`` the head): the baseline the recording loader is held to;
 * ``read``: ``load_file.read_openmetrics`` (what ``analyze --input X.om.gz`` parses);
@@ -60,6 +64,7 @@ print("MEASURED", res.returncode, wall, resource.getrusage(resource.RUSAGE_CHILD
 """
 MEASUREMENTS = (
     "floor",
+    "floor-libs",
     "pandas",
     "read",
     "record",
@@ -115,13 +120,18 @@ def floor_lines(path: str) -> int:
 
 
 def one(mode: str, path: str) -> None:
-    """Run one in-process measurement (in the child process)."""
+    """Run one in-process measurement (in the child process); ``floor`` imports nothing more."""
+    if mode == "floor":
+        t0 = time.monotonic()
+        lines = floor_lines(path)
+        print(f"INNER {time.monotonic() - t0:.2f} s, {lines} lines")
+        return
     from fleetscope.analyzers.core import LOADED
     from fleetscope.window.openmetrics import read_openmetrics
     from tests.support.analysis import load_file
 
     t0 = time.monotonic()
-    if mode == "floor":
+    if mode == "floor-libs":
         n_series, n_samples = floor_lines(path), 0
     elif mode == "pandas":
         n_series, n_samples = pandas_baseline(path)
@@ -131,7 +141,8 @@ def one(mode: str, path: str) -> None:
     else:  # load-om, load-parquet
         frames = load_file(path, LOADED)
         n_series, n_samples = sum(len(m) for m in frames.metrics.values()), len(frames.times)
-    what = f"{n_series} lines" if mode == "floor" else f"{n_series} series, {n_samples} samples/grid times"
+    samples = f"{n_series} series, {n_samples} samples/grid times"
+    what = f"{n_series} lines" if mode == "floor-libs" else samples
     print(f"INNER {time.monotonic() - t0:.2f} s, {what}")
 
 
@@ -175,6 +186,7 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
 
     cmds = {
         "floor": [*me, "floor", str(om)],
+        "floor-libs": [*me, "floor-libs", str(om)],
         "pandas": [*me, "pandas", str(om)],
         "read": [*me, "read", str(om)],
         "record": [*fs, "record", "--input", str(om), "-o", str(pq), "--no-progress"],
@@ -194,9 +206,10 @@ def run_case(nodes: int, hours: float, workdir: Path, skip: set[str], prometheus
         wall, rss, inner = measure(cmds[mode])
         walls[mode] = wall
         print(f"| {mode} | {wall:.1f} | {rss:.0f} | {inner} |", flush=True)
-    if "floor" in walls and "default-om" in walls:
-        ratio = walls["default-om"] / walls["floor"]
-        print(f"default-om / floor: {ratio:.2f} (load average {os.getloadavg()[0]:.1f})")
+    for floor in ("floor", "floor-libs"):
+        if floor in walls and "default-om" in walls:
+            ratio = walls["default-om"] / walls[floor]
+            print(f"default-om / {floor}: {ratio:.2f} (load average {os.getloadavg()[0]:.1f})")
     if pq.exists():
         print(f"archive: {pq.stat().st_size / 1e6:.1f} MB")
     if tile and pq.exists():

@@ -396,9 +396,9 @@ def grid_rows(
     if not K or not key.size:
         return table
     gm = np.round(grid * 1000).astype(np.int64)
-    base = min(int(tm.min()), int(gm.min()))
-    span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
     if not ordered and not rows_in_order(key, tm):  # by key, then time; stable: duplicates keep order
+        base = min(int(tm.min()), int(gm.min()))
+        span = max(int(tm.max()), int(gm.max())) - base + 1  # every offset below is in [0, span)
         fits = K * span < 2**62  # one int64 key (a timsort) unless it would overflow
         order = (
             np.argsort(key.astype(np.int64) * span + (tm - base), kind="stable")
@@ -406,11 +406,13 @@ def grid_rows(
             else np.lexsort((tm, key))
         )
         key, tm, val = key[order], tm[order], val[order]
+    next_key = key[1:] != key[:-1]  # the last row of each key
     keep = np.ones(key.size, dtype=bool)  # the last of every (key, timestamp) run, if not NaN
-    keep[:-1] = (key[1:] != key[:-1]) | (tm[1:] != tm[:-1])
+    keep[:-1] = next_key | (tm[1:] != tm[:-1])
     keep &= ~np.isnan(val)
     if not keep.all():
         key, tm, val = key[keep], tm[keep], val[keep]
+        next_key = key[1:] != key[:-1]
     del keep
     if not key.size:
         return table
@@ -419,7 +421,7 @@ def grid_rows(
     # series with that j -- then carry the row numbers forward in time (they grow within a series).
     j = np.searchsorted(gm, tm, side="left")
     newest = np.ones(j.size, dtype=bool)
-    newest[:-1] = (key[1:] != key[:-1]) | (j[1:] != j[:-1])
+    newest[:-1] = next_key | (j[1:] != j[:-1])
     newest &= j < T
     rows = np.flatnonzero(newest)
     lb = round(lookback * 1000)
