@@ -140,9 +140,9 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
     thread's buffers, parsed where it lies: it is filled again once the next chunk is asked for.
 
     A gzip file is decompressed on a thread (ISA-L or zlib, both release the GIL), which also finds
-    the chunk's newlines (numpy releases it too), at most two chunks ahead, so on two cores that
-    overlaps parsing this one; a decompression error is raised here, after the chunks before it,
-    where the line-by-line reader would have met it.
+    the chunk's newlines (numpy releases it too), at most INFLATE_BUFFERS - 1 chunks ahead, so on
+    two cores that overlaps parsing this one; a decompression error is raised here, after the
+    chunks before it, where the line-by-line reader would have met it.
     """
     with path.open("rb") as fh:
         magic = fh.read(2)
@@ -151,7 +151,7 @@ def _chunks(path: Path) -> Iterator[tuple[bytes, int, np.ndarray | None]]:
             while data := fh.read(CHUNK_BYTES):
                 yield data, fh.tell(), _newlines(data, 0, len(data))
         return
-    # Three buffers made here and passed back and forth: chunks allocated by the thread and freed by
+    # Buffers made here and passed back and forth: chunks allocated by the thread and freed by
     # this one fragment glibc's per-thread arenas (peak RSS grew by hundreds of MB); the parser reads
     # them in place (copying each to bytes cost 0.26 s of the parsing thread per 1.5 GB).
     free: queue.Queue = queue.Queue()
@@ -489,7 +489,8 @@ class _Reader:
         its newlines in ``buf``)."""
         if end <= begin:
             return
-        nls = array.array("q", nl.astype(np.int64, copy=False).tobytes())  # Python ints, no list
+        # Indexed one at a time as Python ints: tolist() made (and freed) 8.5 M int objects an hour.
+        nls = array.array("q", nl.astype(np.int64, copy=False).tobytes())
         n_lines = len(nls)
         self.begin = begin
         nonempty: np.ndarray | None = None  # indices of the lines that are not empty (made when needed)
