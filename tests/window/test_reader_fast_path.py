@@ -13,6 +13,7 @@ from isal import igzip, isal_zlib
 
 from fleetscope.errors import FleetscopeError
 from fleetscope.window import openmetrics as om
+from tests.support.reads import assert_same_reads
 
 T0 = 1796032800
 
@@ -30,14 +31,6 @@ def _recording(gpus: int = 24, samples: int = 80) -> bytes:
             out += [f"{head} {(g * 7 + t) % 101}.25 {T0 + 15 * t}\n" for t in range(samples)]
     out.append("# EOF\n")
     return "".join(out).encode()
-
-
-def _same(a, b) -> None:
-    assert a[1:] == b[1:] and list(a[0]) == list(b[0])
-    for name in a[0]:
-        assert [s.labels for s in a[0][name]] == [s.labels for s in b[0][name]]
-        for x, y in zip(a[0][name], b[0][name], strict=True):
-            assert np.array_equal(x.times, y.times) and np.array_equal(x.values, y.values)
 
 
 @pytest.fixture(params=sorted(INFLATERS))
@@ -58,7 +51,7 @@ def test_either_inflater_reads_what_the_plain_file_holds(tmp_path, inflater):
     (tmp_path / "r.om").write_bytes(body)
     (tmp_path / "r.om.gz").write_bytes(gzip.compress(body))
     plain = om.read_openmetrics(tmp_path / "r.om")
-    _same(om.read_openmetrics(tmp_path / "r.om.gz"), plain)
+    assert_same_reads(om.read_openmetrics(tmp_path / "r.om.gz"), plain)
     assert sum(len(s.times) for s in plain[0]["DCGM_FI_DEV_GPU_UTIL"]) == 24 * 80
 
 

@@ -15,6 +15,7 @@ from fleetscope.errors import FleetscopeError
 from fleetscope.window import frames as fr
 from fleetscope.window import openmetrics as om
 from fleetscope.window.sources import RecordingSource
+from tests.support.reads import assert_same_reads, reference_read
 
 T0 = 1796032800
 
@@ -33,14 +34,6 @@ def _recording(families: int = 3, gpus: int = 6, samples: int = 90, odd: bool = 
     return "".join(out).encode()
 
 
-def _same(a, b) -> None:
-    assert a[1:] == b[1:] and list(a[0]) == list(b[0])
-    for name in a[0]:
-        assert [s.labels for s in a[0][name]] == [s.labels for s in b[0][name]]
-        for x, y in zip(a[0][name], b[0][name], strict=True):
-            assert np.array_equal(x.times, y.times) and np.array_equal(x.values, y.values)
-
-
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(om, "CHUNK_BYTES", 3000)  # the head ends inside a chunk, lines cut in two
@@ -57,7 +50,7 @@ def test_a_read_paused_after_its_head_reads_on_to_the_same_series(tmp_path, smal
     assert read.first_family_seconds() == last
     assert read.reader.first_family_read() and not read.reader.saw_eof  # stopped at the head
     shares: list[float] = []
-    _same(read.finish(shares.append), whole)
+    assert_same_reads(read.finish(shares.append), whole)
     assert shares[0] > 0 and shares == sorted(shares) and shares[-1] == 1.0  # on from the head
 
 
@@ -117,14 +110,6 @@ def test_the_likely_run_end_is_the_end_whatever_the_guess():
         assert [om._run_end(buf, nls, i, prefix, guess) for guess in range(20)] == [end] * 20
 
 
-def _reference(path: Path) -> tuple:
-    """The file through the line-by-line parser alone."""
-    reader = om._Reader(path, None)
-    body = path.read_bytes()
-    reader._lines(body, 0, len(body))
-    return om.summarize(om._to_raw(path, reader), str(path))
-
-
 def test_runs_of_every_length_and_a_series_back_after_another_read_as_line_by_line(tmp_path, small_chunks):
     """Runs shorter and longer than the one before (the guess wrong both ways), and a series that
     comes back after another (the count finds it, the run is read line by line)."""
@@ -133,7 +118,7 @@ def test_runs_of_every_length_and_a_series_back_after_another_read_as_line_by_li
     body = body.replace(b"# TYPE DCGM_FI_DEV_F2", back + b" 4 %d\n# TYPE DCGM_FI_DEV_F2" % (T0 + 7), 1)
     path = tmp_path / "r.om"
     path.write_bytes(body)
-    _same(om.read_openmetrics(path), _reference(path))
+    assert_same_reads(om.read_openmetrics(path), reference_read(path))
 
 
 def test_the_pairs_spans_of_runs_in_one_stretch_are_those_of_runs_apart():
@@ -202,7 +187,7 @@ def test_values_only_the_line_by_line_parser_reads_read_the_same_in_runs_of_any_
     out.append("# EOF\n")
     path = tmp_path / "r.om"
     path.write_bytes("".join(out).encode())
-    fast, ref = om.read_openmetrics(path), _reference(path)
+    fast, ref = om.read_openmetrics(path), reference_read(path)
     assert [s.labels for s in fast[0]["g"]] == [s.labels for s in ref[0]["g"]]
     for x, y in zip(fast[0]["g"], ref[0]["g"], strict=True):
         assert np.array_equal(x.values.view(np.int64), y.values.view(np.int64))

@@ -26,6 +26,7 @@ from fleetscope.window.archive.format import BLOCK_S, META_KEY, contract_label_k
 from fleetscope.window.prometheus import raw_from_prometheus
 from tests.support.analysis import analyze_file, analyze_prometheus
 from tests.support.prom import Prometheus, backfill_openmetrics
+from tests.support.reads import assert_same_reads, reference_read
 
 
 @pytest.fixture(scope="module")
@@ -200,31 +201,6 @@ def test_without_pyarrow_one_clear_line(recording, tmp_path, capsys, monkeypatch
 # ``read_openmetrics`` parses runs of one series in bulk and sends everything else through its
 # line-by-line parser (``_Reader._lines``, the reference). Whatever the layout, both must give the same
 # series, samples and errors: here the reference is run over the whole file and compared.
-def _reference(path, metrics):
-    import gzip
-
-    from fleetscope.window import openmetrics as lf
-    from fleetscope.window.samples import summarize
-
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    reader = lf._Reader(path, metrics)
-    reader._lines(data, 0, len(data))
-    return summarize(lf._to_raw(path, reader), str(path))
-
-
-def _same(a, b):
-    assert a[1:] == b[1:]
-    assert list(a[0]) == list(b[0])
-    for name in a[0]:
-        assert [s.labels for s in a[0][name]] == [s.labels for s in b[0][name]], name
-        for x, y in zip(a[0][name], b[0][name], strict=True):
-            assert np.array_equal(x.times, y.times) and np.array_equal(x.values, y.values, equal_nan=True), (
-                name
-            )
-
-
 T0 = 1796032800
 
 
@@ -260,7 +236,7 @@ def test_fast_path_gives_what_the_line_parser_gives(tmp_path, monkeypatch, chunk
     path.write_bytes(gzip.compress(body) if gz else body)
     for metrics in (None, ["DCGM_FI_DEV_GPU_UTIL", "fleetscope_gpu_up"]):
         fast = lf.read_openmetrics(path, metrics)
-        _same(fast, _reference(path, metrics))
+        assert_same_reads(fast, reference_read(path, metrics))
     assert len(fast[0]["DCGM_FI_DEV_GPU_UTIL"]) == 6 and "something_else" not in fast[0]
     util0 = fast[0]["DCGM_FI_DEV_GPU_UTIL"][0]
     assert (
@@ -273,7 +249,7 @@ def test_fast_path_on_a_simulated_recording(recording):
     from fleetscope.window.openmetrics import read_openmetrics
 
     for metrics in (LOADED, None):
-        _same(read_openmetrics(recording, metrics), _reference(recording, metrics))
+        assert_same_reads(read_openmetrics(recording, metrics), reference_read(recording, metrics))
 
 
 @pytest.mark.parametrize(
@@ -296,12 +272,12 @@ def test_fast_path_errors_are_the_line_parsers(tmp_path, bad, message):
     path = tmp_path / "b.om"
     path.write_text("\n".join([*lines, "# EOF", ""]))
     if message is None:
-        _same(read_openmetrics(path), _reference(path, None))
+        assert_same_reads(read_openmetrics(path), reference_read(path, None))
         return
     with pytest.raises(FleetscopeError) as fast:
         read_openmetrics(path)
     with pytest.raises(FleetscopeError) as ref:
-        _reference(path, None)
+        reference_read(path, None)
     assert str(fast.value) == str(ref.value) and message in str(fast.value)
 
 
