@@ -827,7 +827,7 @@ _ROUND_TRIP: Literal["round_trip"] | None = "round_trip" if int(pd.__version__.s
 
 
 #: Up to this many lines, the pairs are converted as the line-by-line parser converts a series'
-#: text (numpy over the tokens): pandas' reader costs a quarter of a millisecond a call, and every
+#: text (:func:`_numbers`): pandas' reader costs a quarter of a millisecond a call, and every
 #: chunk's first line (the one the chunk before cut) is a call of its own.
 SMALL_PAIRS = 16
 
@@ -844,7 +844,7 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
         if len(pairs) != n or any(len(pair) != 2 for pair in pairs):
             return None
         try:
-            return np.array(pairs, dtype=np.bytes_).astype(float)
+            return _numbers(pairs)
         except ValueError:
             return None
     try:
@@ -867,13 +867,18 @@ def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
     return table
 
 
+def _numbers(tokens: list[bytes] | list[list[bytes]]) -> np.ndarray:
+    """The line-by-line parser's conversion of sample texts to floats (ValueError: not numbers)."""
+    return np.array(tokens, dtype=np.bytes_).astype(float)
+
+
 def _flush(path: Path, entry: _Series) -> None:
     """Convert a series' pending value/timestamp bytes to float arrays."""
     if not entry.vtext:
         return
     try:
-        entry.values.append(np.array(entry.vtext, dtype=np.bytes_).astype(float))
-        entry.times.append(np.array(entry.ttext, dtype=np.bytes_).astype(float))
+        entry.values.append(_numbers(entry.vtext))
+        entry.times.append(_numbers(entry.ttext))
     except ValueError:
         raise FleetscopeError(
             f"{path}: series {entry.name} has a value or timestamp that is not a number"
