@@ -244,11 +244,13 @@ def test_the_authenticated_pool_is_bounded_and_released(auth_config) -> None:
     server = _server(auth_config, max_connections=2, head_deadline=30.0)
     try:
         for _ in range(10):
-            # One scrape after another: each is admitted to the (one-slot) pool, and its slot comes
-            # back once the server has closed the connection (the client may see the answer first).
+            # One scrape after another: each is admitted to the (one-slot) pool, and its slots (the
+            # pool's and the address's share) come back once the server has closed the connection
+            # and its thread ends; the client may see the answer before either.
             assert _scrape(server.port, AUTH) == 200
-            admission = server.httpd._admission
-            assert admission is not None
+            admission, clients = server.httpd._admission, server.httpd._clients
+            assert admission is not None and clients is not None
             assert wait_until(lambda a=admission: a.authenticated == 0 and a.open == 0, 60)
+            assert wait_until(lambda c=clients: c.open("127.0.0.1") == 0, 60)
     finally:
         server.shutdown()
