@@ -3,8 +3,10 @@
 Recordings are large (a 64-node hour holds 7 million lines, 1.3 GB of text), so the parser works on
 runs of lines rather than on lines (:class:`_Reader`): recorders write a series' samples one after
 another, a run's label set is parsed once, and its values and timestamps are parsed in bulk by C
-code; gzip is inflated on a second thread (ISA-L's inflate where the ``isal`` package is installed,
-as the analyzer extra does; zlib otherwise), which also finds each chunk's newlines. Families the
+code (:mod:`fleetscope.window.pairs`: Arrow's CSV reader on a thread of its own where pyarrow is
+installed, as the analyzer extra does); gzip is inflated on another thread (ISA-L's inflate where
+the ``isal`` package is installed, as the analyzer extra does; zlib otherwise), which also finds
+each chunk's newlines. Families the
 analyzers do not use are skipped after one look at their ``# TYPE`` line. Anything irregular goes
 through the line-by-line parser, which is the reference: anything that is not a timestamped
 OpenMetrics sample is an error with the line number, so a wrong or truncated file fails with one
@@ -15,21 +17,19 @@ from __future__ import annotations
 
 import array
 import bisect
-import csv
 import gzip
-import io
 import os
 import queue
 import re
 import threading
 import types
 import zlib
+from collections import deque
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, NoReturn, cast
+from typing import NoReturn, cast
 
 import numpy as np
-import pandas as pd
 
 from fleetscope.errors import FleetscopeError
 from fleetscope.textformat import unescape_label_value
@@ -42,6 +42,7 @@ from fleetscope.window.frames import (
     drop_bad_samples,
 )
 from fleetscope.window.grid import round_step
+from fleetscope.window.pairs import Parsed, numbers, parse_pairs, parse_soon
 from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
 
 _LABEL = re.compile(rb'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
@@ -113,6 +114,11 @@ BATCH_CHECK_CHUNKS = 8
 #: Longest line read: a line longer than this is no recording's (a 1 GB line took 5.4 GB before
 #: its error); refused as soon as it is passed, with one line.
 MAX_LINE_BYTES = 4 << 20
+#: Runs whose (span, spacing, first time) :meth:`_Reader.check_size` judges a grid's size by.
+SHAPES = 200
+#: Flushes whose parse may be outstanding at once (each holds its chunk's pairs and their floats,
+#: about 2 MB for a recording's 8 MB chunk): past this the reader waits for the oldest.
+JOBS_AHEAD = 3
 
 
 def _too_long(path: Path) -> FleetscopeError:
@@ -242,6 +248,7 @@ class RecordingRead:
         window holds."""
         reader = self.reader
         self._read_on(lambda: reader.first_family_read())
+        reader.settle()
         if reader.first_wanted is None:
             return None
         name = reader.first_wanted[0]
@@ -284,6 +291,18 @@ def _feed_file(path: Path, reader: _Reader) -> Generator[float, None, None]:
     if size == 0:
         raise FleetscopeError(f"{path} is empty: expected a recorded OpenMetrics file")
     try:
+        yield from _feed_chunks(path, reader, size)
+    except (OSError, EOFError, zlib.error, _InflateError, gzip.BadGzipFile) as exc:
+        raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
+    except UnicodeDecodeError:
+        raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
+
+
+def _feed_chunks(path: Path, reader: _Reader, size: int) -> Generator[float, None, None]:
+    """:func:`_feed_file`'s loop. An error met here (a line too long, a corrupt stream, a line the
+    fast path refuses) waits for the parses sent before it: a line before it that does not parse
+    is the error the line-by-line parser meets first."""
+    try:
         carry = b""  # the start of a line that the previous chunk cut
         for data, at, found in _chunks(path):
             nl = _newlines(data, 0, len(data)) if found is None else found
@@ -306,14 +325,14 @@ def _feed_file(path: Path, reader: _Reader) -> Generator[float, None, None]:
         if carry:  # a last line without its newline reads the same with one
             line = carry + b"\n"
             reader.feed(line, 0, len(line), _newlines(line, 0, len(line)))
-    except (OSError, EOFError, zlib.error, _InflateError, gzip.BadGzipFile) as exc:
-        raise FleetscopeError(f"{path} is truncated or corrupt: {exc}") from None
-    except UnicodeDecodeError:
-        raise FleetscopeError(f"{path} is not a text OpenMetrics file") from None
+    except Exception:
+        reader.settle()
+        raise
 
 
 def _to_raw(path: Path, reader: _Reader) -> dict[str, list[RawSeries]]:
     """The parsed entries as raw series (seconds), with the end-of-file checks."""
+    reader.settle()
     _check_end(path, reader)
     raw: dict[str, list[RawSeries]] = {}
     for entry in reader.series.values():
@@ -411,6 +430,7 @@ def iter_openmetrics(
         yield from reader.take_ready()
         if progress:
             progress(done)
+    reader.settle()
     _check_end(path, reader)
     reader.family_done(None)  # whatever is still held (samples outside their family)
     yield from reader.take_ready()
@@ -438,6 +458,25 @@ class _Series:
         self.fresh = False
 
 
+class _Job:
+    """One flush of a chunk's runs: their ``value timestamp`` text gathered, being parsed (maybe on
+    the pairs worker), and what its result is handed to once it is in."""
+
+    __slots__ = ("counts", "ends", "lens", "parsed", "pending", "text")
+
+    def __init__(
+        self,
+        pending: list[tuple[_Series, int, int, int, bytes]],
+        counts: np.ndarray,
+        text: bytes,
+        ends: np.ndarray,
+        lens: np.ndarray,
+        parsed: Parsed,
+    ) -> None:
+        self.pending, self.counts, self.text = pending, counts, text
+        self.ends, self.lens, self.parsed = ends, lens, parsed
+
+
 class _Reader:
     """The parser's state over the chunks: series by their head bytes, the current family, EOF.
 
@@ -446,10 +485,16 @@ class _Reader:
     one after another, so a run of lines that all begin with the same ``<name>{labels} `` is found
     with a few probes (:func:`_run_end`), checked in C (its line count against the count of that
     prefix after a newline), stripped of the prefix, and its ``value timestamp`` pairs are parsed with
-    those of the other runs of the chunk in one call of pandas' C reader. Lines of a family no one
-    reads are skipped the same way. Anything else (comments, blank lines, a run whose pairs do not
-    parse, a series that comes back later) goes to :meth:`_lines`, after the pending runs, so the
-    samples stay in file order and every error is the line-by-line parser's.
+    those of the other runs of the chunk in one call (:mod:`fleetscope.window.pairs`: with pyarrow,
+    on its worker thread, while this one reads on). Lines of a family no one reads are skipped the
+    same way. Anything else (comments, blank lines, a run whose pairs do not parse, a series that
+    comes back later) goes to :meth:`_lines`, after the pending runs, so the samples stay in file
+    order and every error is the line-by-line parser's.
+
+    A flush's parse is taken in (:meth:`_take`) before anything that reads the series or could meet
+    an error first: the next sample line the line-by-line parser reads, the end, a family handed
+    out, an error of the reader's own; comment lines do not wait for it (a run that does not parse
+    is then read line by line as in the family and state it was met in).
     """
 
     def __init__(self, path: Path, metrics: Collection[str] | None, streaming: bool = False) -> None:
@@ -470,15 +515,18 @@ class _Reader:
         self.last_head: bytes | None = None
         self.last_entry: _Series | None = None  # the previous line's series (None before the first sample)
         # Runs of the current buffer waiting for the bulk parse: (entry, first line index, index after
-        # the last, line number before the first, prefix length).
-        self.pending: list[tuple[_Series, int, int, int, int]] = []
+        # the last, line number before the first, its lines' prefix).
+        self.pending: list[tuple[_Series, int, int, int, bytes]] = []
+        # Flushes whose parse is not taken in yet, oldest first (at most JOBS_AHEAD).
+        self.jobs: deque[_Job] = deque()
         self.begin = 0  # where the current buffer's lines begin
         self.run_lines = 0  # the last run's lines: the next run's likely length (a family's series
         # hold the same samples)
         self.n_wanted = 0  # series kept so far
         self.type_lines = 0  # ``# TYPE`` lines met
         self.first_wanted: tuple[str, int] | None = None  # the first series kept: (its name, type_lines)
-        self.shapes: list[tuple[float, float, float]] = []  # (span, spacing, first time) of the first runs
+        self.shapes: list[tuple[float, float, float]] = []  # (span, spacing, first time) of the first
+        # SHAPES runs
         self.start: float | None = None  # the window asked for, when known (check_size)
         self.end: float | None = None
         self.step: float | None = None
@@ -536,7 +584,7 @@ class _Reader:
                 continue
             head, v, t = parts
             head = bytes(head)
-            entry = self._entry(head, v, t, line, self.lineno + 1)
+            entry = self._run_entry(buf, nl, head, v, t, line)
             prefix = head + b" "
             j = _run_end(buf, nls, i, prefix, self.run_lines)
             if 1 + buf.count(b"\n" + prefix, s, nls[j - 1] + 1) != j - i:  # another series in between
@@ -544,12 +592,22 @@ class _Reader:
                 while j < n_lines and buf.startswith(prefix, nls[j - 1] + 1):
                     j += 1
             if entry.wanted:
-                self.pending.append((entry, i, j, self.lineno, len(prefix)))
+                self.pending.append((entry, i, j, self.lineno, prefix))
             self.last_head, self.last_entry = head, entry
             self.run_lines = j - i
             self.lineno += j - i
             i = j
         self.flush(buf, nl)
+
+    def _run_entry(self, buf: bytes, nl: np.ndarray, head: bytes, v: bytes, t: bytes, line: bytes) -> _Series:
+        """:meth:`_entry` of the fast path's next run; a line before it that does not parse (its
+        run pending or being parsed) is the error met first."""
+        try:
+            return self._entry(head, v, t, line, self.lineno + 1)
+        except FleetscopeError:
+            self.flush(buf, nl)
+            self.settle()
+            raise
 
     def _entry(self, head: bytes, v: bytes, t: bytes, line: bytes, lineno: int) -> _Series:
         """The series entry of ``head``, made (with the line-by-line parser's checks) if new."""
@@ -582,6 +640,7 @@ class _Reader:
     def family_done(self, family: bytes | None) -> None:
         """Queue the series of ``family`` that took samples since last time, by metric in order of
         first appearance (``None``: every series still held, at the end of the file)."""
+        self.settle()
         if not self.fresh:
             return
         fam = None if family is None else family.decode("utf-8", "replace")
@@ -601,6 +660,7 @@ class _Reader:
 
     def fresh_samples(self) -> int:
         """Samples the series entries hold since they were last handed out."""
+        self.settle()
         return sum(sum(a.size for a in e.values) + len(e.vtext) for e in self.fresh)
 
     def take_ready(self) -> list[tuple[str, list[RawSeries]]]:
@@ -616,6 +676,8 @@ class _Reader:
         over the limit by a margin, so a recording that fits is never refused here; the exact check
         runs when the grid is built.
         """
+        if len(self.shapes) < SHAPES:  # the first runs' parses are what it judges by
+            self.settle()
         if len(self.shapes) < 5:
             return
         span, spacing, first = np.median(np.array(self.shapes), axis=0)
@@ -626,60 +688,94 @@ class _Reader:
         end = self.end if self.end is not None else start + float(span)
         points = (end - start) / step + 1
         if points * self.n_wanted > 1.2 * MAX_GRID_CELLS or points > 1.2 * MAX_GRID_POINTS:
+            self.settle()  # a line before that does not parse is the error met first
             check_grid(start, end, step, self.n_wanted)
 
     def flush(self, buf: bytes, nl: np.ndarray) -> None:
-        """Parse the pending runs of ``buf`` (newlines at ``nl``): their ``value timestamp`` parts
-        gathered into one text, parsed in one call. A batch that does not parse is retried run by
-        run, and a run that does not parse goes through the line-by-line parser."""
+        """Send the pending runs of ``buf`` (newlines at ``nl``) to be parsed: their ``value
+        timestamp`` parts gathered into one text, parsed in one call, taken in later in order."""
         if not self.pending:
             return
         pending, self.pending = self.pending, []
         counts = np.array([p[2] - p[1] for p in pending], dtype=np.int64)
         firsts = np.array([p[1] for p in pending], dtype=np.int64)
-        plens = np.array([p[4] for p in pending], dtype=np.int64)
+        plens = np.array([len(p[4]) for p in pending], dtype=np.int64)
         starts, lens = _pair_spans(nl, self.begin, firsts, counts, plens)
         ends = np.cumsum(lens)
         # ``take`` of an index of numpy's own integer width: an int32 index (half the memory) was
         # cast to it first, which cost twice the gather (docs/benchmarks.md).
         index = _gather_index(starts, lens, ends)
         text = np.take(np.frombuffer(buf, dtype=np.uint8), index, mode="clip").tobytes()
-        total = int(counts.sum())
-        table = _parse_pairs(text, total) if text.count(b" ") == total else None
-        if table is not None:
+        parsed = parse_soon(text, int(counts.sum()))
+        while self.jobs and (len(self.jobs) >= JOBS_AHEAD or self.jobs[0].parsed.ready()):
+            self._take(self.jobs.popleft())
+        self.jobs.append(_Job(pending, counts, text, ends, lens, parsed))
+
+    def settle(self) -> None:
+        """Take in every flush sent, in order (an error in one of them is raised here)."""
+        while self.jobs:
+            self._take(self.jobs.popleft())
+
+    def _take(self, job: _Job) -> None:
+        """Hand a flush's parsed pairs to their series; a batch that does not parse is retried run
+        by run, and a run that does not parse goes through the line-by-line parser."""
+        parsed = job.parsed.result()
+        if parsed is not None:
+            values, times = parsed
             at = 0
-            for (entry, *_), n in zip(pending, counts.tolist(), strict=True):
-                _flush(self.path, entry)
-                if self.streaming and not entry.fresh:
-                    self._mark(entry)
+            for (entry, *_), n in zip(job.pending, job.counts.tolist(), strict=True):
                 # Copies: a view would keep the chunk's whole table alive until the last series is
                 # assembled, doubling the peak memory.
-                entry.values.append(table[at : at + n, 0].copy())
-                entry.times.append(table[at : at + n, 1].copy())
-                if len(self.shapes) < 200 and n > 1:
-                    self.shapes.append(_shape(table[at : at + n, 1]))
+                self._add(entry, values[at : at + n].copy(), times[at : at + n].copy())
+                if len(self.shapes) < SHAPES and n > 1:
+                    self.shapes.append(_shape(times[at : at + n]))
                 at += n
             return
-        lineno = self.lineno
-        line_at = np.concatenate([[0], np.cumsum(counts)])
-        for k, (entry, i, j, first, _) in enumerate(pending):
+        # The lines are read as they were met: the fast path takes no line of a skipped family and
+        # none after '# EOF', whatever the comment lines read since then said; and the reader is
+        # left where it was (its line number, the last line's series).
+        state = self.lineno, self.family_skip, self.saw_eof, self.last_head, self.last_entry
+        self.family_skip = self.saw_eof = False
+        line_at = np.concatenate([[0], np.cumsum(job.counts)])
+        ends, lens = job.ends, job.lens
+        for k, (entry, i, j, first, prefix) in enumerate(job.pending):
             a, b = int(ends[line_at[k]] - lens[line_at[k]]), int(ends[line_at[k + 1] - 1])
-            pairs = text[a:b]
-            one = _parse_pairs(pairs, j - i) if pairs.count(b" ") == j - i else None
+            pairs = job.text[a:b]
+            one = parse_pairs(pairs, j - i)
             if one is not None:
-                _flush(self.path, entry)
-                if self.streaming and not entry.fresh:
-                    self._mark(entry)
-                entry.values.append(one[:, 0].copy())
-                entry.times.append(one[:, 1].copy())
-            else:
+                self._add(entry, one[0].copy(), one[1].copy())
+            else:  # the run's own lines: its prefix and each line's pair (with its newline)
                 self.lineno = first
-                self._lines(buf, int(nl[i - 1]) + 1 if i else self.begin, int(nl[j - 1]) + 1)
-        self.lineno = lineno
+                lines = b"".join([prefix + line + b"\n" for line in pairs.split(b"\n")[:-1]])
+                self._lines(lines, 0, len(lines), settled=True)
+        self.lineno, self.family_skip, self.saw_eof, self.last_head, self.last_entry = state
+
+    def _add(self, entry: _Series, values: np.ndarray, times: np.ndarray) -> None:
+        _flush(self.path, entry)
+        if self.streaming and not entry.fresh:
+            self._mark(entry)
+        entry.values.append(values)
+        entry.times.append(times)
 
     # ------------------------------------------------------------------ line by line
-    def _lines(self, buf: bytes, pos: int, stop: int) -> None:  # noqa: C901 -- the reference parser
-        """Parse ``buf[pos:stop]`` one line at a time (the reference for every case and error)."""
+    def _one_comment(self, buf: bytes, pos: int, stop: int) -> bool:
+        """Whether ``buf[pos:stop]`` is one comment line that changes no series and meets no error
+        (before '# EOF', outside streaming, where a ``# TYPE`` line hands out a family)."""
+        return (
+            not self.streaming
+            and not self.saw_eof
+            and buf[pos] == 35
+            and buf.find(b"\n", pos, stop) == stop - 1
+        )
+
+    def _lines(  # noqa: C901 -- the reference parser
+        self, buf: bytes, pos: int, stop: int, settled: bool = False
+    ) -> None:
+        """Parse ``buf[pos:stop]`` one line at a time (the reference for every case and error).
+        The flushes sent before are taken in first (``settled``: they are), unless this is one
+        comment line before '# EOF' outside streaming: that changes no series and meets no error."""
+        if self.jobs and not settled and not self._one_comment(buf, pos, stop):
+            self.settle()
         path, wanted, streaming = self.path, self.wanted, self.streaming
         lineno = self.lineno
         lines = bytes(buf[pos:stop]).split(b"\n")
@@ -821,64 +917,13 @@ def _run_end(buf: bytes, nls: Sequence[int], i: int, prefix: bytes, guess: int =
     return bad
 
 
-#: pandas before 3 needs ``round_trip`` for Python's correctly rounded parsing; pandas 3 deprecates the
-#: option, and its default gave the same bits as ``float()`` on 200,000 random decimals.
-_ROUND_TRIP: Literal["round_trip"] | None = "round_trip" if int(pd.__version__.split(".")[0]) < 3 else None
-
-
-#: Up to this many lines, the pairs are converted as the line-by-line parser converts a series'
-#: text (:func:`_numbers`): pandas' reader costs a quarter of a millisecond a call, and every
-#: chunk's first line (the one the chunk before cut) is a call of its own.
-SMALL_PAIRS = 16
-
-
-def _parse_pairs(text: bytes, n: int) -> np.ndarray | None:
-    """``n`` lines of ``value timestamp`` as an (n, 2) float array, or None if they are not exactly
-    that. Correctly rounded (:data:`_ROUND_TRIP`), so values are bit-identical to ``float(b"...")``;
-    quotes are not special and only ``NaN`` is missing, so nothing but numbers gets through."""
-    if n <= SMALL_PAIRS:
-        rows = text.split(b"\n")
-        if rows and not rows[-1]:
-            rows.pop()
-        pairs = [row.split(b" ") for row in rows]
-        if len(pairs) != n or any(len(pair) != 2 for pair in pairs):
-            return None
-        try:
-            return _numbers(pairs)
-        except ValueError:
-            return None
-    try:
-        table = pd.read_csv(
-            io.BytesIO(text),
-            sep=" ",
-            header=None,
-            dtype=float,
-            engine="c",
-            quoting=csv.QUOTE_NONE,
-            keep_default_na=False,
-            na_values=["NaN"],
-            skip_blank_lines=True,
-            float_precision=_ROUND_TRIP,
-        ).to_numpy()
-    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
-        return None
-    if table.shape != (n, 2):
-        return None
-    return table
-
-
-def _numbers(tokens: list[bytes] | list[list[bytes]]) -> np.ndarray:
-    """The line-by-line parser's conversion of sample texts to floats (ValueError: not numbers)."""
-    return np.array(tokens, dtype=np.bytes_).astype(float)
-
-
 def _flush(path: Path, entry: _Series) -> None:
     """Convert a series' pending value/timestamp bytes to float arrays."""
     if not entry.vtext:
         return
     try:
-        entry.values.append(_numbers(entry.vtext))
-        entry.times.append(_numbers(entry.ttext))
+        entry.values.append(numbers(entry.vtext))
+        entry.times.append(numbers(entry.ttext))
     except ValueError:
         raise FleetscopeError(
             f"{path}: series {entry.name} has a value or timestamp that is not a number"

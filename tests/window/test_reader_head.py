@@ -14,6 +14,7 @@ import pytest
 from fleetscope.errors import FleetscopeError
 from fleetscope.window import frames as fr
 from fleetscope.window import openmetrics as om
+from fleetscope.window import pairs
 from fleetscope.window.sources import RecordingSource
 from tests.support.reads import assert_same_reads, reference_read
 
@@ -175,11 +176,16 @@ def test_a_label_set_met_in_another_metric_keeps_its_grid_key():
     assert fr.grid_series([a, b], grid, 30.0, cache)[0] == [(("Hostname", "n"), ("gpu", "0"))]  # one key
 
 
+@pytest.mark.parametrize("converter", ["arrow", "pandas"])
 @pytest.mark.parametrize("samples", [1, 5, 40])  # runs under SMALL_PAIRS lines, and over
-def test_values_only_the_line_by_line_parser_reads_read_the_same_in_runs_of_any_length(tmp_path, samples):
+def test_values_only_the_line_by_line_parser_reads_read_the_same_in_runs_of_any_length(
+    tmp_path, monkeypatch, samples, converter
+):
     """Up to SMALL_PAIRS lines are converted by numpy (as the line-by-line parser converts), more
-    by pandas' reader, which refuses some of what numpy reads (``nan``, ``1_0``): the file reads
-    as through the line-by-line parser alone either way."""
+    by Arrow's reader (pandas' where pyarrow is missing), which refuse some of what numpy reads
+    (``nan``, ``1_0``): the file reads as through the line-by-line parser alone either way."""
+    if converter == "pandas":
+        monkeypatch.setattr(pairs, "_ARROW", None)
     values = ["1", "NaN", "nan", "+Inf", "-Inf", "1_0", "1e-300", "-0", "0.1", "2.5e+308"]
     out = ["# TYPE g gauge\n"]
     for k, v in enumerate(values):
@@ -192,14 +198,3 @@ def test_values_only_the_line_by_line_parser_reads_read_the_same_in_runs_of_any_
     for x, y in zip(fast[0]["g"], ref[0]["g"], strict=True):
         assert np.array_equal(x.values.view(np.int64), y.values.view(np.int64))
         assert np.array_equal(x.times, y.times)
-
-
-def test_random_decimals_convert_to_the_same_bits_either_way(monkeypatch):
-    rng = np.random.default_rng(11)
-    values = rng.standard_normal(16) * 10.0 ** rng.integers(-20, 20, 16)
-    text = b"".join(b"%r %d\n" % (float(v), T0 + k) for k, v in enumerate(values))
-    small = om._parse_pairs(text, 16)
-    monkeypatch.setattr(om, "SMALL_PAIRS", 0)
-    big = om._parse_pairs(text, 16)
-    assert small is not None and big is not None
-    assert np.array_equal(small.view(np.int64), big.view(np.int64)) and np.array_equal(small[:, 0], values)
