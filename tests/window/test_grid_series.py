@@ -56,3 +56,34 @@ def test_grid_series_equals_the_per_series_reference(lookback: float, monkeypatc
         keys, table = fr.grid_series(series, grid, lookback)
         assert keys == want_keys, case
         assert np.array_equal(table, want, equal_nan=True), case
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_window_gridded_on_threads_is_the_window_gridded_in_turn(monkeypatch, threads) -> None:
+    """build_frames puts a large window's metrics on the grid on several threads, sharing the
+    label key cache: the same frames, metric for metric, as one after another."""
+    rng = np.random.default_rng(5)
+    start, end = 1_796_032_800.0, 1_796_033_400.0
+    grid = fr.make_grid(start, end, 15.0)
+    raw = {f"m{k}": _messy(rng, grid) for k in range(40)}
+    raw["m7"] = []  # a metric with no series
+    monkeypatch.setattr(fr, "THREADED_GRID_SAMPLES", 10**18)
+    alone = fr.build_frames(raw, start, end, 15.0)
+    monkeypatch.setattr(fr, "THREADED_GRID_SAMPLES", 0)
+    monkeypatch.setattr(fr, "GRID_THREADS", threads)
+    seen: set[str] = set()
+    real = fr.grid_series
+
+    def noted(*args, **kwargs):
+        import threading
+
+        seen.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fr, "grid_series", noted)
+    beside = fr.build_frames(raw, start, end, 15.0)
+    assert any(name.startswith("fleetscope-grid") for name in seen)
+    assert list(beside.metrics) == list(alone.metrics) and len(alone.metrics) > 30
+    for name, frame in alone.metrics.items():
+        assert beside.metrics[name].labels.equals(frame.labels), name
+        assert np.array_equal(beside.metrics[name].values, frame.values, equal_nan=True), name
