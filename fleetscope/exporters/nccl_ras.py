@@ -10,12 +10,14 @@ Off by default (``--collector.nccl_ras``). Each scrape asks every job's RAS at o
 bounded by ``--collector.nccl_ras.timeout`` and ``--collector.nccl_ras.max-reply-bytes``
 (:mod:`fleetscope.exporters.ras_client`), so a slow, dead or hostile RAS never holds the scrape; a
 job's RAS is asked at most once per ``--collector.nccl_ras.min-interval`` (two Prometheus replicas
-do not double the load on the job). The report becomes bounded series
-(:mod:`fleetscope.exporters.ras_series`, docs/metrics.md#nccl_ras); ``nccl_ras_up{job_id}`` says
-whether the last query answered. Failures count in ``fleetscope_collector_errors_total{collector=
-"nccl_ras", reason}``: ``unreachable``, ``timeout``, ``oversize``, ``protocol``, ``malformed``
-(the report does not parse), ``still_running`` (the last query of that job has not returned),
-``discovery`` (a rank file whose RAS address is not a loopback one), ``label_cut``.
+do not double the load on the job), and a RAS whose failures held the scrape is asked ever less
+often, up to once a minute (:func:`next_ask`), so it does not hold every scrape. The report
+becomes bounded series (:mod:`fleetscope.exporters.ras_series`, docs/metrics.md#nccl_ras);
+``nccl_ras_up{job_id}`` says whether the last query answered. Failures count in
+``fleetscope_collector_errors_total{collector="nccl_ras", reason}``: ``unreachable``,
+``timeout``, ``oversize``, ``protocol``, ``malformed`` (the report does not parse),
+``still_running`` (the last query of that job has not returned), ``discovery`` (a rank file whose
+RAS address is not a loopback one), ``label_cut``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ from fleetscope.textformat import unescape_label_value
 
 DEFAULT_TIMEOUT = 4.0
 DEFAULT_MIN_INTERVAL = 10.0
+#: Failures that held the scrape (no answer within the deadline, a report over the byte limit, the
+#: last query still running) are not asked again at once: the wait doubles from the minimum
+#: interval with each one in a row, up to this; a failure that cost nothing (nothing listens, not
+#: NCCL's protocol, a report that does not parse) waits the minimum interval, as an answer does.
+SLOW_FAILURES = frozenset({"timeout", "oversize", "still_running"})
+MAX_BACKOFF = 60.0
 #: Jobs one node asks at most (a node runs a handful of jobs, one per GPU at most).
 MAX_JOBS = 16
 #: Rank files read for discovery at most, and how fresh rank 0's file must be (its writer lives).
@@ -95,10 +103,22 @@ def is_loopback(host: str) -> bool:
 
 @dataclass
 class _Last:
-    """The last query of one target: when it answered, and its series (None: it failed)."""
+    """The last query of one target: when it ended, its series (None: it failed), and the slow
+    failures in a row that ended with it."""
 
     at: float
     series: RasSeries | None
+    slow_failures: int = 0
+
+
+def next_ask(last: _Last, min_interval: float) -> float:
+    """When a target whose last query is ``last`` is asked again: ``min_interval`` after it, twice
+    that after two slow failures in a row, four times after three, ... up to :data:`MAX_BACKOFF`
+    (never under ``min_interval``)."""
+    if not last.slow_failures:
+        return last.at + min_interval
+    wait = min_interval * 2.0 ** min(last.slow_failures - 1, 16)
+    return last.at + max(min_interval, min(wait, MAX_BACKOFF))
 
 
 class NcclRasCollector(Collector):
@@ -229,12 +249,12 @@ class NcclRasCollector(Collector):
         threads: list[tuple[Target, threading.Thread]] = []
         for t in targets:
             last = self._last.get(t)
-            if last is not None and last.series is not None and now - last.at < self.min_interval:
+            if last is not None and now < next_ask(last, self.min_interval):
                 continue
             running = self._running.get(t)
             if running is not None and running.is_alive():
                 self.skip("still_running", f"job {t.job_id}: the last RAS query has not returned")
-                self._last[t] = _Last(now, None)
+                self._last[t] = self._failed(last, now, "still_running")
                 continue
             th = threading.Thread(target=self._ask, args=(t, results), name=f"nccl-ras-{t.port}", daemon=True)
             th.start()
@@ -251,11 +271,17 @@ class NcclRasCollector(Collector):
             else:
                 err = got if got is not None else RasQueryError("timeout", "RAS did not answer in time")
                 self.skip(err.reason, f"job {t.job_id} RAS at {t.host}:{t.port}: {err}")
-                self._last[t] = _Last(time.monotonic(), None)
+                self._last[t] = self._failed(self._last.get(t), time.monotonic(), err.reason)
         for t in [t for t in self._last if t not in targets]:
             del self._last[t]
         for t in [t for t, th in self._running.items() if t not in targets and not th.is_alive()]:
             del self._running[t]  # a job that is gone: its finished query is not kept
+
+    @staticmethod
+    def _failed(last: _Last | None, at: float, reason: str) -> _Last:
+        slow = reason in SLOW_FAILURES
+        before = last.slow_failures if last is not None and last.series is None else 0
+        return _Last(at, None, before + 1 if slow else 0)
 
     # ------------------------------------------------------------------ series
     def collect(self) -> Iterable[MetricFamily]:

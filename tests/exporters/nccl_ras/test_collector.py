@@ -12,10 +12,11 @@ import pytest
 
 from fleetscope import contract as c
 from fleetscope.exporters.base import NodeContext
-from fleetscope.exporters.nccl_ras import NcclRasCollector
+from fleetscope.exporters.nccl_ras import NcclRasCollector, _Last, next_ask
 from fleetscope.exporters.ras_series import series_bound
 from fleetscope.exporters.registry import NodeCollector
 from tests.support.fake_ras import FakeRas
+from tests.support.slow_peers import wait_until
 
 TIMEOUT = 1.5
 
@@ -129,6 +130,56 @@ def test_min_interval_serves_the_last_answer():
         first, second = samples(col), samples(col)
     assert ras.connections == 1
     assert first == second
+
+
+def test_the_wait_after_slow_failures_doubles_up_to_a_minute():
+    ok = _Last(100.0, None, 0)
+    assert next_ask(ok, 10.0) == 110.0  # a failure that cost nothing, or an answer: the minimum
+    assert [next_ask(_Last(100.0, None, n), 10.0) - 100.0 for n in range(1, 7)] == [10, 20, 40, 60, 60, 60]
+    assert next_ask(_Last(100.0, None, 500), 10.0) == 160.0  # no overflow however long it lasts
+    assert next_ask(_Last(100.0, None, 3), 90.0) == 190.0  # never under the minimum interval
+
+
+def test_a_ras_that_times_out_does_not_hold_every_scrape():
+    """A RAS that does not answer in time holds one scrape; the next ones serve nccl_ras_up 0 at
+    once, and it is asked again after a wait that doubles with each slow failure in a row; an
+    answer ends the back-off."""
+    ras = FakeRas.fixture("ray_test_healthy.json", mode="slow")
+    with ras:
+        col = collector(f"job-1={ras.address}", nccl_ras_timeout=0.5, min_interval=0.4)
+        [target] = col.targets()
+        start = time.monotonic()
+        assert samples(col)[c.NCCL_RAS_UP][0][1] == 0.0
+        assert time.monotonic() - start >= 0.5 and ras.connections == 1
+        assert samples(col)[c.NCCL_RAS_UP][0][1] == 0.0  # served at once, not asked
+        assert ras.connections == 1
+        assert col.error_counts() == {"timeout": 1}
+        first = col._last[target]
+        assert first.slow_failures == 1 and next_ask(first, 0.4) == first.at + 0.4
+
+        assert wait_until(lambda: time.monotonic() > next_ask(col._last[target], 0.4), 5)
+        samples(col)  # asked again: the second timeout in a row
+        assert ras.connections == 2 and col._last[target].slow_failures == 2
+        assert next_ask(col._last[target], 0.4) == col._last[target].at + 0.8
+
+        ras.mode = "ok"  # it answers again
+        assert wait_until(lambda: time.monotonic() > next_ask(col._last[target], 0.4), 5)
+        assert samples(col)[c.NCCL_RAS_UP][0][1] == 1.0
+        assert ras.connections == 3 and col._last[target].slow_failures == 0
+
+
+def test_a_failure_that_cost_nothing_is_asked_again_after_the_minimum_interval():
+    ras = FakeRas()
+    port = ras.port
+    ras.sock.close()
+    col = collector(f"job-1=127.0.0.1:{port}", min_interval=0.2)
+    [target] = col.targets()
+    samples(col)
+    samples(col)  # within the minimum interval: not asked
+    assert col.error_counts() == {"unreachable": 1} and col._last[target].slow_failures == 0
+    assert wait_until(lambda: time.monotonic() > col._last[target].at + 0.2, 5)
+    samples(col)
+    assert col.error_counts() == {"unreachable": 2}
 
 
 def big_report(world: int, tp: int, behind: list[int], missing: list[int]) -> str:
