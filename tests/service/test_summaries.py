@@ -124,3 +124,25 @@ def test_a_hang_named_by_nccl_ras_shows_its_culprit_on_the_job_row(tmp_path: Pat
         True,
     )
     assert rows["host"]["state"] == rows["xid79"]["state"] == "stalled"
+
+
+def test_a_histograms_buckets_are_gathered_once_for_its_quantiles_and_its_slo(tmp_path: Path, monkeypatch):
+    """The replicas' latency quantiles and the SLO burn rates read the same buckets: gathered per
+    replica once an analysis, not once for each."""
+    from fleetscope.analyzers.signals import serving
+
+    gathered: list[str] = []
+    real = serving._per_replica
+
+    def counted(frames, name, *args, **kwargs):
+        if name is not None and name.endswith("_bucket"):
+            gathered.append(name)
+        return real(frames, name, *args, **kwargs)
+
+    monkeypatch.setattr(serving, "_per_replica", counted)
+    spec = ScenarioSpec(
+        name="inference_b", family="inference", nodes=2, gpus_per_replica=4, seed=5, duration_s=900
+    )
+    (model,) = _analyzed(spec, tmp_path).models
+    assert model["slo"]["ttft"]["burn_short"] is not None and model["slo"]["itl"]["burn_short"] is not None
+    assert sorted(gathered) == sorted(set(gathered)) and len(gathered) >= 2, gathered

@@ -21,7 +21,7 @@ else on its target. A replica's node is the ``Hostname`` of the GPUs attributed 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -174,18 +174,23 @@ def histogram_quantile(q: float, bounds: np.ndarray, cum: np.ndarray) -> np.ndar
         return np.where(total > 0, out, np.nan)
 
 
+#: A histogram's cumulative bucket counts per grid time, replica and bucket, and the buckets' upper
+#: bounds (:func:`replica_buckets`), as a caller keeps them.
+Buckets = Callable[[c.Histogram], tuple[np.ndarray, list[float]]]
+
+
 def _quantiles_of(
-    frames: Frames, hist: c.Histogram | None, index: dict[Replica, int], w: int, *qs: float
+    frames: Frames, hist: c.Histogram | None, buckets: Buckets, replicas: int, w: int, *qs: float
 ) -> list[np.ndarray]:
     """The quantiles ``qs`` of ``hist`` per grid time and replica (its buckets' increase over the
     last ``w`` grid steps, computed once for all of them)."""
-    T, R = len(frames.times), len(index)
+    T = len(frames.times)
     if hist is None:
-        return [np.full((T, R), np.nan) for _ in qs]
-    cum, les = _per_replica(frames, hist.bucket, index, "sum", ("le",))
+        return [np.full((T, replicas), np.nan) for _ in qs]
+    cum, les = buckets(hist)
     if not les:
-        return [np.full((T, R), np.nan) for _ in qs]
-    bounds = np.array([_le_key(v[0]) for v in les])
+        return [np.full((T, replicas), np.nan) for _ in qs]
+    bounds = np.array(les)
     inc = _window(cum, w)
     top = inc[..., -1]
     # Buckets are cumulative; a bucket missing from one scrape must not make them decrease.
@@ -298,10 +303,27 @@ def _ffill(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def serving_signals(frames: Frames, w: int) -> ServingSignals:
-    """Every replica's signals over the window (no replicas: empty arrays)."""
-    replicas = _replicas(frames)
+def serving_replicas(frames: Frames) -> list[Replica]:
+    """The window's serving replicas, in the order of every per-replica array."""
+    return _replicas(frames)
+
+
+def serving_signals(
+    frames: Frames, w: int, replicas: list[Replica] | None = None, buckets: Buckets | None = None
+) -> ServingSignals:
+    """Every replica's signals over the window (no replicas: empty arrays). ``replicas``:
+    :func:`serving_replicas` of ``frames``, when the caller has them; ``buckets``: the caller's
+    :func:`replica_buckets` of them, so a histogram's buckets are gathered once for its quantiles
+    here and for whatever else the caller reads of them (the service's SLO burn rates)."""
+    if replicas is None:
+        replicas = _replicas(frames)
     index = {r: i for i, r in enumerate(replicas)}
+    if buckets is None:
+        known = replicas
+
+        def buckets(hist: c.Histogram) -> tuple[np.ndarray, list[float]]:
+            return replica_buckets(frames, hist, known)
+
     step = frames.step
 
     def gauge(name: str | None, how: str = "sum") -> np.ndarray:
@@ -327,8 +349,8 @@ def serving_signals(frames: Frames, w: int) -> ServingSignals:
     finished = increase_steps(gauge(c.VLLM_REQUEST_SUCCESS))
     http_all, http_5xx = _http_per_replica(frames, replicas)
     answered_ok = np.nan_to_num(http_all) - np.nan_to_num(http_5xx)
-    itl_p95, itl_p99 = _quantiles_of(frames, itl_hist, index, w, 0.95, 0.99)
-    (ttft_p95,) = _quantiles_of(frames, ttft, index, w, 0.95)
+    itl_p95, itl_p99 = _quantiles_of(frames, itl_hist, buckets, len(replicas), w, 0.95, 0.99)
+    (ttft_p95,) = _quantiles_of(frames, ttft, buckets, len(replicas), w, 0.95)
     return ServingSignals(
         replicas=replicas,
         present=~np.isnan(running),

@@ -32,7 +32,13 @@ from fleetscope.analyzers.signals.network import NetTrouble, node_network_troubl
 from fleetscope.analyzers.signals.ranks import rank_ids, rank_scores
 from fleetscope.analyzers.signals.ras import RasHang, has_ras, ras_hangs
 from fleetscope.analyzers.signals.roles import RolePeers, role_peers
-from fleetscope.analyzers.signals.serving import ServingSignals, replica_buckets, serving_signals
+from fleetscope.analyzers.signals.serving import (
+    Replica,
+    ServingSignals,
+    replica_buckets,
+    serving_replicas,
+    serving_signals,
+)
 from fleetscope.analyzers.signals.slowness import Slowness, slowness
 
 #: A job's (MFU or tokens/s per grid time, unit, pause mask): see :func:`~.mfu.job_mfu`.
@@ -99,16 +105,27 @@ class Signals:
         return node_network_trouble(self.features)
 
     @cached_property
+    def serving_replicas(self) -> list[Replica]:
+        """The serving replicas: the columns of :attr:`serving` and of :meth:`replica_buckets`."""
+        return serving_replicas(self.features.frames)
+
+    @cached_property
     def serving(self) -> ServingSignals:
-        """The serving replicas' latency, throughput and cache signals."""
-        return serving_signals(self.features.frames, self.features.rate_window_steps)
+        """The serving replicas' latency, throughput and cache signals (their histograms' buckets
+        gathered through :meth:`replica_buckets`, kept for the other readers of them)."""
+        return serving_signals(
+            self.features.frames,
+            self.features.rate_window_steps,
+            replicas=self.serving_replicas,
+            buckets=self.replica_buckets,
+        )
 
     def replica_buckets(self, hist: c.Histogram) -> tuple[np.ndarray, list[float]]:
         """A serving histogram's cumulative bucket counts per grid time, replica (the columns of
         :attr:`serving`) and bucket, and the buckets' upper bounds."""
         return self._once(
             ("replica_buckets", hist.bucket),
-            lambda: replica_buckets(self.features.frames, hist, self.serving.replicas),
+            lambda: replica_buckets(self.features.frames, hist, self.serving_replicas),
         )
 
     def job_mfu(self, job: str) -> JobMfu:
