@@ -11,7 +11,7 @@ Three converters, by size and by what is installed:
 * up to :data:`SMALL_PAIRS` lines, :func:`numbers` (numpy's conversion, the line-by-line parser's
   own): a reader call costs a quarter of a millisecond, and every chunk's first line (the one the
   chunk before cut) is a call of its own;
-* more, with pyarrow (the archive extra), Arrow's CSV reader: it parses with fast_float
+* more, with pyarrow (the analyze extra), Arrow's CSV reader: it parses with fast_float
   (correctly rounded), fails on a row without exactly two fields, and lets go of the GIL for the
   whole parse, so :class:`PairsWorker` runs it beside the reader's own thread (on two cores the
   0.4 s that pandas' reader took per 64-node hour leave that thread; docs/benchmarks.md);
