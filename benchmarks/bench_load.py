@@ -168,11 +168,11 @@ def measure(cmd: list[str]) -> tuple[float, float, str]:
 RATIO_MODES = ("floor", "floor-libs", "default-om")
 
 
-def run_rounds(cmds: dict[str, list[str]], modes: list[str], rounds: int) -> dict[str, float]:
+def run_rounds(cmds: dict[str, list[str]], modes: list[str], rounds: int) -> None:
     """The modes' walls in ``rounds`` interleaved rounds, after one unrecorded pass of the first:
-    a row per mode (median, range, peak RSS), the ratios of the medians; the medians."""
+    a row per mode (median, range, peak RSS), the ratios of the medians."""
     if not modes:
-        return {}
+        return
     measure(cmds[modes[0]])  # the file read once (its pages, the interpreter's) before any counts
     walls: dict[str, list[float]] = {m: [] for m in modes}
     rss: dict[str, float] = dict.fromkeys(modes, 0.0)
@@ -193,7 +193,6 @@ def run_rounds(cmds: dict[str, list[str]], modes: list[str], rounds: int) -> dic
                 f"default-om / {floor}: {medians['default-om'] / medians[floor]:.2f} (medians; the rounds "
                 f"{min(own):.2f} to {max(own):.2f}; load average {os.getloadavg()[0]:.1f})"
             )
-    return medians
 
 
 def run_case(

@@ -252,7 +252,8 @@ class RecordingRead:
         if reader.first_wanted is None:
             return None
         name = reader.first_wanted[0]
-        peeked = (_peek(self.path, e) for e in list(reader.series.values()) if e.name == name)
+        entries = [e for e in reader.series.values() if e.name == name]
+        peeked = (_entry_series(self.path, e, keep=True) for e in entries)
         raw = {name: [s for s in peeked if s is not None]}
         drop_bad_samples(raw)  # the samples the loader drops (odd timestamps) do not count (it warns)
         times = [s.times for s in raw.get(name, []) if len(s.times)]
@@ -355,17 +356,6 @@ def _check_end(path: Path, reader: _Reader) -> None:
         raise FleetscopeError(f"{path} holds no samples")
 
 
-def _peek(path: Path, entry: _Series) -> RawSeries | None:
-    """A copy of the samples a series entry holds now, in seconds (the entry keeps them)."""
-    _flush(path, entry)
-    if not entry.times:
-        return None
-    times, values = np.concatenate(entry.times), np.concatenate(entry.values)
-    if entry.ms if entry.ms is not None else _milliseconds(times):
-        times = times / 1000.0
-    return RawSeries(dict(entry.labels), times, values)
-
-
 def _milliseconds(times: np.ndarray) -> bool:
     """Whether a series' timestamps are milliseconds (the text format's convention): judged by the
     bulk, so one odd stamp decides nothing."""
@@ -375,8 +365,9 @@ def _milliseconds(times: np.ndarray) -> bool:
     return bool(finite.size and (finite.min() > 1e11 or (finite.max() > 1e11 and np.median(finite) > 1e11)))
 
 
-def _entry_series(path: Path, entry: _Series) -> RawSeries | None:
-    """The samples a series entry holds now, as one raw series in seconds (None: none), emptied.
+def _entry_series(path: Path, entry: _Series, keep: bool = False) -> RawSeries | None:
+    """The samples a series entry holds now, as one raw series in seconds (None: none), emptied
+    (``keep``: a copy, the entry keeps them, and its unit is not settled by them).
 
     Milliseconds (the text format's convention) are judged by the bulk, so one odd stamp decides
     nothing; an entry met again later (:func:`iter_openmetrics`) keeps the unit judged first.
@@ -385,14 +376,15 @@ def _entry_series(path: Path, entry: _Series) -> RawSeries | None:
     labels, vchunks, tchunks = entry.labels, entry.values, entry.times
     if not vchunks:
         return None
-    # One run is one array already (most series): no copy, no second peak.
-    values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
-    times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
-    entry.values, entry.times = [], []
-    if entry.ms is not None:
-        ms = entry.ms
-    else:
-        ms = entry.ms = _milliseconds(times)
+    if keep:
+        labels, values, times = dict(labels), np.concatenate(vchunks), np.concatenate(tchunks)
+    else:  # one run is one array already (most series): no copy, no second peak
+        values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
+        times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
+        entry.values, entry.times = [], []
+    ms = entry.ms if entry.ms is not None else _milliseconds(times)
+    if not keep:
+        entry.ms = ms
     if ms:
         times = times / 1000.0
     return RawSeries(labels, times, values)
@@ -520,6 +512,7 @@ class _Reader:
         # Flushes whose parse is not taken in yet, oldest first (at most JOBS_AHEAD).
         self.jobs: deque[_Job] = deque()
         self.begin = 0  # where the current buffer's lines begin
+        self.chunk: tuple[bytes, np.ndarray] | None = None  # the buffer being fed, and its newlines
         self.run_lines = 0  # the last run's lines: the next run's likely length (a family's series
         # hold the same samples)
         self.n_wanted = 0  # series kept so far
@@ -540,7 +533,7 @@ class _Reader:
         # Indexed one at a time as Python ints: tolist() made (and freed) 8.5 M int objects an hour.
         nls = array.array("q", nl.astype(np.int64, copy=False).tobytes())
         n_lines = len(nls)
-        self.begin = begin
+        self.begin, self.chunk = begin, (buf, nl)
         nonempty: np.ndarray | None = None  # indices of the lines that are not empty (made when needed)
         i = 0
         while i < n_lines:
@@ -584,7 +577,7 @@ class _Reader:
                 continue
             head, v, t = parts
             head = bytes(head)
-            entry = self._run_entry(buf, nl, head, v, t, line)
+            entry = self._entry(head, v, t, line, self.lineno + 1)
             prefix = head + b" "
             j = _run_end(buf, nls, i, prefix, self.run_lines)
             if 1 + buf.count(b"\n" + prefix, s, nls[j - 1] + 1) != j - i:  # another series in between
@@ -598,16 +591,7 @@ class _Reader:
             self.lineno += j - i
             i = j
         self.flush(buf, nl)
-
-    def _run_entry(self, buf: bytes, nl: np.ndarray, head: bytes, v: bytes, t: bytes, line: bytes) -> _Series:
-        """:meth:`_entry` of the fast path's next run; a line before it that does not parse (its
-        run pending or being parsed) is the error met first."""
-        try:
-            return self._entry(head, v, t, line, self.lineno + 1)
-        except FleetscopeError:
-            self.flush(buf, nl)
-            self.settle()
-            raise
+        self.chunk = None
 
     def _entry(self, head: bytes, v: bytes, t: bytes, line: bytes, lineno: int) -> _Series:
         """The series entry of ``head``, made (with the line-by-line parser's checks) if new."""
@@ -707,12 +691,15 @@ class _Reader:
         index = _gather_index(starts, lens, ends)
         text = np.take(np.frombuffer(buf, dtype=np.uint8), index, mode="clip").tobytes()
         parsed = parse_soon(text, int(counts.sum()))
-        while self.jobs and (len(self.jobs) >= JOBS_AHEAD or self.jobs[0].parsed.ready()):
+        while self.jobs and (len(self.jobs) >= JOBS_AHEAD or self.jobs[0].parsed.done()):
             self._take(self.jobs.popleft())
         self.jobs.append(_Job(pending, counts, text, ends, lens, parsed))
 
     def settle(self) -> None:
-        """Take in every flush sent, in order (an error in one of them is raised here)."""
+        """Take in every flush sent, in order (an error in one of them is raised here); the runs of
+        a chunk left mid-way (an error of the fast path's own) are sent first."""
+        if self.pending and self.chunk is not None:
+            self.flush(*self.chunk)
         while self.jobs:
             self._take(self.jobs.popleft())
 

@@ -13,8 +13,8 @@ Three converters, by size and by what is installed:
   chunk before cut) is a call of its own;
 * more, with pyarrow (the analyze extra), Arrow's CSV reader: it parses with fast_float
   (correctly rounded), fails on a row without exactly two fields, and lets go of the GIL for the
-  whole parse, so :class:`PairsWorker` runs it beside the reader's own thread (on two cores the
-  0.4 s that pandas' reader took per 64-node hour leave that thread; docs/benchmarks.md);
+  whole parse, so a worker thread (:func:`parse_soon`) runs it beside the reader's own thread
+  (the 0.4 s that pandas' reader took per 64-node hour leave that thread; docs/benchmarks.md);
 * more, without pyarrow, pandas' C reader (``round_trip`` before pandas 3), on the reader's thread:
   it holds the GIL, so a second thread would gain nothing.
 """
@@ -25,7 +25,7 @@ import csv
 import io
 import os
 import threading
-from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -171,82 +171,46 @@ def parse_pairs(text: bytes, n: int) -> Pairs | None:
     return _by_pandas(text, n)
 
 
-def parses_beside() -> bool:
-    """Whether a large text is parsed without the GIL (so :class:`PairsWorker` is worth a thread)."""
-    return _ARROW is not None
+#: The result of one :func:`parse_pairs` call: made at once, or on the worker's thread.
+Parsed = Future[Pairs | None]
+
+_worker: ThreadPoolExecutor | None = None
+_worker_lock = threading.Lock()
 
 
-class Parsed:
-    """The result of one :func:`parse_pairs` call: made at once, or on the worker's thread."""
-
-    __slots__ = ("_done", "_result")
-
-    def __init__(self, result: Pairs | None = None, done: threading.Event | None = None) -> None:
-        self._result, self._done = result, done
-
-    def ready(self) -> bool:
-        return self._done is None or self._done.is_set()
-
-    def result(self) -> Pairs | None:
-        if self._done is not None:
-            self._done.wait()
-        return self._result
+def _forget_worker() -> None:
+    # A forked child has no copy of the worker's thread (its executor would wait for it forever):
+    # it makes its own when it needs one.
+    global _worker, _worker_lock
+    _worker, _worker_lock = None, threading.Lock()
 
 
-class PairsWorker:
-    """One thread that runs :func:`parse_pairs` calls in the order they come (a daemon: a reader
-    given up on leaves nothing to wait for). Made when first needed and shared by every read of
-    the process; its calls are the few microseconds of handing over, the parse runs without the
+os.register_at_fork(after_in_child=_forget_worker)
+
+
+def _pairs_worker() -> ThreadPoolExecutor:
+    """One thread, shared by every read of the process, that runs :func:`parse_pairs` calls in the
+    order they come; its calls are the few microseconds of handing over, the parse runs without the
     GIL."""
-
-    _shared: PairsWorker | None = None
-    _lock = threading.Lock()
-
-    @classmethod
-    def _forget(cls) -> None:
-        # A forked child has no copy of the thread: it makes its own when it needs one.
-        cls._shared, cls._lock = None, threading.Lock()
-
-    def __init__(self) -> None:
-        self._jobs: deque[tuple[bytes, int, Parsed, threading.Event]] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        self._thread = threading.Thread(target=self._run, name="fleetscope-pairs", daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def shared(cls) -> PairsWorker:
-        with cls._lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
-
-    def submit(self, text: bytes, n: int) -> Parsed:
-        done = threading.Event()
-        parsed = Parsed(None, done)
-        with self._ready:
-            self._jobs.append((text, n, parsed, done))
-            self._ready.notify()
-        return parsed
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                while not self._jobs:
-                    self._ready.wait()
-                text, n, parsed, done = self._jobs.popleft()
-            try:
-                parsed._result = parse_pairs(text, n)
-            except Exception:  # noqa: BLE001 -- anything unexpected reads as "does not parse"
-                parsed._result = None
-            done.set()
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = ThreadPoolExecutor(1, thread_name_prefix="fleetscope-pairs")
+        return _worker
 
 
-os.register_at_fork(after_in_child=PairsWorker._forget)
+def _parse_or_none(text: bytes, n: int) -> Pairs | None:
+    try:
+        return parse_pairs(text, n)
+    except Exception:  # noqa: BLE001 -- anything unexpected reads as "does not parse"
+        return None
 
 
 def parse_soon(text: bytes, n: int) -> Parsed:
-    """:func:`parse_pairs` of ``text``: on the shared worker where that runs beside this thread,
-    else now."""
-    if n > SMALL_PAIRS and parses_beside():
-        return PairsWorker.shared().submit(text, n)
-    return Parsed(parse_pairs(text, n))
+    """:func:`parse_pairs` of ``text``: on the shared worker where that runs beside this thread
+    (Arrow's reader, over :data:`SMALL_PAIRS` lines), else now."""
+    if n > SMALL_PAIRS and _ARROW is not None:
+        return _pairs_worker().submit(_parse_or_none, text, n)
+    done: Parsed = Future()
+    done.set_result(parse_pairs(text, n))
+    return done

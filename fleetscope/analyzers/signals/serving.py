@@ -198,7 +198,8 @@ def _quantiles_of(
     return [np.where(np.isnan(top), np.nan, histogram_quantile(q, bounds, inc)) for q in qs]
 
 
-def _replicas(frames: Frames) -> list[Replica]:
+def serving_replicas(frames: Frames) -> list[Replica]:
+    """The window's serving replicas, in the order of every per-replica array."""
     seen: dict[Replica, None] = {}
     for name in (c.VLLM_NUM_REQUESTS_RUNNING, c.VLLM_GENERATION_TOKENS):
         if frames.has(name):
@@ -303,11 +304,6 @@ def _ffill(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def serving_replicas(frames: Frames) -> list[Replica]:
-    """The window's serving replicas, in the order of every per-replica array."""
-    return _replicas(frames)
-
-
 def serving_signals(
     frames: Frames, w: int, replicas: list[Replica] | None = None, buckets: Buckets | None = None
 ) -> ServingSignals:
@@ -316,7 +312,7 @@ def serving_signals(
     :func:`replica_buckets` of them, so a histogram's buckets are gathered once for its quantiles
     here and for whatever else the caller reads of them (the service's SLO burn rates)."""
     if replicas is None:
-        replicas = _replicas(frames)
+        replicas = serving_replicas(frames)
     index = {r: i for i, r in enumerate(replicas)}
     if buckets is None:
         known = replicas
