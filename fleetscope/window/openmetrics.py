@@ -130,7 +130,8 @@ def _too_long(path: Path) -> FleetscopeError:
 def _newlines(buf: bytes | bytearray, begin: int, end: int) -> np.ndarray:
     """The positions of the newlines of ``buf[begin:end]`` (in ``buf``)."""
     nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin) == 10)
-    nl += begin
+    if begin:  # a numpy call is a round of the GIL, which the gzip thread waits for
+        nl += begin
     return nl
 
 
@@ -511,6 +512,9 @@ class _Reader:
         self.pending: list[tuple[_Series, int, int, int, bytes]] = []
         # Flushes whose parse is not taken in yet, oldest first (at most JOBS_AHEAD).
         self.jobs: deque[_Job] = deque()
+        # The gather's index and bytes, kept from flush to flush (grown as needed).
+        self.scratch = np.empty(0, dtype=np.intp)
+        self.scratch_bytes = np.empty(0, dtype=np.uint8)
         self.begin = 0  # where the current buffer's lines begin
         self.chunk: tuple[bytes, np.ndarray] | None = None  # the buffer being fed, and its newlines
         self.run_lines = 0  # the last run's lines: the next run's likely length (a family's series
@@ -688,8 +692,15 @@ class _Reader:
         ends = np.cumsum(lens)
         # ``take`` of an index of numpy's own integer width: an int32 index (half the memory) was
         # cast to it first, which cost twice the gather (docs/benchmarks.md).
-        index = _gather_index(starts, lens, ends)
-        text = np.take(np.frombuffer(buf, dtype=np.uint8), index, mode="clip").tobytes()
+        size = int(ends[-1])
+        if self.scratch.size < size:  # kept from flush to flush: a fresh one was allocated (8 bytes
+            # a byte of pairs) and written to first for every flush
+            self.scratch = np.empty(size + size // 4, dtype=np.intp)
+            self.scratch_bytes = np.empty(self.scratch.size, dtype=np.uint8)
+        index = _gather_index(starts, lens, ends, self.scratch[:size])
+        gathered = self.scratch_bytes[:size]
+        np.take(np.frombuffer(buf, dtype=np.uint8), index, mode="clip", out=gathered)
+        text = gathered.tobytes()
         parsed = parse_soon(text, int(counts.sum()))
         while self.jobs and (len(self.jobs) >= JOBS_AHEAD or self.jobs[0].parsed.done()):
             self._take(self.jobs.popleft())
@@ -841,11 +852,17 @@ def _pair_spans(
     return starts, lens
 
 
-def _gather_index(starts: np.ndarray, lens: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _gather_index(
+    starts: np.ndarray, lens: np.ndarray, ends: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
     """The positions of the bytes of the pieces ``[starts[k], starts[k] + lens[k])`` one after the
     other (``ends``: the cumulative sum of ``lens``, each at least 1): ones, with each piece's
-    first position holding the jump to it, summed up."""
-    index = np.ones(int(ends[-1]), dtype=np.intp)
+    first position holding the jump to it, summed up. ``out``: where (``ends[-1]`` integers)."""
+    if out is None:
+        index = np.ones(int(ends[-1]), dtype=np.intp)
+    else:
+        index = out
+        index.fill(1)
     index[0] = starts[0]
     index[ends[:-1]] = starts[1:] - starts[:-1] - lens[:-1] + 1
     return np.cumsum(index, out=index)

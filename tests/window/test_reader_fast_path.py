@@ -106,6 +106,10 @@ def test_the_gather_index_is_the_pieces_bytes_in_order():
     index = om._gather_index(starts, lens, ends)
     want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
     assert index.dtype == np.intp and np.array_equal(index, want)
+    # Into the reader's kept scratch, left dirty by a larger flush before.
+    scratch = np.full(int(ends[-1]) + 100, 12345, dtype=np.intp)
+    index = om._gather_index(starts, lens, ends, scratch[: int(ends[-1])])
+    assert np.shares_memory(index, scratch) and np.array_equal(index, want)
 
 
 def _write(path, body: bytes):
