@@ -56,3 +56,27 @@ def test_first_part_median_is_the_loop_it_replaced():
             if idx.size:
                 ref[k] = float(np.median(x[idx[: max(1, idx.size // 3)], k]))
         assert np.array_equal(nanstats.first_part_median(x, 3), ref, equal_nan=True), x.shape
+
+
+@pytest.mark.parametrize("n", range(1, nanstats.NETWORK_MAX_WINDOW + 1))
+def test_the_sorting_network_sorts_every_input(n):
+    # The 0-1 principle: a comparator network that sorts every sequence of 0s and 1s sorts all.
+    cols = [((np.arange(2**n) >> k) & 1).astype(np.int8) for k in range(n)]
+    for i, j in nanstats.sorting_network(n):
+        cols[i], cols[j] = np.minimum(cols[i], cols[j]), np.maximum(cols[i], cols[j])
+    assert (np.diff(np.stack(cols, axis=1), axis=1) >= 0).all()
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5, 8, 13, 16, 17])
+def test_the_rolling_median_of_every_window_length_is_numpys(w):
+    rng = np.random.default_rng(w)
+    for holes in (0.0, 0.1, 0.6, 1.0):
+        x = rng.lognormal(size=(50, 6)) * rng.choice([1, 1e-3, 1e6], size=(50, 6))
+        x[rng.random(x.shape) < holes] = np.nan
+        x.flat[rng.integers(0, x.size, 3)] = np.inf
+        x.flat[rng.integers(0, x.size, 2)] = -np.inf
+        win = np.lib.stride_tricks.sliding_window_view(x, w, axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = np.nanmedian(win, axis=2)
+        assert np.array_equal(nanstats.rolling_nanmedian(win), ref, equal_nan=True), holes

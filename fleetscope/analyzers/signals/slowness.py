@@ -110,7 +110,7 @@ def _median_error(x: np.ndarray, w: int) -> np.ndarray:
     pad = np.vstack([np.full((w - 1, x.shape[1]), np.nan), x])
     win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)
     med = rolling_nanmedian(win)
-    mad = nanmedian(np.abs(win - med[..., None]), axis=2)
+    mad = rolling_nanmedian(np.abs(win - med[..., None]))
     with np.errstate(all="ignore"):
         return 1.2533 * 1.4826 * mad / np.sqrt(_window_count(win))
 
