@@ -383,7 +383,8 @@ def _entry_series(path: Path, entry: _Series, keep: bool = False) -> RawSeries |
         values = vchunks[0] if len(vchunks) == 1 else np.concatenate(vchunks)
         times = tchunks[0] if len(tchunks) == 1 else np.concatenate(tchunks)
         entry.values, entry.times = [], []
-    ms = entry.ms if entry.ms is not None else _milliseconds(times)
+    # Every run below 1e11 is what _milliseconds' first test reads from the whole series.
+    ms = entry.ms if entry.ms is not None else (not entry.seconds and _milliseconds(times))
     if not keep:
         entry.ms = ms
     if ms:
@@ -437,7 +438,7 @@ class _Series:
     """One series of the recording as the parser holds it: its samples' text not yet parsed
     (``vtext``/``ttext``, bytes per line) and its parsed runs (``values``/``times``, arrays)."""
 
-    __slots__ = ("fresh", "labels", "ms", "name", "times", "ttext", "values", "vtext", "wanted")
+    __slots__ = ("fresh", "labels", "ms", "name", "seconds", "times", "ttext", "values", "vtext", "wanted")
 
     def __init__(self, name: str, labels: dict[str, str], wanted: bool) -> None:
         self.name, self.labels, self.wanted = name, labels, wanted
@@ -447,6 +448,9 @@ class _Series:
         self.times: list[np.ndarray] = []
         #: whether its times are in milliseconds, once judged (kept: a series met again keeps it)
         self.ms: bool | None = None
+        #: whether every timestamp it holds is known to be below 1e11 (so in seconds), from each
+        #: run's largest as it was added: most series are judged without a pass over their times
+        self.seconds = True
         #: streaming: whether it took samples since it was last handed out (it is in ``fresh``)
         self.fresh = False
 
@@ -720,11 +724,14 @@ class _Reader:
         parsed = job.parsed.result()
         if parsed is not None:
             values, times = parsed
+            counts = job.counts.tolist()
+            # Each run's largest timestamp, one numpy call a flush (NaN where one is NaN).
+            largest = np.maximum.reduceat(times, np.cumsum(job.counts) - job.counts).tolist()
             at = 0
-            for (entry, *_), n in zip(job.pending, job.counts.tolist(), strict=True):
+            for (entry, *_), n, most in zip(job.pending, counts, largest, strict=True):
                 # Copies: a view would keep the chunk's whole table alive until the last series is
                 # assembled, doubling the peak memory.
-                self._add(entry, values[at : at + n].copy(), times[at : at + n].copy())
+                self._add(entry, values[at : at + n].copy(), times[at : at + n].copy(), most)
                 if len(self.shapes) < SHAPES and n > 1:
                     self.shapes.append(_shape(times[at : at + n]))
                 at += n
@@ -748,12 +755,16 @@ class _Reader:
                 self._lines(lines, 0, len(lines), settled=True)
         self.lineno, self.family_skip, self.saw_eof, self.last_head, self.last_entry = state
 
-    def _add(self, entry: _Series, values: np.ndarray, times: np.ndarray) -> None:
+    def _add(
+        self, entry: _Series, values: np.ndarray, times: np.ndarray, largest: float | None = None
+    ) -> None:
+        """Append a parsed run (``largest``: its largest timestamp, when known) to its series."""
         _flush(self.path, entry)
         if self.streaming and not entry.fresh:
             self._mark(entry)
         entry.values.append(values)
         entry.times.append(times)
+        _note_largest(entry, times, largest)
 
     # ------------------------------------------------------------------ line by line
     def _one_comment(self, buf: bytes, pos: int, stop: int) -> bool:
@@ -926,13 +937,23 @@ def _flush(path: Path, entry: _Series) -> None:
     if not entry.vtext:
         return
     try:
-        entry.values.append(numbers(entry.vtext))
-        entry.times.append(numbers(entry.ttext))
+        values, times = numbers(entry.vtext), numbers(entry.ttext)
     except ValueError:
         raise FleetscopeError(
             f"{path}: series {entry.name} has a value or timestamp that is not a number"
         ) from None
+    entry.values.append(values)
+    entry.times.append(times)
+    _note_largest(entry, times)
     entry.vtext, entry.ttext = [], []
+
+
+def _note_largest(entry: _Series, times: np.ndarray, largest: float | None = None) -> None:
+    """Keep ``entry.seconds`` true while every run's largest timestamp is below 1e11 (a NaN makes
+    it false: :func:`_milliseconds` then judges the whole series)."""
+    if entry.seconds:
+        most = float(times.max()) if largest is None else largest
+        entry.seconds = most < 1e11
 
 
 def _bad_line(path: Path, lineno: int, line: bytes) -> NoReturn:
