@@ -12,13 +12,22 @@ times that of a one-hour one where a chunk holds about what the hour does (docs/
   (freed pages are returned at once) where the wheel has it, instead of mimalloc, which keeps them.
 * :func:`release_freed`: between phases, pyarrow's pool gives back what it holds unused, and glibc's
   ``malloc_trim`` the free pages of every arena (a few milliseconds; nothing elsewhere).
+* :func:`collector_paused`: Python's cyclic garbage collector off while a recording is read. The
+  reader makes hundreds of thousands of containers that live until the end (a series' entry, its
+  labels, its list of runs), so the collector's passes, triggered by their number, went over all
+  of them, and every object of the imported libraries, again and again and found nothing: 0.1 s
+  of a 64-node hour's 3 s (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 _trim: Any = None  # glibc's malloc_trim, once looked up (False: none here)
@@ -58,3 +67,28 @@ def release_freed() -> None:
             _trim = False
     if _trim:
         _trim(0)
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # blocks in collector_paused now, in every thread
+_was_enabled = False  # the collector's state when the first of them began
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, back as it was when the last such
+    block of the process ends (they may nest, or run on several threads at once). Cycles made
+    meanwhile are collected after, by the collector's next pass."""
+    global _pauses, _was_enabled
+    with _pause_lock:
+        if not _pauses:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if not _pauses and _was_enabled:
+                gc.enable()

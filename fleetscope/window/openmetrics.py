@@ -42,6 +42,7 @@ from fleetscope.window.frames import (
     drop_bad_samples,
 )
 from fleetscope.window.grid import round_step
+from fleetscope.window.memory import collector_paused
 from fleetscope.window.pairs import Parsed, numbers, parse_pairs, parse_soon
 from fleetscope.window.samples import frames_from_raw, series_spacing, summarize
 
@@ -984,7 +985,8 @@ def load_recording(
         if head is not None:
             head.close()
         read = RecordingRead(path, metrics, (start, end, step))
-    raw, t_min, t_max, spacing = read.finish(progress)
-    return frames_from_raw(
-        raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)
-    )
+    with collector_paused():
+        raw, t_min, t_max, spacing = read.finish(progress)
+        return frames_from_raw(
+            raw, t_min, t_max, spacing, step=step, start=start, end=end, source=os.fspath(path)
+        )

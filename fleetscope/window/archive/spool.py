@@ -65,6 +65,7 @@ from fleetscope.window.archive.write import (
     write_families,
 )
 from fleetscope.window.frames import Frames, RawSeries, check_grid, check_window, lookback_seconds
+from fleetscope.window.memory import collector_paused
 
 
 @dataclass
@@ -370,6 +371,6 @@ def spool_recording(
     progress: Callable[[float], None] | None = None,
 ) -> Spool:
     """The recording at ``path`` parsed once and spooled to ``out`` (family by family)."""
-    with SpoolWriter(out, contract_label_keys(metrics), source=os.fspath(path)) as w:
+    with collector_paused(), SpoolWriter(out, contract_label_keys(metrics), source=os.fspath(path)) as w:
         write_families(w, path, metrics, progress=progress)
         return w.close()
