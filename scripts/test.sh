@@ -10,8 +10,8 @@
 #
 # pytest runs the tests on $FLEETSCOPE_TEST_WORKERS processes (pytest-xdist; default 2, the CI
 # machine's cores): most of a server test's time is waiting on its server, and the fast tier is all
-# CPU. On this project's 2-core VM the whole suite took 9 min 14 s on 2 workers (about 18 min on
-# one) and the fast tier 2 min 24 s (5 min 22 s then). FLEETSCOPE_TEST_WORKERS=0 runs them in one process.
+# CPU. On this project's 2-core VM the whole suite took 9 min 18 s on 2 workers (about 18 min on
+# one) and the fast tier 2 min 22 s (5 min 22 s then). FLEETSCOPE_TEST_WORKERS=0 runs them in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FAST=0
