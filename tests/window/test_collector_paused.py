@@ -84,19 +84,31 @@ def test_overlapping_pauses_on_two_threads_end_with_it_on(collector_on):
     assert gc.isenabled()
 
 
-def test_a_recording_is_read_and_gridded_with_the_collector_off(tmp_path, monkeypatch, collector_on):
+def _collector_seen_in(monkeypatch, owner, name: str) -> list[bool]:
+    """Whether the collector was on at each call of ``owner.name`` from now on."""
+    seen: list[bool] = []
+    original = getattr(owner, name)
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, watched)
+    return seen
+
+
+def _gzipped(tmp_path):
     path = tmp_path / "r.om.gz"
     path.write_bytes(gzip.compress(_recording()))
-    seen: list[bool] = []
-    grid = om.frames_from_raw
-    monkeypatch.setattr(
-        om, "frames_from_raw", lambda *a, **k: (seen.append(gc.isenabled()), grid(*a, **k))[1]
-    )
-    feed = om._Reader.feed
-    monkeypatch.setattr(om._Reader, "feed", lambda self, *a: (seen.append(gc.isenabled()), feed(self, *a))[1])
-    frames = om.load_recording(path)
+    return path
+
+
+def test_a_recording_is_read_and_gridded_with_the_collector_off(tmp_path, monkeypatch, collector_on):
+    fed = _collector_seen_in(monkeypatch, om._Reader, "feed")
+    gridded = _collector_seen_in(monkeypatch, om, "frames_from_raw")
+    frames = om.load_recording(_gzipped(tmp_path))
     assert len(frames.metrics["DCGM_FI_DEV_GPU_TEMP"].labels) == 4
-    assert seen and not any(seen)
+    assert fed and not any(fed) and gridded == [False]
     assert gc.isenabled()
 
 
@@ -109,13 +121,7 @@ def test_a_recording_that_fails_to_read_leaves_it_on(tmp_path, collector_on):
 
 
 def test_a_recording_is_spooled_with_the_collector_off(tmp_path, monkeypatch, collector_on):
-    path = tmp_path / "r.om.gz"
-    path.write_bytes(gzip.compress(_recording()))
-    seen: list[bool] = []
-    write = spool.write_families
-    monkeypatch.setattr(
-        spool, "write_families", lambda *a, **k: (seen.append(gc.isenabled()), write(*a, **k))[1]
-    )
-    spooled = spool.spool_recording(path, tmp_path / "w.spool", None)
-    assert seen == [False] and spooled.path.exists()
+    written = _collector_seen_in(monkeypatch, spool, "write_families")
+    spooled = spool.spool_recording(_gzipped(tmp_path), tmp_path / "w.spool", None)
+    assert written == [False] and spooled.path.exists()
     assert gc.isenabled()
