@@ -953,7 +953,7 @@ def _note_largest(entry: _Series, times: np.ndarray, largest: float | None = Non
     """Keep ``entry.seconds`` true while every run's largest timestamp is below 1e11 (a NaN makes
     it false: :func:`_milliseconds` then judges the whole series)."""
     if entry.seconds:
-        most = float(times.max()) if largest is None else largest
+        most = float(times.max(initial=-np.inf)) if largest is None else largest
         entry.seconds = most < 1e11
 
 
