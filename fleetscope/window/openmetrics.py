@@ -763,9 +763,7 @@ class _Reader:
         _flush(self.path, entry)
         if self.streaming and not entry.fresh:
             self._mark(entry)
-        entry.values.append(values)
-        entry.times.append(times)
-        _note_largest(entry, times, largest)
+        _append(entry, values, times, largest)
 
     # ------------------------------------------------------------------ line by line
     def _one_comment(self, buf: bytes, pos: int, stop: int) -> bool:
@@ -864,17 +862,12 @@ def _pair_spans(
     return starts, lens
 
 
-def _gather_index(
-    starts: np.ndarray, lens: np.ndarray, ends: np.ndarray, out: np.ndarray | None = None
-) -> np.ndarray:
+def _gather_index(starts: np.ndarray, lens: np.ndarray, ends: np.ndarray, index: np.ndarray) -> np.ndarray:
     """The positions of the bytes of the pieces ``[starts[k], starts[k] + lens[k])`` one after the
-    other (``ends``: the cumulative sum of ``lens``, each at least 1): ones, with each piece's
-    first position holding the jump to it, summed up. ``out``: where (``ends[-1]`` integers)."""
-    if out is None:
-        index = np.ones(int(ends[-1]), dtype=np.intp)
-    else:
-        index = out
-        index.fill(1)
+    other (``ends``: the cumulative sum of ``lens``, each at least 1), written into ``index``
+    (``ends[-1]`` integers, whatever they held): ones, with each piece's first position holding the
+    jump to it, summed up."""
+    index.fill(1)
     index[0] = starts[0]
     index[ends[:-1]] = starts[1:] - starts[:-1] - lens[:-1] + 1
     return np.cumsum(index, out=index)
@@ -943,15 +936,16 @@ def _flush(path: Path, entry: _Series) -> None:
         raise FleetscopeError(
             f"{path}: series {entry.name} has a value or timestamp that is not a number"
         ) from None
-    entry.values.append(values)
-    entry.times.append(times)
-    _note_largest(entry, times)
+    _append(entry, values, times)
     entry.vtext, entry.ttext = [], []
 
 
-def _note_largest(entry: _Series, times: np.ndarray, largest: float | None = None) -> None:
-    """Keep ``entry.seconds`` true while every run's largest timestamp is below 1e11 (a NaN makes
-    it false: :func:`_milliseconds` then judges the whole series)."""
+def _append(entry: _Series, values: np.ndarray, times: np.ndarray, largest: float | None = None) -> None:
+    """Add a parsed run to its series (``largest``: its largest timestamp, when known), keeping
+    ``entry.seconds`` true while every run's largest timestamp is below 1e11 (a NaN makes it
+    false: :func:`_milliseconds` then judges the whole series)."""
+    entry.values.append(values)
+    entry.times.append(times)
     if entry.seconds:
         most = float(times.max(initial=-np.inf)) if largest is None else largest
         entry.seconds = most < 1e11

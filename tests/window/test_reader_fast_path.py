@@ -103,7 +103,7 @@ def test_the_gather_index_is_the_pieces_bytes_in_order():
     starts = np.cumsum(lens + rng.integers(0, 300, 500))  # pieces in order, apart or adjacent
     starts[7] = starts[6] + lens[6]  # two adjacent pieces
     ends = np.cumsum(lens)
-    index = om._gather_index(starts, lens, ends)
+    index = om._gather_index(starts, lens, ends, np.empty(int(ends[-1]), dtype=np.intp))
     want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
     assert index.dtype == np.intp and np.array_equal(index, want)
     # Into the reader's kept scratch, left dirty by a larger flush before.
